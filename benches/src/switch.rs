@@ -1,0 +1,208 @@
+//! The runtime's costs against their floors: switches, spawns, and one io_uring round trip.
+//!
+//! | case | what one iteration does |
+//! |---|---|
+//! | `raw_switch` | corosensei alone: resume + suspend (two one-way switches) |
+//! | `runtime_switch` | the same through the runtime: `yield_now` and the loop's resume |
+//! | `spawn_pooled` | spawn on a pooled stack, run to completion (batches of 64) |
+//! | `spawn_fresh` | the same with no pool: every coroutine maps a new stack |
+//! | `nop_bare` | io_uring NOP pushed, submitted with one `io_uring_enter`, reaped |
+//! | `nop_coroutine` | the same from a coroutine: submit, suspend, resume on its CQE |
+//! | `pread_4k` | a blocking 4 KiB `pread` from the page cache, for scale |
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use corosensei::stack::DefaultStack;
+use corosensei::{Coroutine, CoroutineResult};
+use io_uring::{opcode, IoUring};
+use runtime::{Config, Runtime};
+use serde::Serialize;
+
+/// Every case, in report order.
+pub const CASES: &[&str] = &[
+    "raw_switch",
+    "runtime_switch",
+    "spawn_pooled",
+    "spawn_fresh",
+    "nop_bare",
+    "nop_coroutine",
+    "pread_4k",
+];
+
+/// Runs `iters` iterations of `case`; `None` for an unknown case name.
+pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
+    Some(match case {
+        "raw_switch" => raw_switch(iters),
+        "runtime_switch" => runtime_switch(iters),
+        "spawn_pooled" => spawn(iters, Config::default()),
+        "spawn_fresh" => spawn(
+            iters,
+            Config {
+                max_free_stacks: 0,
+                ..Config::default()
+            },
+        ),
+        "nop_bare" => nop_bare(iters),
+        "nop_coroutine" => nop_coroutine(iters),
+        "pread_4k" => pread_4k(iters),
+        _ => return None,
+    })
+}
+
+/// corosensei with nothing around it: one resume and one suspend per iteration.
+pub fn raw_switch(iters: u64) -> Duration {
+    let mut co: Coroutine<(), (), (), DefaultStack> = Coroutine::new(|yielder, ()| loop {
+        yielder.suspend(());
+    });
+    co.resume(()); // start it, so every timed resume lands in `suspend`
+    let start = Instant::now();
+    for _ in 0..iters {
+        if let CoroutineResult::Return(()) = black_box(co.resume(())) {
+            unreachable!();
+        }
+    }
+    let elapsed = start.elapsed();
+    // The coroutine never finishes; dropping it unwinds its stack.
+    drop(co);
+    elapsed
+}
+
+/// One coroutine yielding to the loop `iters` times: suspend, run queue, resume.
+pub fn runtime_switch(iters: u64) -> Duration {
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    let elapsed = Rc::new(Cell::new(Duration::ZERO));
+    let e = elapsed.clone();
+    rt.spawn(move |co| {
+        co.yield_now(); // warm: the loop is running and the stack is touched
+        let start = Instant::now();
+        for _ in 0..iters {
+            co.yield_now();
+        }
+        e.set(start.elapsed());
+    })
+    .expect("spawn");
+    rt.run().expect("run");
+    elapsed.get()
+}
+
+/// Spawns `iters` empty coroutines in batches of 64 and runs each batch to completion.
+pub fn spawn(iters: u64, config: Config) -> Duration {
+    const BATCH: u64 = 64;
+    let rt = Runtime::new(config).expect("runtime");
+    // Warm the pool (when there is one) to its high-water mark.
+    for _ in 0..BATCH {
+        rt.spawn(|_| {}).expect("spawn");
+    }
+    rt.run().expect("run");
+    let start = Instant::now();
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BATCH);
+        for _ in 0..n {
+            rt.spawn(|co| {
+                black_box(co);
+            })
+            .expect("spawn");
+        }
+        rt.run().expect("run");
+        left -= n;
+    }
+    start.elapsed()
+}
+
+/// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it.
+pub fn nop_bare(iters: u64) -> Duration {
+    let mut ring: IoUring = IoUring::builder()
+        .setup_single_issuer()
+        .build(256)
+        .expect("io_uring");
+    let nop = opcode::Nop::new().build().user_data(7);
+    let start = Instant::now();
+    for _ in 0..iters {
+        // SAFETY: a NOP points to no memory.
+        unsafe { ring.submission().push(&nop).expect("room") };
+        ring.submit_and_wait(1).expect("enter");
+        let cqe = ring.completion().next().expect("a completion");
+        black_box(cqe.result());
+    }
+    start.elapsed()
+}
+
+/// The same NOP from a coroutine: submit, suspend, loop enters and reaps, resume.
+pub fn nop_coroutine(iters: u64) -> Duration {
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    rt.block_on(move |co| {
+        co.nop().expect("nop");
+        let start = Instant::now();
+        for _ in 0..iters {
+            co.nop().expect("nop");
+        }
+        start.elapsed()
+    })
+    .expect("run")
+}
+
+/// A blocking 4 KiB pread from a cached temporary file.
+pub fn pread_4k(iters: u64) -> Duration {
+    let file = tempfile::tempfile().expect("temp file");
+    file.set_len(1 << 20).expect("size");
+    let mut buf = [0u8; 4096];
+    let fd = file.as_raw_fd();
+    let start = Instant::now();
+    for i in 0..iters {
+        let off = ((i % 256) * 4096) as libc::off_t;
+        // SAFETY: `buf` is a valid, writable 4 KiB buffer for the duration of the call.
+        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
+        assert_eq!(n, 4096);
+    }
+    start.elapsed()
+}
+
+/// One case's result: the median of several timed runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseResult {
+    /// Case name (see the module table).
+    pub case: String,
+    /// Iterations per timed run.
+    pub iters: u64,
+    /// Median nanoseconds per iteration over the runs.
+    pub ns_per_iter: f64,
+    /// Fastest and slowest run, ns per iteration.
+    pub min_ns: f64,
+    /// Slowest run, ns per iteration.
+    pub max_ns: f64,
+    /// Instructions per iteration, when measured under callgrind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<f64>,
+}
+
+/// Times `case` `runs` times with `iters` iterations each; keeps the median.
+pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
+    run_case(case, iters.min(1000))?; // warm-up
+    let mut per_iter: Vec<f64> = (0..runs.max(1))
+        .map(|_| run_case(case, iters).expect("known case").as_nanos() as f64 / iters as f64)
+        .collect();
+    per_iter.sort_by(f64::total_cmp);
+    Some(CaseResult {
+        case: case.to_string(),
+        iters,
+        ns_per_iter: per_iter[per_iter.len() / 2],
+        min_ns: per_iter[0],
+        max_ns: per_iter[per_iter.len() - 1],
+        instructions: None,
+    })
+}
+
+/// Iterations that take roughly similar time for each case.
+pub fn default_iters(case: &str) -> u64 {
+    match case {
+        "raw_switch" | "runtime_switch" => 2_000_000,
+        "spawn_pooled" => 500_000,
+        "spawn_fresh" => 20_000,
+        _ => 100_000,
+    }
+}

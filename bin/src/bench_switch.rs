@@ -1,0 +1,144 @@
+//! `corofuse bench switch`: the runtime's per-operation costs, as JSON.
+//!
+//! Time is the median of several runs (this machine is shared and noisy: compare the
+//! ratios, which are computed within one run). With `--callgrind`, each case also runs
+//! under `valgrind --tool=callgrind` at two iteration counts; the difference of the two
+//! instruction totals divided by the difference of the counts is the cost of one iteration,
+//! free of setup, and the same on every run.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use corofuse_benches::switch::{default_iters, measure, run_case, CaseResult, CASES};
+use serde::Serialize;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Only these cases (default: all).
+    #[arg(long = "case", value_parser = clap::builder::PossibleValuesParser::new(CASES))]
+    cases: Vec<String>,
+    /// Timed runs per case; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Iterations per run (default: a per-case count of about 0.1-0.5 s).
+    #[arg(long)]
+    iters: Option<u64>,
+    /// Also count instructions per iteration with valgrind's callgrind.
+    #[arg(long)]
+    callgrind: bool,
+    /// Run one case once with `--iters` and print nothing (used under callgrind).
+    #[arg(long, hide = true)]
+    raw: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    cases: Vec<CaseResult>,
+    ratios: Ratios,
+}
+
+/// The comparisons the runtime is judged by, computed within this run.
+#[derive(Serialize)]
+struct Ratios {
+    /// One-way switch through the runtime's loop over a raw corosensei one-way switch.
+    runtime_switch_over_raw: Option<f64>,
+    /// Coroutine NOP round trip over the bare ring NOP round trip.
+    nop_coroutine_over_bare: Option<f64>,
+    /// Pooled spawn-to-completion in nanoseconds.
+    spawn_pooled_ns: Option<f64>,
+    /// Fresh-stack spawn over pooled spawn.
+    spawn_fresh_over_pooled: Option<f64>,
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let cases: Vec<&str> = if args.cases.is_empty() {
+        CASES.to_vec()
+    } else {
+        args.cases.iter().map(String::as_str).collect()
+    };
+    if args.raw {
+        let iters = args.iters.ok_or("--raw needs --iters")?;
+        for case in cases {
+            run_case(case, iters).ok_or_else(|| format!("unknown case {case}"))?;
+        }
+        return Ok(());
+    }
+    let mut results = Vec::new();
+    for case in cases {
+        let iters = args.iters.unwrap_or_else(|| default_iters(case));
+        log::info!("measuring {case} ({} runs of {iters})", args.runs);
+        let mut result = measure(case, iters, args.runs).ok_or("unknown case")?;
+        if args.callgrind {
+            result.instructions = Some(instructions_per_iter(case)?);
+        }
+        results.push(result);
+    }
+    let report = Report {
+        ratios: ratios(&results),
+        cases: results,
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+fn ratios(results: &[CaseResult]) -> Ratios {
+    let ns = |case: &str| {
+        results
+            .iter()
+            .find(|r| r.case == case)
+            .map(|r| r.ns_per_iter)
+    };
+    let ratio = |a: &str, b: &str| Some(ns(a)? / ns(b)?);
+    Ratios {
+        runtime_switch_over_raw: ratio("runtime_switch", "raw_switch"),
+        nop_coroutine_over_bare: ratio("nop_coroutine", "nop_bare"),
+        spawn_pooled_ns: ns("spawn_pooled"),
+        spawn_fresh_over_pooled: ratio("spawn_fresh", "spawn_pooled"),
+    }
+}
+
+/// Instructions per iteration: callgrind at two iteration counts, differenced.
+fn instructions_per_iter(case: &str) -> Result<f64, String> {
+    let (small, large) = (20_000u64, 60_000u64);
+    let a = callgrind_total(case, small)?;
+    let b = callgrind_total(case, large)?;
+    Ok((b as f64 - a as f64) / (large - small) as f64)
+}
+
+fn callgrind_total(case: &str, iters: u64) -> Result<u64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = tempfile_path(case, iters);
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .args(["bench", "switch", "--raw", "--case", case, "--iters"])
+        .arg(iters.to_string())
+        .output()
+        .map_err(|e| format!("cannot run valgrind ({e}); install it: apt-get install valgrind"))?;
+    if !status.status.success() {
+        return Err(format!(
+            "callgrind run of {case} failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary: ")
+                .or_else(|| l.strip_prefix("totals: "))
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no instruction total in {}", out.display()))
+}
+
+fn tempfile_path(case: &str, iters: u64) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "corofuse-callgrind-{}-{case}-{iters}.out",
+        std::process::id()
+    ))
+}

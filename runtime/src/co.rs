@@ -1,0 +1,127 @@
+//! [`Co`]: what a running coroutine holds to suspend itself, spawn others and submit I/O.
+
+use std::io;
+use std::rc::Rc;
+
+use corosensei::Yielder;
+use io_uring::squeue;
+
+use crate::counters::CounterSnapshot;
+use crate::executor::Inner;
+use crate::join::JoinHandle;
+use crate::task::{Park, TaskId};
+
+/// The handle a coroutine receives: its identity, and the way back to its event loop.
+///
+/// A `Co` exists only on its coroutine's stack, so every suspending call is made by a
+/// coroutine, never by the loop. It is neither `Send` nor `Sync`: a coroutine never moves to
+/// another thread.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<runtime::Co<'static>>();
+/// ```
+pub struct Co<'a> {
+    yielder: &'a Yielder<i32, Park>,
+    pub(crate) inner: &'a Rc<Inner>,
+    key: usize,
+    id: TaskId,
+}
+
+impl<'a> Co<'a> {
+    pub(crate) fn new(
+        yielder: &'a Yielder<i32, Park>,
+        inner: &'a Rc<Inner>,
+        key: usize,
+        id: TaskId,
+    ) -> Self {
+        Co {
+            yielder,
+            inner,
+            key,
+            id,
+        }
+    }
+
+    /// This coroutine's identity.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    pub(crate) fn key(&self) -> usize {
+        self.key
+    }
+
+    /// Lets every other ready coroutine run once, then continues.
+    pub fn yield_now(&self) {
+        self.park(Park::Yield);
+    }
+
+    /// Hands control to the loop; returns the value the loop resumes us with.
+    #[inline(always)]
+    pub(crate) fn park(&self, why: Park) -> i32 {
+        self.yielder.suspend(why)
+    }
+
+    /// Starts another coroutine on this loop; it first runs after this one suspends.
+    pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
+        self.inner.spawn("task", f)
+    }
+
+    /// Starts a named coroutine (the name appears in logs).
+    pub fn spawn_named(
+        &self,
+        name: &'static str,
+        f: impl FnOnce(&Co<'_>) + 'static,
+    ) -> io::Result<TaskId> {
+        self.inner.spawn(name, f)
+    }
+
+    /// Starts a coroutine whose result can be awaited with [`JoinHandle::join`].
+    pub fn spawn_joinable<T: 'static>(
+        &self,
+        f: impl FnOnce(&Co<'_>) -> T + 'static,
+    ) -> io::Result<JoinHandle<T>> {
+        self.inner.spawn_joinable("task", f)
+    }
+
+    /// A copy of the loop's counters.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.inner.counters.snapshot()
+    }
+
+    /// Escape hatch: submits any prepared SQE and suspends until its completion; returns
+    /// the CQE's `res` (negative errno on failure). The SQE's `user_data` is overwritten.
+    /// Fails with `ECANCELED`, without submitting, once the runtime is shutting down.
+    ///
+    /// # Safety
+    /// - Everything the SQE points to must stay valid until this call returns. Memory owned
+    ///   by this coroutine (its stack, or borrowed for the call) satisfies this: the loop
+    ///   never frees a coroutine's stack while its SQE is in flight, even at shutdown.
+    /// - The SQE must produce exactly one CQE: no multishot operations, no
+    ///   `IOSQE_CQE_SKIP_SUCCESS`, no linked chains (`IO_LINK`, `IO_HARDLINK`).
+    pub unsafe fn submit(&self, entry: squeue::Entry) -> io::Result<i32> {
+        if self.inner.is_closing() {
+            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        }
+        let entry = entry.user_data(self.key as u64);
+        // SAFETY: forwarded from the caller; we suspend until the CQE arrives.
+        unsafe { self.inner.push_sqe(&entry)? };
+        Ok(self.park(Park::Io))
+    }
+
+    /// As [`Co::submit`], for a 128-byte SQE (`IORING_OP_URING_CMD`); the runtime must have
+    /// been built with [`Config::sqe128`](crate::Config::sqe128).
+    ///
+    /// # Safety
+    /// As [`Co::submit`].
+    pub unsafe fn submit128(&self, entry: squeue::Entry128) -> io::Result<i32> {
+        if self.inner.is_closing() {
+            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        }
+        let entry = entry.user_data(self.key as u64);
+        // SAFETY: forwarded from the caller; we suspend until the CQE arrives.
+        unsafe { self.inner.push_sqe128(&entry)? };
+        Ok(self.park(Park::Io))
+    }
+}

@@ -1,0 +1,133 @@
+//! Always-on counters of the event loop: plain integers owned by the loop thread.
+//!
+//! Each bump is a load, an add and a store on a `Cell<u64>`: no atomics, no branches, so
+//! they stay on in release builds. [`Counters::snapshot`] copies them into a [`CounterSnapshot`]
+//! that serialises to JSON.
+
+use std::cell::Cell;
+
+use serde::Serialize;
+
+/// One counter; only the loop thread touches it.
+#[derive(Default, Debug)]
+pub(crate) struct Counter(Cell<u64>);
+
+impl Counter {
+    #[inline(always)]
+    pub(crate) fn bump(&self) {
+        self.add(1);
+    }
+
+    #[inline(always)]
+    pub(crate) fn add(&self, n: u64) {
+        self.0.set(self.0.get().wrapping_add(n));
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.get()
+    }
+
+    #[inline(always)]
+    pub(crate) fn set_max(&self, n: u64) {
+        if n > self.0.get() {
+            self.0.set(n);
+        }
+    }
+}
+
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    pub(crate) spawned: Counter,
+    pub(crate) completed: Counter,
+    pub(crate) panicked: Counter,
+    pub(crate) stacks_allocated: Counter,
+    pub(crate) stacks_reused: Counter,
+    pub(crate) resumes: Counter,
+    pub(crate) suspends: Counter,
+    pub(crate) sqes_submitted: Counter,
+    pub(crate) enter_calls: Counter,
+    pub(crate) cqes_reaped: Counter,
+    pub(crate) peak_live: Counter,
+}
+
+/// A copy of the loop's counters at one moment.
+///
+/// `switches` counts every transfer of control between the loop and a coroutine: each
+/// resume is one, and so is each return to the loop (a suspend, a completion or a panic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CounterSnapshot {
+    /// Coroutines started with `spawn`.
+    pub spawned: u64,
+    /// Coroutines that returned normally.
+    pub completed: u64,
+    /// Coroutines that ended with a panic (contained by the loop).
+    pub panicked: u64,
+    /// Coroutines alive now (spawned and not yet finished).
+    pub live: u64,
+    /// Highest number of coroutines alive at once.
+    pub peak_live: u64,
+    /// Stacks mapped fresh because the pool was empty.
+    pub stacks_allocated: u64,
+    /// Stacks taken from the pool.
+    pub stacks_reused: u64,
+    /// Times the loop switched into a coroutine.
+    pub resumes: u64,
+    /// Times a coroutine suspended itself (waiting for I/O, a queue, or yielding).
+    pub suspends: u64,
+    /// Transfers of control in either direction (resumes + suspends + finishes).
+    pub switches: u64,
+    /// SQEs handed to the kernel.
+    pub sqes_submitted: u64,
+    /// `io_uring_enter` system calls.
+    pub enter_calls: u64,
+    /// CQEs taken from the completion queue.
+    pub cqes_reaped: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> CounterSnapshot {
+        let finished = self.completed.get() + self.panicked.get();
+        CounterSnapshot {
+            spawned: self.spawned.get(),
+            completed: self.completed.get(),
+            panicked: self.panicked.get(),
+            live: self.spawned.get() - finished,
+            peak_live: self.peak_live.get(),
+            stacks_allocated: self.stacks_allocated.get(),
+            stacks_reused: self.stacks_reused.get(),
+            resumes: self.resumes.get(),
+            suspends: self.suspends.get(),
+            switches: self.resumes.get() + self.suspends.get() + finished,
+            sqes_submitted: self.sqes_submitted.get(),
+            enter_calls: self.enter_calls.get(),
+            cqes_reaped: self.cqes_reaped.get(),
+        }
+    }
+}
+
+impl CounterSnapshot {
+    /// The counters as one JSON object.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("counters serialise")
+    }
+
+    /// Counter-wise difference `self - earlier` (for `live` and `peak_live`, the later value).
+    pub fn since(&self, earlier: &CounterSnapshot) -> CounterSnapshot {
+        CounterSnapshot {
+            spawned: self.spawned - earlier.spawned,
+            completed: self.completed - earlier.completed,
+            panicked: self.panicked - earlier.panicked,
+            live: self.live,
+            peak_live: self.peak_live,
+            stacks_allocated: self.stacks_allocated - earlier.stacks_allocated,
+            stacks_reused: self.stacks_reused - earlier.stacks_reused,
+            resumes: self.resumes - earlier.resumes,
+            suspends: self.suspends - earlier.suspends,
+            switches: self.switches - earlier.switches,
+            sqes_submitted: self.sqes_submitted - earlier.sqes_submitted,
+            enter_calls: self.enter_calls - earlier.enter_calls,
+            cqes_reaped: self.cqes_reaped - earlier.cqes_reaped,
+        }
+    }
+}

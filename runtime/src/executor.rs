@@ -1,0 +1,424 @@
+//! The event loop: a run queue of ready coroutines and the io_uring that wakes the others.
+//!
+//! One loop turn runs every coroutine that was ready when the turn began (FIFO), then enters
+//! the kernel once to submit all SQEs queued during the turn and, if nothing is ready, to
+//! wait for a completion; then it moves every available CQE's coroutine to the run queue.
+//!
+//! # Shutdown contract
+//! Dropping a [`Runtime`] (or calling [`Runtime::shutdown`]) with coroutines alive:
+//! 1. new submissions and spawns are refused with `ECANCELED`;
+//! 2. every SQE in flight gets an `IORING_OP_ASYNC_CANCEL`, and the loop waits until the CQE
+//!    of every SQE has been reaped: the kernel is done with every buffer;
+//! 3. only then is each remaining coroutine dropped, which unwinds its stack (destructors run;
+//!    any I/O they attempt fails at once with `ECANCELED`), and its stack is freed.
+//!
+//! If the ring fails while draining, the coroutines and their stacks are leaked on purpose:
+//! memory the kernel may still write to is never freed.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::rc::Rc;
+
+use corosensei::{Coroutine, CoroutineResult};
+use io_uring::{opcode, squeue};
+use slab::Slab;
+
+use crate::co::Co;
+use crate::config::Config;
+use crate::counters::{CounterSnapshot, Counters};
+use crate::join::{JoinHandle, JoinState};
+use crate::reactor::{Reactor, INTERNAL};
+use crate::stack_pool::StackPool;
+use crate::task::{Coro, Park, State, Task, TaskId};
+
+pub(crate) struct Inner {
+    tasks: RefCell<Slab<Task>>,
+    ready: RefCell<VecDeque<(usize, i32)>>,
+    reactor: Reactor,
+    stacks: RefCell<StackPool>,
+    pub(crate) counters: Counters,
+    closing: Cell<bool>,
+    running: Cell<bool>,
+    next_id: Cell<u64>,
+}
+
+/// A single-threaded event loop running stackful coroutines over one io_uring.
+///
+/// ```
+/// let rt = runtime::Runtime::new(Default::default())?;
+/// let answer = rt.block_on(|co| {
+///     co.nop().unwrap(); // one SQE, one suspend, one resume
+///     6 * 7
+/// })?;
+/// assert_eq!(answer, 42);
+/// let c = rt.counters();
+/// assert_eq!((c.spawned, c.sqes_submitted, c.cqes_reaped), (1, 1, 1));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Runtime {
+    inner: Rc<Inner>,
+}
+
+impl Runtime {
+    /// A loop with its own ring and stack pool.
+    pub fn new(config: Config) -> io::Result<Runtime> {
+        let reactor = Reactor::new(config.ring_entries, config.sqe128)
+            .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
+        let inner = Inner {
+            tasks: RefCell::new(Slab::new()),
+            ready: RefCell::new(VecDeque::new()),
+            reactor,
+            stacks: RefCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
+            counters: Counters::default(),
+            closing: Cell::new(false),
+            running: Cell::new(false),
+            next_id: Cell::new(1),
+        };
+        Ok(Runtime {
+            inner: Rc::new(inner),
+        })
+    }
+
+    /// Starts a coroutine; it runs when the loop next runs.
+    pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
+        self.inner.spawn("task", f)
+    }
+
+    /// Starts a named coroutine (the name appears in logs, e.g. when it panics).
+    pub fn spawn_named(
+        &self,
+        name: &'static str,
+        f: impl FnOnce(&Co<'_>) + 'static,
+    ) -> io::Result<TaskId> {
+        self.inner.spawn(name, f)
+    }
+
+    /// Starts a coroutine whose result can be awaited with [`JoinHandle::join`].
+    pub fn spawn_joinable<T: 'static>(
+        &self,
+        f: impl FnOnce(&Co<'_>) -> T + 'static,
+    ) -> io::Result<JoinHandle<T>> {
+        self.inner.spawn_joinable("task", f)
+    }
+
+    /// Runs `f` in a coroutine and drives the loop until it finishes; other coroutines keep
+    /// running meanwhile and may outlive it. A panic in `f` becomes an error.
+    pub fn block_on<T: 'static>(&self, f: impl FnOnce(&Co<'_>) -> T + 'static) -> io::Result<T> {
+        let handle = self.inner.spawn_joinable("block_on", f)?;
+        self.run_until(|| handle.is_finished())?;
+        handle
+            .try_take()
+            .expect("finished")
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Drives the loop until no coroutine is left.
+    pub fn run(&self) -> io::Result<()> {
+        self.run_until(|| false)
+    }
+
+    /// Drives the loop until `stop()` holds (checked after every turn) or no coroutine is
+    /// left. Fails if coroutines remain but none can ever run (all wait on queues with no
+    /// I/O in flight), or if the ring fails.
+    pub fn run_until(&self, stop: impl FnMut() -> bool) -> io::Result<()> {
+        if self.inner.running.replace(true) {
+            return Err(io::Error::other("the event loop is already running"));
+        }
+        let result = self.inner.run_until(stop);
+        self.inner.running.set(false);
+        result
+    }
+
+    /// A copy of the loop's counters.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.inner.counters.snapshot()
+    }
+
+    /// Finished stacks kept for reuse.
+    pub fn free_stacks(&self) -> usize {
+        self.inner.stacks.borrow().free_len()
+    }
+
+    /// Cancels what is in flight, waits for the kernel to let go of every buffer, then
+    /// unwinds and frees every remaining coroutine (see the module's shutdown contract).
+    /// Idempotent; [`Drop`] calls it.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.inner.shutdown()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.shutdown() {
+            log::error!("runtime shutdown: {e}");
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn spawn<F>(self: &Rc<Self>, name: &'static str, f: F) -> io::Result<TaskId>
+    where
+        F: FnOnce(&Co<'_>) + 'static,
+    {
+        if self.closing.get() {
+            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        }
+        let stack = self.stacks.borrow_mut().take(&self.counters)?;
+        let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
+        let mut tasks = self.tasks.borrow_mut();
+        let entry = tasks.vacant_entry();
+        let key = entry.key();
+        let inner = Rc::clone(self);
+        let co: Coro = Coroutine::with_stack(stack, move |yielder, _first: i32| {
+            f(&Co::new(yielder, &inner, key, id))
+        });
+        entry.insert(Task {
+            co: Some(co),
+            state: State::Ready,
+            id,
+            name,
+        });
+        let live = tasks.len() as u64;
+        drop(tasks);
+        self.ready.borrow_mut().push_back((key, 0));
+        self.counters.spawned.bump();
+        self.counters.peak_live.set_max(live);
+        Ok(id)
+    }
+
+    pub(crate) fn spawn_joinable<T, F>(
+        self: &Rc<Self>,
+        name: &'static str,
+        f: F,
+    ) -> io::Result<JoinHandle<T>>
+    where
+        T: 'static,
+        F: FnOnce(&Co<'_>) -> T + 'static,
+    {
+        let state = Rc::new(JoinState::new());
+        let theirs = Rc::clone(&state);
+        let id = self.spawn(name, move |co| theirs.run(co, f))?;
+        Ok(JoinHandle::new(state, id))
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.get()
+    }
+
+    /// Queues an SQE for the coroutine at `key`; flushes (and reaps) when the queue is full.
+    ///
+    /// # Safety
+    /// The memory the SQE points to stays valid until its CQE is reaped.
+    pub(crate) unsafe fn push_sqe(&self, entry: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        while !unsafe { self.reactor.try_push(entry) } {
+            self.make_room()?;
+        }
+        Ok(())
+    }
+
+    /// As [`Inner::push_sqe`] for a 128-byte SQE.
+    ///
+    /// # Safety
+    /// As [`Inner::push_sqe`].
+    pub(crate) unsafe fn push_sqe128(&self, entry: &squeue::Entry128) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        while !unsafe { self.reactor.try_push128(entry)? } {
+            self.make_room()?;
+        }
+        Ok(())
+    }
+
+    fn make_room(&self) -> io::Result<()> {
+        self.reactor.enter(0, &self.counters)?;
+        self.reap();
+        Ok(())
+    }
+
+    /// Makes a coroutine parked on a wait queue ready, if `key` still names that coroutine
+    /// and it is still waiting. Returns whether it did.
+    pub(crate) fn wake(&self, key: usize, id: TaskId) -> bool {
+        if self.closing.get() {
+            return false;
+        }
+        let mut tasks = self.tasks.borrow_mut();
+        match tasks.get_mut(key) {
+            Some(task) if task.id == id && task.state == State::Waiting => {
+                task.state = State::Ready;
+                self.ready.borrow_mut().push_back((key, 0));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
+        loop {
+            let turn = self.ready.borrow().len();
+            for _ in 0..turn {
+                let next = self.ready.borrow_mut().pop_front();
+                if let Some((key, value)) = next {
+                    self.run_task(key, value);
+                }
+            }
+            if stop() {
+                return Ok(());
+            }
+            let idle = self.ready.borrow().is_empty();
+            if idle && self.reactor.in_flight() == 0 {
+                let live = self.tasks.borrow().len();
+                if live == 0 {
+                    return Ok(());
+                }
+                return Err(io::Error::other(format!(
+                    "deadlock: {live} coroutines wait on queues, none is ready and no I/O is in flight"
+                )));
+            }
+            if self.reactor.in_flight() > 0 {
+                self.reactor.enter(usize::from(idle), &self.counters)?;
+                self.reap();
+            }
+        }
+    }
+
+    /// Moves the coroutine of every available CQE to the run queue.
+    fn reap(&self) {
+        self.reactor.reap(&self.counters, |user_data, result| {
+            if user_data == INTERNAL {
+                return;
+            }
+            let key = user_data as usize;
+            let mut tasks = self.tasks.borrow_mut();
+            let task = &mut tasks[key];
+            debug_assert_eq!(
+                task.state,
+                State::Io,
+                "CQE for {} not waiting on I/O",
+                task.id
+            );
+            task.state = State::Ready;
+            self.ready.borrow_mut().push_back((key, result));
+        });
+    }
+
+    /// Switches into one coroutine and records how it came back.
+    fn run_task(&self, key: usize, value: i32) {
+        let mut co = {
+            let mut tasks = self.tasks.borrow_mut();
+            let task = &mut tasks[key];
+            debug_assert_eq!(task.state, State::Ready);
+            task.state = State::Running;
+            task.co
+                .take()
+                .expect("a ready coroutine is parked in its slot")
+        };
+        self.counters.resumes.bump();
+        match panic::catch_unwind(AssertUnwindSafe(|| co.resume(value))) {
+            Ok(CoroutineResult::Yield(park)) => {
+                self.counters.suspends.bump();
+                let mut tasks = self.tasks.borrow_mut();
+                let task = &mut tasks[key];
+                task.co = Some(co);
+                task.state = match park {
+                    Park::Io => State::Io,
+                    Park::Wait => State::Waiting,
+                    Park::Yield => {
+                        self.ready.borrow_mut().push_back((key, 0));
+                        State::Ready
+                    }
+                };
+            }
+            Ok(CoroutineResult::Return(())) => {
+                self.counters.completed.bump();
+                self.finish(key, co);
+            }
+            Err(payload) => {
+                self.counters.panicked.bump();
+                let task = self.finish(key, co);
+                log::error!(
+                    "coroutine {} ({}) panicked: {}; the loop goes on",
+                    task.id,
+                    task.name,
+                    panic_message(&*payload)
+                );
+            }
+        }
+    }
+
+    /// Frees the slot of a finished coroutine and pools its stack.
+    fn finish(&self, key: usize, co: Coro) -> Task {
+        let task = self.tasks.borrow_mut().remove(key);
+        self.stacks.borrow_mut().give(co.into_stack());
+        task
+    }
+
+    fn shutdown(&self) -> io::Result<()> {
+        self.closing.set(true);
+        self.cancel_in_flight();
+        while self.reactor.in_flight() > 0 {
+            if let Err(e) = self.reactor.enter(1, &self.counters) {
+                self.leak_all();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("draining I/O at shutdown ({e}); leaking coroutine stacks"),
+                ));
+            }
+            self.reactor.reap(&self.counters, |_, _| {});
+        }
+        self.ready.borrow_mut().clear();
+        // Take every coroutine out before dropping any: their destructors may look at the loop.
+        let tasks: Vec<Task> = self.tasks.borrow_mut().drain().collect();
+        for mut task in tasks {
+            if let Some(co) = task.co.take() {
+                if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| drop(co))) {
+                    log::error!(
+                        "coroutine {} ({}) panicked while unwinding at shutdown: {}",
+                        task.id,
+                        task.name,
+                        panic_message(&*payload)
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cancel_in_flight(&self) {
+        let waiting: Vec<usize> = {
+            let tasks = self.tasks.borrow();
+            tasks
+                .iter()
+                .filter(|(_, task)| task.state == State::Io)
+                .map(|(key, _)| key)
+                .collect()
+        };
+        for key in waiting {
+            let cancel = opcode::AsyncCancel::new(key as u64)
+                .build()
+                .user_data(INTERNAL);
+            // SAFETY: a cancel request points to no memory.
+            if let Err(e) = unsafe { self.push_sqe(&cancel) } {
+                log::warn!("could not cancel I/O of a coroutine at shutdown: {e}");
+            }
+        }
+    }
+
+    fn leak_all(&self) {
+        for task in self.tasks.borrow_mut().drain() {
+            std::mem::forget(task);
+        }
+    }
+}
+
+/// The text of a panic payload, as the standard panic hook shows it.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "Box<dyn Any>"
+    }
+}

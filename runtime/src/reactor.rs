@@ -1,0 +1,153 @@
+//! The io_uring of one event loop: queue SQEs, enter the kernel once per loop turn, reap.
+//!
+//! # Contract
+//! - Every SQE pushed here carries the slab key of the coroutine that waits for it as
+//!   `user_data`, or [`INTERNAL`] for the loop's own bookkeeping SQEs (cancellations), whose
+//!   completions are dropped. Each SQE must produce exactly one CQE.
+//! - `in_flight` counts pushed SQEs whose CQE has not been reaped. The loop never frees or
+//!   reuses a coroutine stack while that coroutine has an SQE in flight, because the SQE
+//!   may point into that stack.
+//! - Pushing never enters the kernel unless the submission queue is full (then it flushes);
+//!   the loop enters once per turn: batching in the spirit of QEMU's plug/unplug.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+
+use io_uring::{cqueue, squeue, IoUring};
+
+use crate::counters::Counters;
+
+/// `user_data` of SQEs whose completion nobody waits for.
+pub(crate) const INTERNAL: u64 = u64::MAX;
+
+/// The ring, with 64-byte or 128-byte SQEs (the latter for `IORING_OP_URING_CMD`).
+enum Ring {
+    Sqe64(IoUring<squeue::Entry, cqueue::Entry>),
+    Sqe128(IoUring<squeue::Entry128, cqueue::Entry>),
+}
+
+pub(crate) struct Reactor {
+    ring: RefCell<Ring>,
+    in_flight: Cell<usize>,
+    /// SQEs pushed but not yet submitted.
+    queued: Cell<usize>,
+}
+
+impl Reactor {
+    pub(crate) fn new(entries: u32, sqe128: bool) -> io::Result<Self> {
+        let ring = if sqe128 {
+            Ring::Sqe128(
+                IoUring::builder()
+                    .setup_cqsize(entries * 2)
+                    .setup_single_issuer()
+                    .build(entries)?,
+            )
+        } else {
+            Ring::Sqe64(
+                IoUring::builder()
+                    .setup_cqsize(entries * 2)
+                    .setup_single_issuer()
+                    .build(entries)?,
+            )
+        };
+        Ok(Reactor {
+            ring: RefCell::new(ring),
+            in_flight: Cell::new(0),
+            queued: Cell::new(0),
+        })
+    }
+
+    /// SQEs pushed whose completion has not been reaped yet.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.get()
+    }
+
+    /// Queues one SQE; `false` when the submission queue is full (flush, then try again).
+    ///
+    /// # Safety
+    /// Whatever memory `entry` points to must stay valid until its CQE has been reaped.
+    pub(crate) unsafe fn try_push(&self, entry: &squeue::Entry) -> bool {
+        let pushed = match &mut *self.ring.borrow_mut() {
+            // SAFETY: the caller keeps the entry's memory valid until its completion.
+            Ring::Sqe64(ring) => unsafe { ring.submission().push(entry).is_ok() },
+            Ring::Sqe128(ring) => {
+                let big: squeue::Entry128 = entry.clone().into();
+                // SAFETY: as above; the 128-byte form carries the same pointers.
+                unsafe { ring.submission().push(&big).is_ok() }
+            }
+        };
+        if pushed {
+            self.in_flight.set(self.in_flight.get() + 1);
+            self.queued.set(self.queued.get() + 1);
+        }
+        pushed
+    }
+
+    /// Queues one 128-byte SQE (ring built with `sqe128`); `Ok(false)` when full.
+    ///
+    /// # Safety
+    /// As [`Reactor::try_push`].
+    pub(crate) unsafe fn try_push128(&self, entry: &squeue::Entry128) -> io::Result<bool> {
+        let pushed = match &mut *self.ring.borrow_mut() {
+            Ring::Sqe64(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "128-byte SQE on a ring built without Config::sqe128",
+                ))
+            }
+            // SAFETY: the caller keeps the entry's memory valid until its completion.
+            Ring::Sqe128(ring) => unsafe { ring.submission().push(entry).is_ok() },
+        };
+        if pushed {
+            self.in_flight.set(self.in_flight.get() + 1);
+            self.queued.set(self.queued.get() + 1);
+        }
+        Ok(pushed)
+    }
+
+    /// Submits what is queued and waits for at least `want` completions: one
+    /// `io_uring_enter`. Skipped when there is nothing to submit and nothing to wait for.
+    /// EINTR, EAGAIN and EBUSY are not errors (the loop reaps and looks again).
+    pub(crate) fn enter(&self, want: usize, counters: &Counters) -> io::Result<()> {
+        let queued = self.queued.get();
+        if want == 0 && queued == 0 {
+            return Ok(());
+        }
+        let result = match &*self.ring.borrow() {
+            Ring::Sqe64(r) => r.submit_and_wait(want),
+            Ring::Sqe128(r) => r.submit_and_wait(want),
+        };
+        counters.enter_calls.bump();
+        match result {
+            Ok(submitted) => {
+                self.queued.set(queued - submitted.min(queued));
+                counters.sqes_submitted.add(submitted as u64);
+                Ok(())
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => Ok(()),
+                _ => Err(io::Error::new(
+                    e.kind(),
+                    format!("io_uring_enter with {queued} queued SQEs: {e}"),
+                )),
+            },
+        }
+    }
+
+    /// Hands every available completion to `f` as `(user_data, result)`; returns how many.
+    /// `f` must not touch the reactor (it runs while the ring is borrowed).
+    pub(crate) fn reap(&self, counters: &Counters, mut f: impl FnMut(u64, i32)) -> usize {
+        let mut n = 0;
+        let mut each = |user_data: u64, result: i32| {
+            n += 1;
+            f(user_data, result)
+        };
+        match &mut *self.ring.borrow_mut() {
+            Ring::Sqe64(r) => r.completion().for_each(|c| each(c.user_data(), c.result())),
+            Ring::Sqe128(r) => r.completion().for_each(|c| each(c.user_data(), c.result())),
+        }
+        self.in_flight.set(self.in_flight.get() - n);
+        counters.cqes_reaped.add(n as u64);
+        n
+    }
+}

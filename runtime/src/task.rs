@@ -1,0 +1,47 @@
+//! What the loop knows about one coroutine: its handle, its state and its identity.
+
+use std::fmt;
+
+use corosensei::stack::DefaultStack;
+use corosensei::Coroutine;
+
+/// Why a coroutine handed control back to the loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Park {
+    /// It has one SQE in flight; its CQE resumes it.
+    Io,
+    /// It wants to run again after the other ready coroutines.
+    Yield,
+    /// It sits on a wait queue; whoever wakes the queue resumes it.
+    Wait,
+}
+
+/// A coroutine as the loop holds it: resumed with a CQE result (or 0), yields a [`Park`].
+pub(crate) type Coro = Coroutine<i32, Park, (), DefaultStack>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Ready,
+    Running,
+    Io,
+    Waiting,
+}
+
+pub(crate) struct Task {
+    /// `None` while the coroutine runs (the loop holds it then).
+    pub(crate) co: Option<Coro>,
+    pub(crate) state: State,
+    pub(crate) id: TaskId,
+    pub(crate) name: &'static str,
+}
+
+/// Identity of a coroutine, unique for the life of its runtime (slab keys are reused; these
+/// are not). Shown as `co#N` in logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "co#{}", self.0)
+    }
+}
