@@ -15,7 +15,7 @@
 //! If the ring fails while draining, the coroutines and their stacks are leaked on purpose:
 //! memory the kernel may still write to is never freed.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
@@ -27,17 +27,25 @@ use slab::Slab;
 
 use crate::co::Co;
 use crate::config::Config;
+use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::join::{JoinHandle, JoinState};
+use crate::loop_cell::LoopCell;
 use crate::reactor::{Reactor, INTERNAL};
 use crate::stack_pool::StackPool;
-use crate::task::{Coro, Park, State, Task, TaskId};
+use crate::task::{Coro, Park, Slot, State, TaskId};
+
+/// Every live coroutine's slot and the run queue of `(key, resume value)`.
+struct Sched {
+    tasks: Slab<Slot>,
+    ready: VecDeque<(usize, i32)>,
+}
 
 pub(crate) struct Inner {
-    tasks: RefCell<Slab<Task>>,
-    ready: RefCell<VecDeque<(usize, i32)>>,
+    sched: LoopCell<Sched>,
+    coros: LoopCell<CoroStore>,
     reactor: Reactor,
-    stacks: RefCell<StackPool>,
+    stacks: LoopCell<StackPool>,
     pub(crate) counters: Counters,
     closing: Cell<bool>,
     running: Cell<bool>,
@@ -67,10 +75,13 @@ impl Runtime {
         let reactor = Reactor::new(config.ring_entries, config.sqe128)
             .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
         let inner = Inner {
-            tasks: RefCell::new(Slab::new()),
-            ready: RefCell::new(VecDeque::new()),
+            sched: LoopCell::new(Sched {
+                tasks: Slab::new(),
+                ready: VecDeque::new(),
+            }),
+            coros: LoopCell::new(CoroStore::new()),
             reactor,
-            stacks: RefCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
+            stacks: LoopCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
             counters: Counters::default(),
             closing: Cell::new(false),
             running: Cell::new(false),
@@ -138,7 +149,7 @@ impl Runtime {
 
     /// Finished stacks kept for reuse.
     pub fn free_stacks(&self) -> usize {
-        self.inner.stacks.borrow().free_len()
+        self.inner.stacks.with(|pool| pool.free_len())
     }
 
     /// Cancels what is in flight, waits for the kernel to let go of every buffer, then
@@ -165,24 +176,24 @@ impl Inner {
         if self.closing.get() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
-        let stack = self.stacks.borrow_mut().take(&self.counters)?;
+        let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
         let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
-        let mut tasks = self.tasks.borrow_mut();
-        let entry = tasks.vacant_entry();
-        let key = entry.key();
+        let key = self.sched.with(|s| s.tasks.vacant_key());
         let inner = Rc::clone(self);
         let co: Coro = Coroutine::with_stack(stack, move |yielder, _first: i32| {
             f(&Co::new(yielder, &inner, key, id))
         });
-        entry.insert(Task {
-            co: Some(co),
-            state: State::Ready,
-            id,
-            name,
+        self.coros.with(|coros| coros.put(key, co));
+        let live = self.sched.with(|s| {
+            let inserted = s.tasks.insert(Slot {
+                state: State::Ready,
+                id,
+                name,
+            });
+            debug_assert_eq!(inserted, key);
+            s.ready.push_back((key, 0));
+            s.tasks.len() as u64
         });
-        let live = tasks.len() as u64;
-        drop(tasks);
-        self.ready.borrow_mut().push_back((key, 0));
         self.counters.spawned.bump();
         self.counters.peak_live.set_max(live);
         Ok(id)
@@ -243,42 +254,40 @@ impl Inner {
         if self.closing.get() {
             return false;
         }
-        let mut tasks = self.tasks.borrow_mut();
-        match tasks.get_mut(key) {
-            Some(task) if task.id == id && task.state == State::Waiting => {
-                task.state = State::Ready;
-                self.ready.borrow_mut().push_back((key, 0));
+        self.sched.with(|s| match s.tasks.get_mut(key) {
+            Some(slot) if slot.id == id && slot.state == State::Waiting => {
+                slot.state = State::Ready;
+                s.ready.push_back((key, 0));
                 true
             }
             _ => false,
-        }
+        })
     }
 
     fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
         loop {
-            let turn = self.ready.borrow().len();
+            let turn = self.sched.with(|s| s.ready.len());
             for _ in 0..turn {
-                let next = self.ready.borrow_mut().pop_front();
-                if let Some((key, value)) = next {
-                    self.run_task(key, value);
+                match self.sched.with(|s| s.ready.pop_front()) {
+                    Some((key, value)) => self.run_task(key, value),
+                    None => break,
                 }
             }
             if stop() {
                 return Ok(());
             }
-            let idle = self.ready.borrow().is_empty();
-            if idle && self.reactor.in_flight() == 0 {
-                let live = self.tasks.borrow().len();
+            let idle = self.sched.with(|s| s.ready.is_empty());
+            if self.reactor.in_flight() > 0 {
+                self.reactor.enter(usize::from(idle), &self.counters)?;
+                self.reap();
+            } else if idle {
+                let live = self.sched.with(|s| s.tasks.len());
                 if live == 0 {
                     return Ok(());
                 }
                 return Err(io::Error::other(format!(
                     "deadlock: {live} coroutines wait on queues, none is ready and no I/O is in flight"
                 )));
-            }
-            if self.reactor.in_flight() > 0 {
-                self.reactor.enter(usize::from(idle), &self.counters)?;
-                self.reap();
             }
         }
     }
@@ -290,57 +299,45 @@ impl Inner {
                 return;
             }
             let key = user_data as usize;
-            let mut tasks = self.tasks.borrow_mut();
-            let task = &mut tasks[key];
-            debug_assert_eq!(
-                task.state,
-                State::Io,
-                "CQE for {} not waiting on I/O",
-                task.id
-            );
-            task.state = State::Ready;
-            self.ready.borrow_mut().push_back((key, result));
+            self.sched.with(|s| {
+                let slot = &mut s.tasks[key];
+                debug_assert_eq!(slot.state, State::Io, "CQE for {} not in I/O", slot.id);
+                slot.state = State::Ready;
+                s.ready.push_back((key, result));
+            });
         });
     }
 
-    /// Switches into one coroutine and records how it came back.
+    /// Switches into one coroutine, in place in its slot, and records how it came back.
     fn run_task(&self, key: usize, value: i32) {
-        let mut co = {
-            let mut tasks = self.tasks.borrow_mut();
-            let task = &mut tasks[key];
-            debug_assert_eq!(task.state, State::Ready);
-            task.state = State::Running;
-            task.co
-                .take()
-                .expect("a ready coroutine is parked in its slot")
-        };
+        let slot = self.coros.with(|coros| coros.slot(key));
         self.counters.resumes.bump();
+        // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
+        // while this coroutine runs nothing else touches its slot: only `finish` below takes
+        // it out, after `resume` has returned.
+        let co = unsafe { &mut *slot.as_ptr() }
+            .as_mut()
+            .expect("a ready coroutine is in its slot");
         match panic::catch_unwind(AssertUnwindSafe(|| co.resume(value))) {
             Ok(CoroutineResult::Yield(park)) => {
                 self.counters.suspends.bump();
-                let mut tasks = self.tasks.borrow_mut();
-                let task = &mut tasks[key];
-                task.co = Some(co);
-                task.state = match park {
-                    Park::Io => State::Io,
-                    Park::Wait => State::Waiting,
-                    Park::Yield => {
-                        self.ready.borrow_mut().push_back((key, 0));
-                        State::Ready
-                    }
-                };
+                self.sched.with(|s| match park {
+                    Park::Yield => s.ready.push_back((key, 0)),
+                    Park::Io => s.tasks[key].state = State::Io,
+                    Park::Wait => s.tasks[key].state = State::Waiting,
+                });
             }
             Ok(CoroutineResult::Return(())) => {
                 self.counters.completed.bump();
-                self.finish(key, co);
+                self.finish(key);
             }
             Err(payload) => {
                 self.counters.panicked.bump();
-                let task = self.finish(key, co);
+                let slot = self.finish(key);
                 log::error!(
                     "coroutine {} ({}) panicked: {}; the loop goes on",
-                    task.id,
-                    task.name,
+                    slot.id,
+                    slot.name,
                     panic_message(&*payload)
                 );
             }
@@ -348,18 +345,27 @@ impl Inner {
     }
 
     /// Frees the slot of a finished coroutine and pools its stack.
-    fn finish(&self, key: usize, co: Coro) -> Task {
-        let task = self.tasks.borrow_mut().remove(key);
-        self.stacks.borrow_mut().give(co.into_stack());
-        task
+    fn finish(&self, key: usize) -> Slot {
+        let slot = self.sched.with(|s| s.tasks.remove(key));
+        let co = self.coros.with(|coros| coros.take(key));
+        let stack = co
+            .expect("a finished coroutine is in its slot")
+            .into_stack();
+        self.stacks.with(|pool| pool.give(stack));
+        slot
     }
 
     fn shutdown(&self) -> io::Result<()> {
+        if self.running.get() {
+            return Err(io::Error::other(
+                "shutdown from inside the running loop; stop the loop first",
+            ));
+        }
         self.closing.set(true);
         self.cancel_in_flight();
         while self.reactor.in_flight() > 0 {
             if let Err(e) = self.reactor.enter(1, &self.counters) {
-                self.leak_all();
+                std::mem::forget(self.take_all());
                 return Err(io::Error::new(
                     e.kind(),
                     format!("draining I/O at shutdown ({e}); leaking coroutine stacks"),
@@ -367,33 +373,44 @@ impl Inner {
             }
             self.reactor.reap(&self.counters, |_, _| {});
         }
-        self.ready.borrow_mut().clear();
-        // Take every coroutine out before dropping any: their destructors may look at the loop.
-        let tasks: Vec<Task> = self.tasks.borrow_mut().drain().collect();
-        for mut task in tasks {
-            if let Some(co) = task.co.take() {
-                if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| drop(co))) {
-                    log::error!(
-                        "coroutine {} ({}) panicked while unwinding at shutdown: {}",
-                        task.id,
-                        task.name,
-                        panic_message(&*payload)
-                    );
-                }
+        // Take every coroutine out before dropping any: dropping unwinds it, running its
+        // destructors, which may call back into the loop.
+        for (slot, co) in self.take_all() {
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| drop(co))) {
+                log::error!(
+                    "coroutine {} ({}) panicked while unwinding at shutdown: {}",
+                    slot.id,
+                    slot.name,
+                    panic_message(&*payload)
+                );
             }
         }
         Ok(())
     }
 
+    /// Every remaining coroutine with its slot; leaves the loop empty.
+    fn take_all(&self) -> Vec<(Slot, Coro)> {
+        let slots: Vec<(usize, Slot)> = self.sched.with(|s| {
+            s.ready.clear();
+            let keys: Vec<usize> = s.tasks.iter().map(|(key, _)| key).collect();
+            keys.into_iter().map(|k| (k, s.tasks.remove(k))).collect()
+        });
+        self.coros.with(|coros| {
+            slots
+                .into_iter()
+                .filter_map(|(key, slot)| Some((slot, coros.take(key)?)))
+                .collect()
+        })
+    }
+
     fn cancel_in_flight(&self) {
-        let waiting: Vec<usize> = {
-            let tasks = self.tasks.borrow();
-            tasks
+        let waiting: Vec<usize> = self.sched.with(|s| {
+            s.tasks
                 .iter()
-                .filter(|(_, task)| task.state == State::Io)
+                .filter(|(_, slot)| slot.state == State::Io)
                 .map(|(key, _)| key)
                 .collect()
-        };
+        });
         for key in waiting {
             let cancel = opcode::AsyncCancel::new(key as u64)
                 .build()
@@ -402,12 +419,6 @@ impl Inner {
             if let Err(e) = unsafe { self.push_sqe(&cancel) } {
                 log::warn!("could not cancel I/O of a coroutine at shutdown: {e}");
             }
-        }
-    }
-
-    fn leak_all(&self) {
-        for task in self.tasks.borrow_mut().drain() {
-            std::mem::forget(task);
         }
     }
 }

@@ -32,9 +32,11 @@
 
 mod co;
 mod config;
+mod coro_store;
 mod counters;
 mod executor;
 mod join;
+mod loop_cell;
 mod ops;
 mod reactor;
 mod stack_pool;

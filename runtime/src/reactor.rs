@@ -10,12 +10,13 @@
 //! - Pushing never enters the kernel unless the submission queue is full (then it flushes);
 //!   the loop enters once per turn: batching in the spirit of QEMU's plug/unplug.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::io;
 
 use io_uring::{cqueue, squeue, IoUring};
 
 use crate::counters::Counters;
+use crate::loop_cell::LoopCell;
 
 /// `user_data` of SQEs whose completion nobody waits for.
 pub(crate) const INTERNAL: u64 = u64::MAX;
@@ -27,7 +28,7 @@ enum Ring {
 }
 
 pub(crate) struct Reactor {
-    ring: RefCell<Ring>,
+    ring: LoopCell<Ring>,
     in_flight: Cell<usize>,
     /// SQEs pushed but not yet submitted.
     queued: Cell<usize>,
@@ -51,7 +52,7 @@ impl Reactor {
             )
         };
         Ok(Reactor {
-            ring: RefCell::new(ring),
+            ring: LoopCell::new(ring),
             in_flight: Cell::new(0),
             queued: Cell::new(0),
         })
@@ -67,7 +68,7 @@ impl Reactor {
     /// # Safety
     /// Whatever memory `entry` points to must stay valid until its CQE has been reaped.
     pub(crate) unsafe fn try_push(&self, entry: &squeue::Entry) -> bool {
-        let pushed = match &mut *self.ring.borrow_mut() {
+        let pushed = self.ring.with(|ring| match ring {
             // SAFETY: the caller keeps the entry's memory valid until its completion.
             Ring::Sqe64(ring) => unsafe { ring.submission().push(entry).is_ok() },
             Ring::Sqe128(ring) => {
@@ -75,7 +76,7 @@ impl Reactor {
                 // SAFETY: as above; the 128-byte form carries the same pointers.
                 unsafe { ring.submission().push(&big).is_ok() }
             }
-        };
+        });
         if pushed {
             self.in_flight.set(self.in_flight.get() + 1);
             self.queued.set(self.queued.get() + 1);
@@ -88,16 +89,14 @@ impl Reactor {
     /// # Safety
     /// As [`Reactor::try_push`].
     pub(crate) unsafe fn try_push128(&self, entry: &squeue::Entry128) -> io::Result<bool> {
-        let pushed = match &mut *self.ring.borrow_mut() {
-            Ring::Sqe64(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "128-byte SQE on a ring built without Config::sqe128",
-                ))
-            }
+        let pushed = self.ring.with(|ring| match ring {
+            Ring::Sqe64(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "128-byte SQE on a ring built without Config::sqe128",
+            )),
             // SAFETY: the caller keeps the entry's memory valid until its completion.
-            Ring::Sqe128(ring) => unsafe { ring.submission().push(entry).is_ok() },
-        };
+            Ring::Sqe128(ring) => Ok(unsafe { ring.submission().push(entry).is_ok() }),
+        })?;
         if pushed {
             self.in_flight.set(self.in_flight.get() + 1);
             self.queued.set(self.queued.get() + 1);
@@ -113,10 +112,10 @@ impl Reactor {
         if want == 0 && queued == 0 {
             return Ok(());
         }
-        let result = match &*self.ring.borrow() {
+        let result = self.ring.with(|ring| match ring {
             Ring::Sqe64(r) => r.submit_and_wait(want),
             Ring::Sqe128(r) => r.submit_and_wait(want),
-        };
+        });
         counters.enter_calls.bump();
         match result {
             Ok(submitted) => {
@@ -135,17 +134,18 @@ impl Reactor {
     }
 
     /// Hands every available completion to `f` as `(user_data, result)`; returns how many.
-    /// `f` must not touch the reactor (it runs while the ring is borrowed).
+    /// `f` runs inside the ring's `LoopCell`: it must not touch the reactor, switch
+    /// coroutines or run user code.
     pub(crate) fn reap(&self, counters: &Counters, mut f: impl FnMut(u64, i32)) -> usize {
         let mut n = 0;
         let mut each = |user_data: u64, result: i32| {
             n += 1;
             f(user_data, result)
         };
-        match &mut *self.ring.borrow_mut() {
+        self.ring.with(|ring| match ring {
             Ring::Sqe64(r) => r.completion().for_each(|c| each(c.user_data(), c.result())),
             Ring::Sqe128(r) => r.completion().for_each(|c| each(c.user_data(), c.result())),
-        }
+        });
         self.in_flight.set(self.in_flight.get() - n);
         counters.cqes_reaped.add(n as u64);
         n

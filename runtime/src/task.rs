@@ -21,15 +21,15 @@ pub(crate) type Coro = Coroutine<i32, Park, (), DefaultStack>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
+    /// In the run queue, or running.
     Ready,
-    Running,
     Io,
     Waiting,
 }
 
-pub(crate) struct Task {
-    /// `None` while the coroutine runs (the loop holds it then).
-    pub(crate) co: Option<Coro>,
+/// The loop's record of one live coroutine, at its slab key (its SQEs' `user_data`). The
+/// coroutine itself lives in the `CoroStore` at the same key.
+pub(crate) struct Slot {
     pub(crate) state: State,
     pub(crate) id: TaskId,
     pub(crate) name: &'static str,
