@@ -1,0 +1,313 @@
+//! The raw image backend: one file (or block device) whose bytes are the disk, like QEMU's
+//! `file` driver (block/file-posix.c).
+//!
+//! - Reads and writes go straight between the caller's iovecs and the file, retrying short
+//!   transfers. With O_DIRECT, requests that break the alignment rules go through the
+//!   bounce path in `direct.rs`.
+//! - discard punches a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`); write_zeroes
+//!   tries the cheapest way that reads back as zeroes (see [`FileBackend`]); resize is
+//!   `ftruncate`, so growing stays sparse.
+//! - The size is cached in an atomic, updated by resize and by writes that extend.
+//!
+//! # Concurrency
+//! Any number of requests may run at once. One lock ([`Serial`]) orders:
+//! - everything that changes the size (writes and write_zeroes that extend, resize), so
+//!   that the cached size is the file's, and an `ftruncate` (resize, a sparse extension,
+//!   trimming an O_DIRECT padded write) can never cut off another request's data;
+//! - in O_DIRECT mode, also read-modify-write cycles (unaligned writes), discard and
+//!   write_zeroes, so that a read-modify-write never puts back bytes that another request
+//!   changed in the same block.
+//!
+//! Reads, and writes inside the file that need no bounce, never take it.
+//!
+//! [`Serial`]: crate::serial::Serial
+
+use std::fs::{self, File};
+use std::io::{self, IoSlice, IoSliceMut, Seek, SeekFrom};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+mod zeroes;
+
+use crate::direct::Direct;
+use crate::serial::{Serial, SerialGuard};
+use crate::{checked_end, iov, sys, BlockBackend, Ctx, Extent, OpenOptions};
+
+/// A raw image file.
+///
+/// `write_zeroes` tries, in order: with `may_unmap`, a punched hole; `FALLOC_FL_ZERO_RANGE`;
+/// without `may_unmap`, a punched hole then reallocated; and last, writing zeroes. A mode
+/// the filesystem refuses with `EOPNOTSUPP` is not tried again on this image (tmpfs has no
+/// `ZERO_RANGE`). The part past the end of the file is added by `fallocate(0)` (allocated)
+/// or, with `may_unmap` or where that is refused, `ftruncate` (sparse).
+pub struct FileBackend {
+    file: File,
+    path: PathBuf,
+    len: AtomicU64,
+    writable: bool,
+    direct: Option<Direct>,
+    serial: Serial,
+    can_zero_range: AtomicBool,
+    can_punch: AtomicBool,
+    can_allocate: AtomicBool,
+}
+
+/// The serial lock, if this request took it.
+type Guard<'a> = Option<SerialGuard<'a>>;
+
+impl FileBackend {
+    /// Opens the image at `path`. Errors name the path: "cannot open image /x: No such file
+    /// or directory (os error 2)".
+    pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> io::Result<FileBackend> {
+        let path = path.as_ref();
+        let file = open_file(path, opts).map_err(|e| open_error(path, e, opts))?;
+        let len = (&file)
+            .seek(SeekFrom::End(0))
+            .map_err(|e| open_error(path, e, opts))?;
+        let direct = opts.direct.then(|| Direct::probe(&file));
+        Ok(FileBackend {
+            file,
+            path: path.to_owned(),
+            len: AtomicU64::new(len),
+            writable: opts.writable,
+            direct,
+            serial: Serial::default(),
+            can_zero_range: AtomicBool::new(true),
+            can_punch: AtomicBool::new(true),
+            can_allocate: AtomicBool::new(true),
+        })
+    }
+
+    /// O_DIRECT alignment in use as `(memory, offset)` bytes; `None` when buffered.
+    pub fn dio_align(&self) -> Option<(usize, usize)> {
+        self.direct.as_ref().map(|d| (d.mem, d.off))
+    }
+
+    /// Bounce buffers allocated so far (O_DIRECT); stops growing in steady state.
+    pub fn bounce_buffers_allocated(&self) -> u64 {
+        self.direct.as_ref().map_or(0, |d| d.pool.allocated())
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        match self.writable {
+            true => Ok(()),
+            false => Err(io::Error::from_raw_os_error(libc::EROFS)),
+        }
+    }
+
+    /// Takes the serial lock if `needed` (see the module's concurrency rules).
+    fn lock_if<'s>(&'s self, cx: &Ctx<'_>, needed: bool) -> Guard<'s> {
+        needed.then(|| self.serial.lock(cx))
+    }
+
+    /// One read attempt into `bufs` from logical byte `skip` on; 0 at end of file.
+    fn read_some(
+        &self,
+        cx: &Ctx<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        skip: usize,
+        pos: u64,
+    ) -> io::Result<usize> {
+        if let Some(d) = self.direct.as_ref().filter(|d| !d.fits(bufs, skip, pos)) {
+            return d.read(cx, &self.file, bufs, skip, pos);
+        }
+        match iov::locate(bufs, skip) {
+            (idx, 0) => cx.readv_at(&self.file, &mut bufs[idx..], pos),
+            (idx, within) => cx.readv_at(
+                &self.file,
+                &mut [IoSliceMut::new(&mut bufs[idx][within..])],
+                pos,
+            ),
+        }
+    }
+
+    /// One write attempt from `bufs` from logical byte `skip` on, where the whole request
+    /// ends at `end`. Bouncing takes the lock into `guard` if it is not held yet.
+    fn write_some<'s>(
+        &'s self,
+        cx: &Ctx<'_>,
+        bufs: &[IoSlice<'_>],
+        skip: usize,
+        pos: u64,
+        end: u64,
+        guard: &mut Guard<'s>,
+    ) -> io::Result<usize> {
+        if let Some(d) = self.direct.as_ref().filter(|d| !d.fits(bufs, skip, pos)) {
+            guard.get_or_insert_with(|| self.serial.lock(cx));
+            return d.write(cx, &self.file, bufs, skip, pos, self.len().max(end));
+        }
+        match iov::locate(bufs, skip) {
+            (idx, 0) => cx.writev_at(&self.file, &bufs[idx..], pos),
+            (idx, within) => cx.writev_at(&self.file, &[IoSlice::new(&bufs[idx][within..])], pos),
+        }
+    }
+
+    /// Writes all of `bufs` at `offset` (the lock, if needed, is in `guard`).
+    fn write_all<'s>(
+        &'s self,
+        cx: &Ctx<'_>,
+        bufs: &[IoSlice<'_>],
+        offset: u64,
+        guard: &mut Guard<'s>,
+    ) -> io::Result<()> {
+        let total = iov::total(bufs);
+        let end = checked_end(offset, total as u64)?;
+        let mut done = 0;
+        while done < total {
+            match self.write_some(cx, bufs, done, offset + done as u64, end, guard)? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => done += n,
+            }
+        }
+        self.len.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+fn open_file(path: &Path, opts: &OpenOptions) -> io::Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true).write(opts.writable);
+    if opts.direct {
+        options.custom_flags(libc::O_DIRECT);
+    }
+    let file = options.open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_dir() {
+        return Err(io::Error::from_raw_os_error(libc::EISDIR));
+    }
+    if !kind.is_file() && !kind.is_block_device() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file or block device",
+        ));
+    }
+    Ok(file)
+}
+
+/// "cannot open image PATH: ERROR", with a hint where there is an obvious next step.
+fn open_error(path: &Path, e: io::Error, opts: &OpenOptions) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EINVAL) if opts.direct => {
+            " (the filesystem may not support O_DIRECT: open without direct)"
+        }
+        Some(libc::EACCES | libc::EROFS | libc::EPERM) if opts.writable => " (open it read-only)",
+        _ => "",
+    };
+    io::Error::new(
+        e.kind(),
+        format!("cannot open image {}: {e}{hint}", path.display()),
+    )
+}
+
+impl BlockBackend for FileBackend {
+    fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    fn readv(&self, cx: &Ctx<'_>, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+        let total = iov::total(bufs);
+        checked_end(offset, total as u64)?;
+        let mut done = 0;
+        while done < total {
+            match self.read_some(cx, bufs, done, offset + done as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(done)
+    }
+
+    fn writev(&self, cx: &Ctx<'_>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let end = checked_end(offset, iov::total(bufs) as u64)?;
+        if end == offset {
+            return Ok(()); // nothing to write: must not extend
+        }
+        let mut guard = self.lock_if(cx, end > self.len());
+        self.write_all(cx, bufs, offset, &mut guard)
+    }
+
+    fn flush(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        cx.fdatasync(&self.file)
+    }
+
+    fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        checked_end(offset, len)?;
+        let _guard = self.lock_if(cx, self.direct.is_some());
+        match len {
+            0 => Ok(()),
+            _ => cx.fallocate(&self.file, zeroes::PUNCH, offset, len),
+        }
+    }
+
+    fn write_zeroes(&self, cx: &Ctx<'_>, offset: u64, len: u64, may_unmap: bool) -> io::Result<()> {
+        self.check_writable()?;
+        let end = checked_end(offset, len)?;
+        if len == 0 {
+            return Ok(()); // nothing to zero: must not extend
+        }
+        let mut guard = self.lock_if(cx, self.direct.is_some() || end > self.len());
+        let size = self.len();
+        if offset < size.min(end) {
+            self.zero_inside(cx, offset, size.min(end) - offset, may_unmap, &mut guard)?;
+        }
+        if end > size {
+            self.zero_extend(cx, offset.max(size), end, may_unmap)?;
+        }
+        self.len.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn resize(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let _guard = self.lock_if(cx, true);
+        cx.ftruncate(&self.file, new_len)?;
+        self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    fn block_status(&self, offset: u64) -> io::Result<Extent> {
+        let len = self.len();
+        if offset >= len {
+            return Err(io::Error::from_raw_os_error(libc::ENXIO));
+        }
+        loop {
+            let data = match sys::lseek(self.file.as_fd(), offset, libc::SEEK_DATA) {
+                Ok(data) => data,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(Extent::hole(len)),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                    return Ok(Extent::data(len)); // no SEEK_DATA here: all data
+                }
+                Err(e) => return Err(e),
+            };
+            if data > offset {
+                return Ok(Extent::hole(data.min(len)));
+            }
+            let hole = sys::lseek(self.file.as_fd(), offset, libc::SEEK_HOLE)?;
+            if hole > offset {
+                return Ok(Extent::data(hole.min(len)));
+            } // else: the data became a hole between the two calls; ask again
+        }
+    }
+
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.blocks() * 512)
+    }
+
+    fn read_only(&self) -> bool {
+        !self.writable
+    }
+
+    fn describe(&self) -> String {
+        let mode = match &self.direct {
+            Some(d) if d.reported => format!("direct, alignment {}/{}", d.mem, d.off),
+            Some(d) => format!("direct, alignment {}/{} assumed", d.mem, d.off),
+            None => "buffered".to_owned(),
+        };
+        let ro = if self.writable { "" } else { ", read-only" };
+        format!("file:{} ({mode}{ro})", self.path.display())
+    }
+}

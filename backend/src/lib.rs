@@ -1,0 +1,191 @@
+//! corofuse's block backends: what the exported file's bytes are stored in.
+//!
+//! A backend is one object behind [`BlockBackend`], shared by every request. Each call takes
+//! a [`Ctx`] that says how to reach the kernel: through the io_uring of the calling
+//! coroutine ([`Ctx::Coroutine`]), or with blocking syscalls ([`Ctx::Blocking`], inline on
+//! the loop or on worker threads). So one backend serves every dispatch mode, and it is
+//! `Send + Sync` for the threads.
+//!
+//! [`open`] turns a spec into a backend: `null:SIZE` ([`NullBackend`]) or a path to a raw
+//! image ([`FileBackend`]).
+//!
+//! ```
+//! use std::io::IoSliceMut;
+//! use backend::{BlockBackend, Ctx, OpenOptions};
+//!
+//! let disk = backend::open("null:1M", &OpenOptions::default())?;
+//! let (mut head, mut tail) = ([1u8; 512], [1u8; 512]);
+//! let mut bufs = [IoSliceMut::new(&mut head), IoSliceMut::new(&mut tail)];
+//! // 1000 bytes are left before the end: the read is short.
+//! let n = disk.readv(&Ctx::Blocking, &mut bufs, (1 << 20) - 1000)?;
+//! assert_eq!(disk.describe(), "null:1048576 (reads zeroes, drops writes, read-only)");
+//! assert_eq!((n, head[0], tail[487], tail[488]), (1000, 0, 0, 1));
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! # Contract for every backend
+//! - Transfers use the caller's iovecs in place, with no copy (except O_DIRECT bounces).
+//! - [`BlockBackend::readv`] fills the buffers completely unless the image ends first; then
+//!   it returns the bytes read (short) and leaves the rest of the buffers untouched.
+//! - [`BlockBackend::writev`] writes everything or fails; a write past the end extends a
+//!   file image. Nothing is silently dropped (except by the null backend, on purpose).
+//! - Checking requests against the size is the export's job; the backend reports what the
+//!   storage says. A read-only backend fails every modification with `EROFS`.
+//! - Errors are [`io::Error`]s carrying the errno to reply with.
+//!
+//! Layout: `file` (with its write_zeroes strategy in `file/zeroes`) and `null`, one backend
+//! each; `ctx` (how calls reach the kernel); `direct` and `pool` (O_DIRECT alignment and
+//! bounce buffers); `serial` (a lock for every context); `iov` (iovec helpers); `sys` (all
+//! the unsafe code: raw syscalls).
+#![warn(missing_docs)]
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::Arc;
+
+mod ctx;
+mod direct;
+mod file;
+mod iov;
+mod null;
+mod pool;
+mod serial;
+mod sys;
+
+pub use ctx::Ctx;
+pub use file::FileBackend;
+pub use null::{parse_size, NullBackend};
+pub use sys::IOV_MAX;
+
+/// Storage for the exported file. Object safe: used as `Arc<dyn BlockBackend>`.
+pub trait BlockBackend: Send + Sync {
+    /// Current size in bytes, exact (not rounded to sectors).
+    fn len(&self) -> u64;
+
+    /// Whether the size is zero.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads into `bufs` at `offset`. Returns the bytes read: all of them, unless the image
+    /// ends first (then fewer, 0 at or past the end; the rest of `bufs` is untouched).
+    fn readv(&self, cx: &Ctx<'_>, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize>;
+
+    /// Writes all of `bufs` at `offset`, retrying short writes, or fails. After an error some
+    /// of the bytes may have been written.
+    fn writev(&self, cx: &Ctx<'_>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>;
+
+    /// Makes completed writes durable (`fdatasync`).
+    fn flush(&self, cx: &Ctx<'_>) -> io::Result<()>;
+
+    /// Deallocates `[offset, offset + len)`, which then reads as zeroes; the size is kept.
+    /// `EOPNOTSUPP` if the storage cannot.
+    fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()>;
+
+    /// Makes `[offset, offset + len)` read as zeroes, growing the image if it ends past the
+    /// end. `may_unmap` allows deallocating the range; without it the range stays (or
+    /// becomes) allocated where the storage can.
+    fn write_zeroes(&self, cx: &Ctx<'_>, offset: u64, len: u64, may_unmap: bool) -> io::Result<()>;
+
+    /// Sets the size; growing adds a hole that reads as zeroes.
+    fn resize(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()>;
+
+    /// What `offset` lies in (data or hole) and where that run ends (at most [`len`]), for
+    /// `SEEK_DATA`/`SEEK_HOLE`. `ENXIO` at or past the end, like `lseek`.
+    ///
+    /// [`len`]: BlockBackend::len
+    fn block_status(&self, offset: u64) -> io::Result<Extent>;
+
+    /// Bytes of storage in use (for `st_blocks`).
+    fn allocated_bytes(&self) -> io::Result<u64>;
+
+    /// Whether modifications fail with `EROFS`.
+    fn read_only(&self) -> bool;
+
+    /// One line for logs, e.g. "file:/img (direct, alignment 512/512)".
+    fn describe(&self) -> String;
+}
+
+/// Whether a run of bytes is stored data or a hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtentKind {
+    /// Allocated: may hold anything.
+    Data,
+    /// Not allocated: reads as zeroes.
+    Hole,
+}
+
+/// A run of one [`ExtentKind`] from the queried offset up to `end` (exclusive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Data or hole.
+    pub kind: ExtentKind,
+    /// First byte past the run; at most the image size.
+    pub end: u64,
+}
+
+impl Extent {
+    /// Data up to `end`.
+    pub fn data(end: u64) -> Extent {
+        Extent {
+            kind: ExtentKind::Data,
+            end,
+        }
+    }
+
+    /// A hole up to `end`.
+    pub fn hole(end: u64) -> Extent {
+        Extent {
+            kind: ExtentKind::Hole,
+            end,
+        }
+    }
+}
+
+/// How to open an image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Open for writing (else modifications fail with `EROFS`).
+    pub writable: bool,
+    /// Bypass the page cache (`O_DIRECT`); file images only.
+    pub direct: bool,
+}
+
+/// Opens a backend from a spec: `null:SIZE` (e.g. `null:1G`, see [`parse_size`]) or the
+/// path of a raw image, optionally written `file:PATH` (for paths that start with `null:`).
+///
+/// Errors are one line naming what failed: "cannot open image /x: No such file or
+/// directory (os error 2)", "invalid image spec \"null:1X\": ...".
+pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>> {
+    if let Some(size) = spec.strip_prefix("null:") {
+        let len = parse_size(size).map_err(|e| invalid_spec(spec, &e))?;
+        return Ok(Arc::new(NullBackend::new(len, opts.writable)));
+    }
+    if spec == "null" {
+        return Err(invalid_spec(
+            spec,
+            "the null backend needs a size, e.g. null:1G",
+        ));
+    }
+    match spec.strip_prefix("file:").unwrap_or(spec) {
+        "" => Err(invalid_spec(
+            spec,
+            "give a path, or null:SIZE (e.g. null:1G)",
+        )),
+        path => Ok(Arc::new(FileBackend::open(path, opts)?)),
+    }
+}
+
+fn invalid_spec(spec: &str, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("invalid image spec {spec:?}: {why}"),
+    )
+}
+
+/// `offset + len`, or `EINVAL` past the largest file offset (`i64::MAX`).
+pub(crate) fn checked_end(offset: u64, len: u64) -> io::Result<u64> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= i64::MAX as u64)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+}

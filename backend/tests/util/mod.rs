@@ -1,0 +1,200 @@
+//! Shared test helpers: a matrix of (filesystem, buffered/direct, context) to run each file
+//! test in, temp images, patterns and aligned buffers.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::fs;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use backend::{BlockBackend, Ctx, FileBackend, OpenOptions};
+use runtime::{Config, Runtime};
+use tempfile::TempDir;
+
+/// One cell of the matrix: where the images live and how they are opened.
+#[derive(Clone)]
+pub struct Setup {
+    dir: Arc<TempDir>,
+    pub direct: bool,
+    pub label: String,
+}
+
+impl Setup {
+    /// A new image file named after `name` holding `contents`.
+    pub fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = self.dir.path().join(format!(
+            "{name}-{}.img",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// Opens `path` writable in this cell's mode.
+    pub fn open(&self, path: &Path) -> Arc<FileBackend> {
+        let opts = OpenOptions {
+            writable: true,
+            direct: self.direct,
+        };
+        Arc::new(FileBackend::open(path, &opts).unwrap())
+    }
+}
+
+/// Where images can live: the default temp dir and, if present, tmpfs at /dev/shm.
+fn places(test: &str) -> Vec<(String, PathBuf)> {
+    let mut places = vec![std::env::temp_dir()];
+    match fs_type(Path::new("/dev/shm")) {
+        Some(kind) if kind == "tmpfs" => places.push("/dev/shm".into()),
+        other => eprintln!("{test}: no tmpfs variant: /dev/shm is {other:?}"),
+    }
+    places
+        .into_iter()
+        .map(|p| {
+            (
+                format!("{} ({})", p.display(), fs_type(&p).unwrap_or_default()),
+                p,
+            )
+        })
+        .collect()
+}
+
+/// The filesystem type of the mount holding `path`, from /proc/self/mounts.
+pub fn fs_type(path: &Path) -> Option<String> {
+    let path = path.canonicalize().ok()?;
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    let entries = mounts.lines().filter_map(|l| {
+        let mut f = l.split(' ');
+        let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
+        path.starts_with(dir).then(|| (dir.len(), kind.to_owned()))
+    });
+    entries.max_by_key(|(len, _)| *len).map(|(_, kind)| kind)
+}
+
+/// Why O_DIRECT cannot be used in `dir`, if it cannot.
+fn direct_refused(dir: &Path) -> Option<String> {
+    let path = dir.join("probe-direct");
+    fs::write(&path, [0u8; 4096]).unwrap();
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path);
+    opened.err().map(|e| format!("O_DIRECT open fails: {e}"))
+}
+
+/// Runs `test` in every cell: each filesystem, buffered and O_DIRECT (skipped, with the
+/// reason printed, where refused), and each context (Blocking, then in a coroutine).
+pub fn matrix(name: &str, test: fn(&Setup, &Ctx<'_>)) {
+    for (place, root) in places(name) {
+        for direct in [false, true] {
+            let dir = Arc::new(tempfile::tempdir_in(&root).unwrap());
+            if let Some(why) = direct.then(|| direct_refused(dir.path())).flatten() {
+                eprintln!("{name}: skipping O_DIRECT on {place}: {why}");
+                continue;
+            }
+            let mode = if direct { "direct" } else { "buffered" };
+            let setup = Setup {
+                dir,
+                direct,
+                label: format!("{place}, {mode}"),
+            };
+            eprintln!("{name}: {}, blocking", setup.label);
+            test(&setup, &Ctx::Blocking);
+            eprintln!("{name}: {}, coroutine", setup.label);
+            in_coroutine(move |cx| test(&setup, cx));
+        }
+    }
+}
+
+/// Runs `f` in a coroutine of a fresh runtime, panicking if it panicked.
+pub fn in_coroutine(f: impl FnOnce(&Ctx<'_>) + 'static) {
+    let rt = Runtime::new(Config::default()).unwrap();
+    rt.block_on(move |co| f(&Ctx::Coroutine(co))).unwrap();
+}
+
+/// Runs `f` once in each context.
+pub fn each_ctx(f: fn(&Ctx<'_>)) {
+    f(&Ctx::Blocking);
+    in_coroutine(f);
+}
+
+/// Deterministic bytes that differ by `seed` and never repeat with a short period.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i * 131 + i / 251) as u8).wrapping_add(seed) | 1)
+        .collect()
+}
+
+/// A zeroed buffer of `len` bytes at a 4096-aligned address (O_DIRECT's fast path).
+pub struct Aligned {
+    mem: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Aligned {
+    pub fn new(len: usize) -> Aligned {
+        let mem = vec![0u8; len + 4095];
+        let start = (mem.as_ptr() as usize).next_multiple_of(4096) - mem.as_ptr() as usize;
+        Aligned { mem, start, len }
+    }
+
+    pub fn bytes(&mut self) -> &mut [u8] {
+        &mut self.mem[self.start..self.start + self.len]
+    }
+}
+
+/// Writes `data` at `offset` as iovecs of the given lengths (which must add up).
+pub fn write_split(
+    b: &dyn BlockBackend,
+    cx: &Ctx<'_>,
+    data: &[u8],
+    lens: &[usize],
+    offset: u64,
+) -> io::Result<()> {
+    let mut rest = data;
+    let bufs: Vec<IoSlice<'_>> = lens
+        .iter()
+        .map(|&n| {
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            IoSlice::new(head)
+        })
+        .collect();
+    assert!(rest.is_empty());
+    b.writev(cx, &bufs, offset)
+}
+
+/// Reads `len` bytes at `offset` as iovecs of the given lengths; returns what was read.
+pub fn read_split(b: &dyn BlockBackend, cx: &Ctx<'_>, lens: &[usize], offset: u64) -> Vec<u8> {
+    let mut out = vec![0xAAu8; lens.iter().sum()];
+    let mut rest = &mut out[..];
+    let mut bufs = Vec::new();
+    for &n in lens {
+        let (head, tail) = rest.split_at_mut(n);
+        bufs.push(IoSliceMut::new(head));
+        rest = tail;
+    }
+    let n = b.readv(cx, &mut bufs, offset).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// Reads `len` bytes at `offset` into one buffer.
+pub fn read(b: &dyn BlockBackend, cx: &Ctx<'_>, len: usize, offset: u64) -> Vec<u8> {
+    read_split(b, cx, &[len], offset)
+}
+
+/// Bytes allocated to `path`, as `stat` reports them.
+pub fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// The errno of an error.
+pub fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error()
+        .unwrap_or_else(|| panic!("not an OS error: {e}"))
+}

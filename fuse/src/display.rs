@@ -1,0 +1,140 @@
+//! One log line per request: `Display` for [`Request`] and [`Operation`].
+//!
+//! The format is `FUSE(unique) OPNAME key=value...`, e.g.
+//! `FUSE(  42) READ fh=7 off=4096 len=4096`, with `node=N` added when the
+//! request is not about the root. Formatting never allocates, so a
+//! `log::debug!("{req}")` costs nothing when debug logging is off.
+
+use crate::abi::{fuse_write_in, FUSE_ROOT_ID};
+use crate::request::{Operation, Request, WriteData};
+use core::fmt;
+use std::os::unix::ffi::OsStrExt;
+
+/// The kernel's name for an opcode, without the `FUSE_` prefix.
+pub fn opcode_name(opcode: u32) -> Option<&'static str> {
+    #[rustfmt::skip]
+    const NAMES: [&str; 54] = [
+        "", "LOOKUP", "FORGET", "GETATTR", "SETATTR", "READLINK", "SYMLINK", "", // 0..=7
+        "MKNOD", "MKDIR", "UNLINK", "RMDIR", "RENAME", "LINK", "OPEN", "READ", // 8..=15
+        "WRITE", "STATFS", "RELEASE", "", "FSYNC", "SETXATTR", "GETXATTR", "LISTXATTR", // 16..=23
+        "REMOVEXATTR", "FLUSH", "INIT", "OPENDIR", "READDIR", "RELEASEDIR", "FSYNCDIR", // 24..=30
+        "GETLK", "SETLK", "SETLKW", "ACCESS", "CREATE", "INTERRUPT", "BMAP", "DESTROY", // 31..=38
+        "IOCTL", "POLL", "NOTIFY_REPLY", "BATCH_FORGET", "FALLOCATE", "READDIRPLUS", // 39..=44
+        "RENAME2", "LSEEK", "COPY_FILE_RANGE", "SETUPMAPPING", "REMOVEMAPPING", // 45..=49
+        "SYNCFS", "TMPFILE", "STATX", "COPY_FILE_RANGE_64", // 50..=53
+    ];
+    let name = *NAMES.get(usize::try_from(opcode).ok()?)?;
+    (!name.is_empty()).then_some(name)
+}
+
+impl fmt::Display for Request<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FUSE({:4}) ", self.unique)?;
+        if self.nodeid != FUSE_ROOT_ID && self.nodeid != 0 {
+            write!(f, "node={} ", self.nodeid)?;
+        }
+        fmt::Display::fmt(&self.op, f)
+    }
+}
+
+impl fmt::Display for Operation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operation::Init { arg } => write!(
+                f,
+                "INIT kernel {}.{} max_readahead={} flags={:#x} flags2={:#x}",
+                arg.major, arg.minor, arg.max_readahead, arg.flags, arg.flags2
+            ),
+            Operation::Getattr { arg } => {
+                write!(f, "GETATTR flags={:#x} fh={}", arg.getattr_flags, arg.fh)
+            }
+            Operation::Setattr { arg } => {
+                write!(f, "SETATTR valid={:#x} size={}", arg.valid, arg.size)
+            }
+            Operation::Open { arg } => write!(f, "OPEN flags={:#o}", arg.flags),
+            Operation::Release { arg } => write!(f, "RELEASE fh={}", arg.fh),
+            Operation::Flush { arg } => write!(f, "FLUSH fh={}", arg.fh),
+            Operation::Fsync { arg } => {
+                write!(f, "FSYNC fh={} flags={:#x}", arg.fh, arg.fsync_flags)
+            }
+            Operation::Read { arg } => {
+                write!(f, "READ fh={} off={} len={}", arg.fh, arg.offset, arg.size)
+            }
+            Operation::Write { arg, data } => fmt_write(f, arg, data),
+            Operation::Fallocate { arg } => {
+                write!(
+                    f,
+                    "FALLOCATE mode={:#x} off={} len={}",
+                    arg.mode, arg.offset, arg.length
+                )
+            }
+            Operation::Lseek { arg } => write!(f, "LSEEK off={} whence={}", arg.offset, arg.whence),
+            Operation::Statfs => f.write_str("STATFS"),
+            Operation::Lookup { name } => {
+                write!(f, "LOOKUP \"{}\"", name.as_bytes().escape_ascii())
+            }
+            Operation::Interrupt { arg } => write!(f, "INTERRUPT unique={}", arg.unique),
+            Operation::Statx { arg } => {
+                write!(f, "STATX mask={:#x} flags={:#x}", arg.sx_mask, arg.sx_flags)
+            }
+            Operation::Forget { arg } => write!(f, "FORGET nlookup={}", arg.nlookup),
+            Operation::BatchForget { nodes, .. } => write!(f, "BATCH_FORGET count={}", nodes.len()),
+            Operation::Destroy => f.write_str("DESTROY"),
+            Operation::Unknown { opcode } => match opcode_name(*opcode) {
+                Some(name) => write!(f, "{name} (unsupported)"),
+                None => write!(f, "opcode {opcode} (unknown)"),
+            },
+        }
+    }
+}
+
+fn fmt_write(f: &mut fmt::Formatter<'_>, arg: &fuse_write_in, data: &WriteData<'_>) -> fmt::Result {
+    write!(f, "WRITE fh={} off={} len={}", arg.fh, arg.offset, arg.size)?;
+    if data.uses_tail() {
+        write!(
+            f,
+            " (in place {} + spilled {})",
+            data.parts().0.len(),
+            data.parts().1.len()
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::*;
+
+    #[test]
+    fn opcode_names_follow_the_kernel_enum() {
+        assert_eq!(opcode_name(FUSE_LOOKUP), Some("LOOKUP"));
+        assert_eq!(opcode_name(FUSE_FSYNC), Some("FSYNC"));
+        assert_eq!(opcode_name(FUSE_BATCH_FORGET), Some("BATCH_FORGET"));
+        assert_eq!(opcode_name(FUSE_STATX), Some("STATX"));
+        assert_eq!(
+            opcode_name(FUSE_COPY_FILE_RANGE_64),
+            Some("COPY_FILE_RANGE_64")
+        );
+        assert_eq!(opcode_name(7), None);
+        assert_eq!(opcode_name(19), None);
+        assert_eq!(opcode_name(54), None);
+        assert_eq!(opcode_name(u32::MAX), None);
+    }
+
+    #[test]
+    fn lookup_names_are_escaped() {
+        let name = std::ffi::OsStr::from_bytes(b"a\"b\n\xff");
+        let req = Request {
+            unique: 3,
+            nodeid: 5,
+            uid: 0,
+            gid: 0,
+            pid: 0,
+            len: 0,
+            opcode: 1,
+            op: Operation::Lookup { name },
+        };
+        assert_eq!(req.to_string(), r#"FUSE(   3) node=5 LOOKUP "a\"b\n\xff""#);
+    }
+}

@@ -1,0 +1,161 @@
+//! Mounting one regular file, and the [`Mount`] guard that unmounts it.
+//!
+//! # Contract
+//!
+//! - The mountpoint must be an existing regular file that is not already a
+//!   FUSE mountpoint; anything else fails before mounting, with a message
+//!   naming the path. Mounting over the image file itself works: open the
+//!   image first, then mount over its path; the open fd keeps reaching the
+//!   file underneath.
+//! - As root, the kernel is asked directly: `mount(2)` with fstype
+//!   `fuse.<subtype>` and `fd=N,rootmode=100000,user_id=U,group_id=G,...`
+//!   (see `mount/privileged.rs`). Otherwise `fusermount3` mounts and passes the
+//!   /dev/fuse fd back over a socket (see `mount/fusermount.rs`).
+//! - `mount(2)` returns before INIT is answered: the caller serves the
+//!   returned [`FuseDev`] from another thread or loop, or the first access to
+//!   the mountpoint blocks.
+//! - Dropping the [`Mount`] (or [`Mount::unmount`]) detaches the mount
+//!   (`umount2(MNT_DETACH)` or `fusermount3 -u -z`); the server's next read
+//!   then fails with ENODEV. No DESTROY request is sent for a `fuse` mount.
+
+mod check;
+mod fusermount;
+mod privileged;
+
+use crate::dev::FuseDev;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+pub use check::is_fuse_mountpoint;
+
+/// How to mount: names and kernel options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Source shown in /proc/mounts (e.g. the image path or "corofuse").
+    pub fsname: String,
+    /// File system subtype: the fstype is `fuse.<subtype>`.
+    pub subtype: String,
+    /// Let other users access the file (non-root needs `user_allow_other`).
+    pub allow_other: bool,
+    /// Let the kernel check permissions against the reported mode.
+    pub default_permissions: bool,
+    /// Cap on READ size; must not be below what the server negotiates.
+    pub max_read: Option<u32>,
+    /// Mount read-only (MS_RDONLY).
+    pub read_only: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            fsname: "corofuse".into(),
+            subtype: "corofuse".into(),
+            allow_other: false,
+            default_permissions: true,
+            max_read: None,
+            read_only: false,
+        }
+    }
+}
+
+impl MountOptions {
+    /// The `,allow_other,default_permissions,max_read=N` part shared by both paths.
+    fn common_options(&self) -> String {
+        let mut opts = String::new();
+        if self.allow_other {
+            opts.push_str(",allow_other");
+        }
+        if self.default_permissions {
+            opts.push_str(",default_permissions");
+        }
+        if let Some(max_read) = self.max_read {
+            opts.push_str(&format!(",max_read={max_read}"));
+        }
+        opts
+    }
+}
+
+/// How a mount was made, hence how to undo it.
+#[derive(Debug)]
+enum Method {
+    /// mount(2); undone with umount2(MNT_DETACH).
+    Syscall,
+    /// fusermount3 at this path; undone with `fusermount3 -u -z`.
+    Fusermount(PathBuf),
+}
+
+/// A live mount over a regular file; unmounts (lazily) when dropped.
+#[derive(Debug)]
+#[must_use = "dropping the Mount unmounts it"]
+pub struct Mount {
+    path: PathBuf,
+    method: Method,
+    mounted: bool,
+}
+
+/// Mounts a FUSE file system over the regular file `mountpoint`.
+///
+/// Returns the session's /dev/fuse fd, to be served, and the guard.
+pub fn mount(mountpoint: &Path, opts: &MountOptions) -> io::Result<(FuseDev, Mount)> {
+    let path = check::check_mountpoint(mountpoint)?;
+    let (dev, method) = if privileged::is_root() {
+        (privileged::mount(&path, opts)?, Method::Syscall)
+    } else {
+        let bin = fusermount::find()?;
+        (
+            fusermount::mount(&bin, &path, opts)?,
+            Method::Fusermount(bin),
+        )
+    };
+    log::info!(
+        "mounted {} (fuse.{}) over {} via {:?}, /dev/fuse fd {}",
+        opts.fsname,
+        opts.subtype,
+        path.display(),
+        method,
+        dev.as_raw_fd()
+    );
+    Ok((
+        dev,
+        Mount {
+            path,
+            method,
+            mounted: true,
+        },
+    ))
+}
+
+impl Mount {
+    /// The absolute mountpoint.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Unmounts now, reporting failure (Drop can only log it). The guard is
+    /// consumed either way: after an error the mount may remain, and nothing
+    /// retries.
+    pub fn unmount(mut self) -> io::Result<()> {
+        self.mounted = false;
+        self.detach()
+    }
+
+    fn detach(&self) -> io::Result<()> {
+        match &self.method {
+            Method::Syscall => privileged::unmount(&self.path)?,
+            Method::Fusermount(bin) => fusermount::unmount(bin, &self.path)?,
+        }
+        log::info!("unmounted {}", self.path.display());
+        Ok(())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.mounted {
+            if let Err(err) = self.detach() {
+                log::error!("unmounting {} failed: {err}", self.path.display());
+            }
+        }
+    }
+}

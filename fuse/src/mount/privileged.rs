@@ -1,0 +1,129 @@
+//! Mounting as root: mount(2) and umount2(2) directly, as libfuse does when
+//! it has CAP_SYS_ADMIN.
+//!
+//! The kernel options: `fd` is the /dev/fuse fd opened here; `rootmode` is the
+//! octal `S_IFMT` part of the root's mode, `100000` for a regular file (the
+//! VFS refuses to mount a file over a directory and the reverse);
+//! `user_id`/`group_id` own the mount (without `allow_other`, only they may
+//! access it).
+
+use super::MountOptions;
+use crate::dev::FuseDev;
+use crate::sys::{cvt, explain};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// `rootmode` for a regular file: S_IFREG in octal.
+const ROOTMODE_REGULAR: &str = "100000";
+
+/// True when running with euid 0 (mount(2) needs CAP_SYS_ADMIN).
+pub(super) fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The real uid and gid, which own the mount (as libfuse does).
+fn owner() -> (u32, u32) {
+    // SAFETY: getuid(2) and getgid(2) have no preconditions and cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
+}
+
+/// `fd=N,rootmode=100000,user_id=U,group_id=G[,allow_other][,default_permissions][,max_read=N]`
+pub(super) fn kernel_options(fd: i32, uid: u32, gid: u32, opts: &MountOptions) -> String {
+    let common = opts.common_options();
+    format!("fd={fd},rootmode={ROOTMODE_REGULAR},user_id={uid},group_id={gid}{common}")
+}
+
+fn c_string(bytes: &[u8], what: &str) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} contains a NUL byte"),
+        )
+    })
+}
+
+/// Opens /dev/fuse and mounts it over the regular file `path`.
+pub(super) fn mount(path: &Path, opts: &MountOptions) -> io::Result<FuseDev> {
+    let dev = FuseDev::open()?;
+    let (uid, gid) = owner();
+    let data = c_string(
+        kernel_options(dev.as_raw_fd(), uid, gid, opts).as_bytes(),
+        "mount options",
+    )?;
+    let source = c_string(opts.fsname.as_bytes(), "fsname")?;
+    let fstype = c_string(format!("fuse.{}", opts.subtype).as_bytes(), "subtype")?;
+    let target = c_string(path.as_os_str().as_bytes(), "mountpoint")?;
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if opts.read_only {
+        flags |= libc::MS_RDONLY;
+    }
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call;
+    // `data` is the text options string the fuse file system parses.
+    let res = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    };
+    cvt(res).map_err(|err| mount_error(err, path))?;
+    Ok(dev)
+}
+
+fn mount_error(err: io::Error, path: &Path) -> io::Error {
+    let path = path.display();
+    let hint = match err.raw_os_error() {
+        Some(libc::ENODEV) => {
+            format!("mounting over {path}: the kernel has no fuse file system; run `modprobe fuse`")
+        }
+        Some(libc::EPERM) => {
+            format!("mounting over {path} needs CAP_SYS_ADMIN; run as root or install fusermount3")
+        }
+        Some(libc::ENOTDIR) => {
+            format!("mounting over {path}: the mountpoint must be a regular file")
+        }
+        _ => format!("mount(2) over {path} failed"),
+    };
+    explain(err, hint)
+}
+
+/// Detaches the mount at `path` (MNT_DETACH: busy files keep it alive).
+pub(super) fn unmount(path: &Path) -> io::Result<()> {
+    let target = c_string(path.as_os_str().as_bytes(), "mountpoint")?;
+    // SAFETY: `target` is a NUL-terminated path that outlives the call.
+    let res = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    let what = format!("umount2({}, MNT_DETACH) failed", path.display());
+    cvt(res).map(drop).map_err(|err| explain(err, what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_options_string() {
+        let opts = MountOptions {
+            allow_other: true,
+            max_read: Some(1 << 20),
+            ..MountOptions::default()
+        };
+        assert_eq!(
+            kernel_options(5, 1000, 100, &opts),
+            "fd=5,rootmode=100000,user_id=1000,group_id=100,allow_other,default_permissions,max_read=1048576"
+        );
+        let bare = MountOptions {
+            default_permissions: false,
+            ..MountOptions::default()
+        };
+        assert_eq!(
+            kernel_options(3, 0, 0, &bare),
+            "fd=3,rootmode=100000,user_id=0,group_id=0"
+        );
+    }
+}
