@@ -1,6 +1,8 @@
 //! `corofuse`: export a disk image as one regular file over FUSE, and measure what it costs.
 
 mod bench_switch;
+mod mount;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -15,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Export a raw image (or null:SIZE) over a regular file, in the foreground.
+    Mount(mount::Args),
     /// Measure the runtime and the export.
     Bench {
         #[command(subcommand)]
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Mount(args) => mount::run(&args),
         Command::Bench {
             what: BenchCommand::Switch(args),
         } => bench_switch::run(&args),

@@ -46,6 +46,8 @@
 //! - [`init`]: INIT negotiation and the buffer sizes it implies.
 //! - [`reply`] / [`errno`]: replies as iovecs, errors as [`Errno`].
 //! - [`abi`]: the kernel structs and constants (ABI 7.45).
+//! - [`export`]: what each operation does to a block backend.
+//! - [`server`]: the handshake and the queues that serve an export.
 //!
 //! A minimal blocking server loop:
 //!
@@ -82,11 +84,13 @@ pub mod decode;
 pub mod dev;
 pub mod display;
 pub mod errno;
+pub mod export;
 pub mod flags;
 pub mod init;
 pub mod mount;
 pub mod reply;
 pub mod request;
+pub mod server;
 mod sys;
 
 pub use decode::DecodeError;

@@ -85,6 +85,14 @@ impl<'a> Co<'a> {
         self.inner.spawn_joinable("task", f)
     }
 
+    /// Cancels the I/O that coroutine `id` is suspended on, if any (it resumes with
+    /// `ECANCELED`, or with the operation's result if that won the race). Returns whether
+    /// `id` was waiting on I/O. Costs one `IORING_OP_ASYNC_CANCEL` SQE and a scan of the
+    /// live coroutines: meant for shutdown paths, not per request.
+    pub fn cancel_io(&self, id: TaskId) -> io::Result<bool> {
+        self.inner.cancel_io(id)
+    }
+
     /// A copy of the loop's counters.
     pub fn counters(&self) -> CounterSnapshot {
         self.inner.counters.snapshot()

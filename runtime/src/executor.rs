@@ -264,6 +264,32 @@ impl Inner {
         })
     }
 
+    /// Asks the kernel to cancel the SQE the coroutine `id` waits on (`IORING_OP_ASYNC_CANCEL`,
+    /// Linux 5.5); that coroutine then resumes with `ECANCELED` (or with the operation's own
+    /// result, if it completed first). Returns whether `id` was waiting on I/O.
+    pub(crate) fn cancel_io(&self, id: TaskId) -> io::Result<bool> {
+        let key = self.sched.with(|s| {
+            s.tasks
+                .iter()
+                .find(|(_, slot)| slot.id == id && slot.state == State::Io)
+                .map(|(key, _)| key)
+        });
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        self.push_cancel(key)?;
+        Ok(true)
+    }
+
+    /// Queues an `IORING_OP_ASYNC_CANCEL` for the SQE of the coroutine at `key`.
+    fn push_cancel(&self, key: usize) -> io::Result<()> {
+        let cancel = opcode::AsyncCancel::new(key as u64)
+            .build()
+            .user_data(INTERNAL);
+        // SAFETY: a cancel request points to no memory.
+        unsafe { self.push_sqe(&cancel) }
+    }
+
     fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
         loop {
             let turn = self.sched.with(|s| s.ready.len());
@@ -412,11 +438,7 @@ impl Inner {
                 .collect()
         });
         for key in waiting {
-            let cancel = opcode::AsyncCancel::new(key as u64)
-                .build()
-                .user_data(INTERNAL);
-            // SAFETY: a cancel request points to no memory.
-            if let Err(e) = unsafe { self.push_sqe(&cancel) } {
+            if let Err(e) = self.push_cancel(key) {
                 log::warn!("could not cancel I/O of a coroutine at shutdown: {e}");
             }
         }

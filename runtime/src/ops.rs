@@ -78,6 +78,12 @@ impl Co<'_> {
         check(unsafe { self.submit(sqe) })
     }
 
+    /// `IORING_OP_READV` (Linux 5.1) at the file position: e.g. one request from /dev/fuse
+    /// into an in-place head and a spill-over tail.
+    pub fn readv(&self, file: &impl AsFd, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.readv_at(file, bufs, CURRENT_POSITION)
+    }
+
     /// `IORING_OP_WRITEV` (Linux 5.1) at `offset`, straight from the caller's buffers.
     pub fn writev_at(
         &self,

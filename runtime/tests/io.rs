@@ -165,3 +165,27 @@ fn seek_position_reads_work_on_regular_files_too() {
         .unwrap();
     assert_eq!(&got, b"cd");
 }
+
+#[test]
+fn cancel_io_wakes_a_coroutine_blocked_on_a_pipe_with_ecanceled() {
+    let (reader, _writer) = std::io::pipe().unwrap();
+    let rt = rt();
+    let reader = Rc::new(reader);
+    let r = reader.clone();
+    let blocked = rt
+        .spawn_joinable(move |co| {
+            let mut buf = [0u8; 8];
+            co.read(&*r, &mut buf).unwrap_err().raw_os_error()
+        })
+        .unwrap();
+    let id = blocked.id();
+    let outcome = rt
+        .block_on(move |co| {
+            co.nop().unwrap(); // the reader's SQE went out in the same batch
+            let cancelled = co.cancel_io(id).unwrap();
+            let again = co.cancel_io(runtime::TaskId(u64::MAX)).unwrap();
+            (cancelled, again, blocked.join(co).unwrap())
+        })
+        .unwrap();
+    assert_eq!(outcome, (true, false, Some(libc::ECANCELED)));
+}

@@ -1,0 +1,179 @@
+//! The single-file image export: what each FUSE operation does to a [`BlockBackend`].
+//!
+//! This is the product's semantics, independent of how requests arrive (a coroutine queue
+//! over io_uring, blocking threads, later FUSE over io_uring): a transport decodes a
+//! [`Request`], calls [`Export::handle`] with the [`Ctx`] it runs in, and sends the returned
+//! [`Reply`]. Nothing here allocates: reply arguments live in a [`ReplyArgs`] the caller
+//! owns (on its coroutine's stack) and READ data goes into the caller's data buffer.
+//!
+//! Rules, QEMU's FUSE export where they make sense:
+//! - sizes are byte-exact (QEMU rounds to 512 bytes);
+//! - a read-only export shows no write bits and refuses every modification with `EROFS`
+//!   (QEMU answers `EACCES`);
+//! - a write past the end grows the image when the export is growable; otherwise it is
+//!   short up to the end and `ENOSPC` beyond it, never silently dropped;
+//! - mode, owner and times are kept in memory (see [`attr`]).
+
+pub mod attr;
+mod data;
+
+use std::sync::Arc;
+
+use backend::{BlockBackend, Ctx};
+use zerocopy::FromZeros;
+
+use crate::abi::*;
+use crate::{Errno, Operation, Reply, Request};
+use attr::Attributes;
+
+/// How the image is exported.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExportOptions {
+    /// Writes allowed (default: read-only, as in QEMU).
+    pub writable: bool,
+    /// Writes past the end grow the image.
+    pub growable: bool,
+    /// Users other than the owner may access the mount.
+    pub allow_other: bool,
+}
+
+/// Storage for the argument struct of one reply, owned by the request's caller.
+pub struct ReplyArgs {
+    attr: fuse_attr_out,
+    open: fuse_open_out,
+    write: fuse_write_out,
+    lseek: fuse_lseek_out,
+    statfs: fuse_statfs_out,
+}
+
+impl Default for ReplyArgs {
+    fn default() -> Self {
+        ReplyArgs {
+            attr: FromZeros::new_zeroed(),
+            open: FromZeros::new_zeroed(),
+            write: FromZeros::new_zeroed(),
+            lseek: FromZeros::new_zeroed(),
+            statfs: FromZeros::new_zeroed(),
+        }
+    }
+}
+
+/// One exported image. `Send + Sync`: every queue and worker thread shares it.
+pub struct Export {
+    backend: Arc<dyn BlockBackend>,
+    options: ExportOptions,
+    attrs: Attributes,
+}
+
+impl Export {
+    /// Exports `backend`; a read-only backend makes a read-only export whatever `options`
+    /// say.
+    pub fn new(backend: Arc<dyn BlockBackend>, mut options: ExportOptions) -> Export {
+        options.writable &= !backend.read_only();
+        options.growable &= options.writable;
+        let attrs = Attributes::new(&options);
+        Export {
+            backend,
+            options,
+            attrs,
+        }
+    }
+
+    /// The backend behind the export.
+    pub fn backend(&self) -> &Arc<dyn BlockBackend> {
+        &self.backend
+    }
+
+    /// The options in force (a read-only backend clears `writable`).
+    pub fn options(&self) -> ExportOptions {
+        self.options
+    }
+
+    /// Serves one request. `data` is the caller's buffer for READ data (at least the
+    /// negotiated `max_read`); `args` holds the reply's argument struct. Returns `None`
+    /// for requests that take no reply (FORGET, INTERRUPT, ...).
+    pub fn handle<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        args: &'b mut ReplyArgs,
+        data: &'b mut [u8],
+    ) -> Option<Reply<'b>> {
+        let unique = req.unique;
+        let result = match req.op {
+            Operation::Getattr { .. } => {
+                self.getattr(&mut args.attr).map(|a| Reply::arg(unique, a))
+            }
+            Operation::Setattr { arg } => self
+                .setattr(cx, arg, &mut args.attr)
+                .map(|a| Reply::arg(unique, a)),
+            Operation::Open { arg } => self
+                .open(arg, &mut args.open)
+                .map(|o| Reply::arg(unique, o)),
+            Operation::Release { .. } => Ok(Reply::empty(unique)),
+            Operation::Flush { .. } => self.flush(cx).map(|()| Reply::empty(unique)),
+            Operation::Fsync { .. } => self
+                .backend
+                .flush(cx)
+                .map_err(Errno::from)
+                .map(|()| Reply::empty(unique)),
+            Operation::Read { arg } => self.read(cx, arg, data).map(|d| Reply::data(unique, d)),
+            Operation::Write { arg, data } => self
+                .write(cx, arg, data, &mut args.write)
+                .map(|w| Reply::arg(unique, w)),
+            Operation::Fallocate { arg } => self.fallocate(cx, arg).map(|()| Reply::empty(unique)),
+            Operation::Lseek { arg } => self
+                .lseek(arg, &mut args.lseek)
+                .map(|l| Reply::arg(unique, l)),
+            Operation::Statfs => Ok(Reply::arg(unique, self.statfs(&mut args.statfs))),
+            Operation::Lookup { .. } => Err(Errno::ENOENT),
+            Operation::Statx { .. } => Err(Errno::ENOSYS),
+            Operation::Init { .. } => Err(Errno::EPROTO),
+            Operation::Interrupt { .. }
+            | Operation::Forget { .. }
+            | Operation::BatchForget { .. }
+            | Operation::Destroy => return None,
+            _ => Err(Errno::ENOSYS),
+        };
+        Some(result.unwrap_or_else(|errno| Reply::error(unique, errno)))
+    }
+
+    fn getattr<'a>(&self, out: &'a mut fuse_attr_out) -> Result<&'a fuse_attr_out, Errno> {
+        let allocated = self.backend.allocated_bytes().map_err(Errno::from)?;
+        *out = self.attrs.attr_out(self.backend.len(), allocated);
+        Ok(out)
+    }
+
+    fn open<'a>(
+        &self,
+        arg: &fuse_open_in,
+        out: &'a mut fuse_open_out,
+    ) -> Result<&'a fuse_open_out, Errno> {
+        let access = arg.flags as i32 & libc::O_ACCMODE;
+        if access != libc::O_RDONLY && !self.options.writable {
+            return Err(Errno::EROFS);
+        }
+        // Direct I/O: every read and write reaches us (no page cache in between), and
+        // parallel direct writes are not serialised on the inode lock.
+        out.fh = 0;
+        out.open_flags = FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
+        Ok(out)
+    }
+
+    fn flush(&self, cx: &Ctx<'_>) -> Result<(), Errno> {
+        if !self.options.writable {
+            return Ok(());
+        }
+        self.backend.flush(cx).map_err(Errno::from)
+    }
+
+    fn statfs<'a>(&self, out: &'a mut fuse_statfs_out) -> &'a fuse_statfs_out {
+        const BSIZE: u64 = 4096;
+        out.st.bsize = BSIZE as u32;
+        out.st.frsize = BSIZE as u32;
+        out.st.blocks = self.backend.len().div_ceil(BSIZE);
+        out.st.files = 1;
+        out.st.namelen = 255;
+        out
+    }
+}
