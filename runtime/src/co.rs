@@ -53,6 +53,11 @@ impl<'a> Co<'a> {
     }
 
     /// Lets every other ready coroutine run once, then continues.
+    ///
+    /// Inlined, like every function that contains the suspend: a coroutine resumes by
+    /// returning out of the frame it suspended in, and each such out-of-line frame costs
+    /// a mispredicted return on both switches (about 4x the switch itself, measured).
+    #[inline]
     pub fn yield_now(&self) {
         self.park(Park::Yield);
     }
@@ -108,6 +113,7 @@ impl<'a> Co<'a> {
     ///   never frees a coroutine's stack while its SQE is in flight, even at shutdown.
     /// - The SQE must produce exactly one CQE: no multishot operations, no
     ///   `IOSQE_CQE_SKIP_SUCCESS`, no linked chains (`IO_LINK`, `IO_HARDLINK`).
+    #[inline]
     pub unsafe fn submit(&self, entry: squeue::Entry) -> io::Result<i32> {
         if self.inner.is_closing() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
@@ -123,6 +129,7 @@ impl<'a> Co<'a> {
     ///
     /// # Safety
     /// As [`Co::submit`].
+    #[inline]
     pub unsafe fn submit128(&self, entry: squeue::Entry128) -> io::Result<i32> {
         if self.inner.is_closing() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));

@@ -49,6 +49,8 @@ pub(crate) struct Counters {
     pub(crate) enter_calls: Counter,
     pub(crate) cqes_reaped: Counter,
     pub(crate) peak_live: Counter,
+    pub(crate) poll_hits: Counter,
+    pub(crate) poll_misses: Counter,
 }
 
 /// A copy of the loop's counters at one moment.
@@ -83,6 +85,10 @@ pub struct CounterSnapshot {
     pub enter_calls: u64,
     /// CQEs taken from the completion queue.
     pub cqes_reaped: u64,
+    /// Idle waits that a completion ended while the loop was still spinning (`poll_ns`).
+    pub poll_hits: u64,
+    /// Idle waits where spinning found nothing and the loop slept in the kernel.
+    pub poll_misses: u64,
 }
 
 impl Counters {
@@ -102,6 +108,8 @@ impl Counters {
             sqes_submitted: self.sqes_submitted.get(),
             enter_calls: self.enter_calls.get(),
             cqes_reaped: self.cqes_reaped.get(),
+            poll_hits: self.poll_hits.get(),
+            poll_misses: self.poll_misses.get(),
         }
     }
 }
@@ -128,6 +136,8 @@ impl CounterSnapshot {
             sqes_submitted: self.sqes_submitted - earlier.sqes_submitted,
             enter_calls: self.enter_calls - earlier.enter_calls,
             cqes_reaped: self.cqes_reaped - earlier.cqes_reaped,
+            poll_hits: self.poll_hits - earlier.poll_hits,
+            poll_misses: self.poll_misses - earlier.poll_misses,
         }
     }
 }

@@ -23,6 +23,7 @@ fn fd(f: &impl AsFd) -> types::Fd {
     types::Fd(f.as_fd().as_raw_fd())
 }
 
+#[inline]
 fn check(res: io::Result<i32>) -> io::Result<usize> {
     let res = res?;
     if res < 0 {
@@ -34,6 +35,7 @@ fn check(res: io::Result<i32>) -> io::Result<usize> {
 
 impl Co<'_> {
     /// `IORING_OP_NOP` (Linux 5.1): a full round trip through the ring that does nothing.
+    #[inline]
     pub fn nop(&self) -> io::Result<()> {
         // SAFETY: a NOP points to no memory and yields one CQE.
         check(unsafe { self.submit(opcode::Nop::new().build()) }).map(drop)

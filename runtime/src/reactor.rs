@@ -133,6 +133,14 @@ impl Reactor {
         }
     }
 
+    /// Whether a completion is waiting to be reaped (no system call).
+    pub(crate) fn has_completions(&self) -> bool {
+        self.ring.with(|ring| match ring {
+            Ring::Sqe64(r) => !r.completion().is_empty(),
+            Ring::Sqe128(r) => !r.completion().is_empty(),
+        })
+    }
+
     /// Hands every available completion to `f` as `(user_data, result)`; returns how many.
     /// `f` runs inside the ring's `LoopCell`: it must not touch the reactor, switch
     /// coroutines or run user code.

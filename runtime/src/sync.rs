@@ -26,6 +26,7 @@ impl WaitQueue {
 
     /// Suspends the calling coroutine until another one wakes it through this queue.
     /// Wakeups are not remembered: check your condition in a loop around `wait`.
+    #[inline]
     pub fn wait(&self, co: &Co<'_>) {
         self.waiters.borrow_mut().push_back((co.key(), co.id()));
         co.park(Park::Wait);

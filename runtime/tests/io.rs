@@ -189,3 +189,24 @@ fn cancel_io_wakes_a_coroutine_blocked_on_a_pipe_with_ecanceled() {
         .unwrap();
     assert_eq!(outcome, (true, false, Some(libc::ECANCELED)));
 }
+
+#[test]
+fn polling_before_sleeping_catches_quick_completions() {
+    let rt = Runtime::new(Config {
+        poll_ns: 5_000_000,
+        ..Config::default()
+    })
+    .unwrap();
+    rt.block_on(|co| {
+        for _ in 0..100 {
+            co.nop().unwrap();
+        }
+    })
+    .unwrap();
+    let c = rt.counters();
+    assert_eq!(c.poll_hits + c.poll_misses, 100, "one idle wait per NOP");
+    assert!(c.poll_hits >= 90, "a NOP completes within the 5 ms window: {c:?}");
+    let sleeper = Runtime::new(Config::default()).unwrap();
+    sleeper.block_on(|co| co.nop().unwrap()).unwrap();
+    assert_eq!(sleeper.counters().poll_hits + sleeper.counters().poll_misses, 0);
+}

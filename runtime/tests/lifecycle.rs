@@ -44,6 +44,8 @@ fn counters_match_a_hand_computed_scenario() {
         // Turn 3: A finishes; B's NOP is already reaped, B panics. No enter needed.
         enter_calls: 2,
         cqes_reaped: 3,
+        poll_hits: 0,
+        poll_misses: 0,
     };
     assert_eq!(c, expected);
     let json: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
