@@ -50,8 +50,9 @@ pub struct Args {
     /// Send replies through io_uring instead of writev(2)
     #[arg(long)]
     ring_replies: bool,
-    /// Spin this long for the next request before sleeping (0: never); burns CPU while
-    /// idle for up to this long, saves a wakeup per request when they come one at a time
+    /// Spin up to this long for the next request before sleeping (0: never). The window
+    /// adapts (QEMU's poll-max-ns): it grows while requests come quickly and drops to 0
+    /// after a long idle wait, so an idle export burns no CPU
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
     poll_us: u64,
 }

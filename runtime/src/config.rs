@@ -21,8 +21,9 @@ pub struct Config {
     pub ring_entries: u32,
     /// Use 128-byte SQEs (needed by `IORING_OP_URING_CMD`, e.g. FUSE over io_uring).
     pub sqe128: bool,
-    /// Before sleeping for a completion, spin this long watching the completion queue
-    /// (0: never spin). Trades CPU for latency when work arrives one piece at a time.
+    /// Before sleeping for a completion, spin up to this long watching the completion
+    /// queue (0: never spin). The window adapts between 0 and this maximum to how long
+    /// the loop really waits, as QEMU's `poll-max-ns` does.
     pub poll_ns: u64,
 }
 

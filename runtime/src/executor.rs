@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use corosensei::{Coroutine, CoroutineResult};
 use io_uring::{opcode, squeue};
@@ -32,6 +32,7 @@ use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::join::{JoinHandle, JoinState};
 use crate::loop_cell::LoopCell;
+use crate::poll::AdaptivePoll;
 use crate::reactor::{Reactor, INTERNAL};
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
@@ -51,7 +52,7 @@ pub(crate) struct Inner {
     closing: Cell<bool>,
     running: Cell<bool>,
     next_id: Cell<u64>,
-    poll_ns: u64,
+    poll: AdaptivePoll,
 }
 
 /// A single-threaded event loop running stackful coroutines over one io_uring.
@@ -88,7 +89,7 @@ impl Runtime {
             closing: Cell::new(false),
             running: Cell::new(false),
             next_id: Cell::new(1),
-            poll_ns: config.poll_ns,
+            poll: AdaptivePoll::new(config.poll_ns),
         };
         Ok(Runtime {
             inner: Rc::new(inner),
@@ -307,9 +308,11 @@ impl Inner {
             }
             let idle = self.sched.with(|s| s.ready.is_empty());
             if self.reactor.in_flight() > 0 {
-                let ready_now = idle && self.poll_completions()?;
-                self.reactor
-                    .enter(usize::from(idle && !ready_now), &self.counters)?;
+                if idle && self.poll.enabled() {
+                    self.wait_polling()?;
+                } else {
+                    self.reactor.enter(usize::from(idle), &self.counters)?;
+                }
                 self.reap();
             } else if idle {
                 let live = self.sched.with(|s| s.tasks.len());
@@ -323,28 +326,30 @@ impl Inner {
         }
     }
 
-    /// Before the loop sleeps in the kernel: submit what is queued, then spin for up to
-    /// `poll_ns` watching the completion queue (QEMU's `poll-max-ns`). A completion that
-    /// arrives while we spin costs no sleep and no wakeup of this CPU, which dominates
-    /// latency when requests come one at a time. Returns whether one arrived.
-    fn poll_completions(&self) -> io::Result<bool> {
-        if self.poll_ns == 0 {
-            return Ok(false);
-        }
+    /// Waits for a completion, spinning first (see `poll`): submit what is queued, watch
+    /// the completion queue for the current window, then sleep in the kernel if nothing
+    /// came. A completion caught while spinning costs no sleep and no wakeup.
+    fn wait_polling(&self) -> io::Result<()> {
         self.reactor.enter(0, &self.counters)?;
         let start = Instant::now();
-        let limit = Duration::from_nanos(self.poll_ns);
-        loop {
+        let window = self.poll.window();
+        let caught = loop {
             if self.reactor.has_completions() {
-                self.counters.poll_hits.bump();
-                return Ok(true);
+                break true;
             }
-            if start.elapsed() >= limit {
-                self.counters.poll_misses.bump();
-                return Ok(false);
+            if start.elapsed() >= window {
+                break false;
             }
             std::hint::spin_loop();
+        };
+        if caught {
+            self.counters.poll_hits.bump();
+        } else {
+            self.counters.poll_misses.bump();
+            self.reactor.enter(1, &self.counters)?;
         }
+        self.poll.adjust(start.elapsed());
+        Ok(())
     }
 
     /// Moves the coroutine of every available CQE to the run queue.

@@ -38,6 +38,7 @@ mod executor;
 mod join;
 mod loop_cell;
 mod ops;
+mod poll;
 mod reactor;
 mod stack_pool;
 mod sync;

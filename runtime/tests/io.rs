@@ -205,8 +205,14 @@ fn polling_before_sleeping_catches_quick_completions() {
     .unwrap();
     let c = rt.counters();
     assert_eq!(c.poll_hits + c.poll_misses, 100, "one idle wait per NOP");
-    assert!(c.poll_hits >= 90, "a NOP completes within the 5 ms window: {c:?}");
+    assert!(
+        c.poll_hits >= 90,
+        "a NOP completes within the 5 ms window: {c:?}"
+    );
     let sleeper = Runtime::new(Config::default()).unwrap();
     sleeper.block_on(|co| co.nop().unwrap()).unwrap();
-    assert_eq!(sleeper.counters().poll_hits + sleeper.counters().poll_misses, 0);
+    assert_eq!(
+        sleeper.counters().poll_hits + sleeper.counters().poll_misses,
+        0
+    );
 }
