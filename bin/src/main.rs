@@ -1,7 +1,11 @@
 //! `corofuse`: export a disk image as one regular file over FUSE, and measure what it costs.
 
+mod alloc_count;
+mod bench;
 mod bench_switch;
 mod mount;
+mod serve_loop;
+mod serve_threads;
 mod signals;
 
 use std::process::ExitCode;
@@ -19,17 +23,10 @@ struct Cli {
 enum Command {
     /// Export a raw image (or null:SIZE) over a regular file, in the foreground.
     Mount(mount::Args),
-    /// Measure the runtime and the export.
-    Bench {
-        #[command(subcommand)]
-        what: BenchCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Coroutine switch, spawn and io_uring round-trip costs against their floors (JSON).
-    Switch(bench_switch::Args),
+    /// Measure the export against a matrix of workloads (the lab), or the runtime (`bench switch`).
+    Bench(bench::Args),
+    /// Summarise a `corofuse mount --stats` JSON file.
+    Stats(bench::stats_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,9 +36,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Mount(args) => mount::run(&args),
-        Command::Bench {
-            what: BenchCommand::Switch(args),
-        } => bench_switch::run(&args),
+        Command::Bench(args) => bench::run(args),
+        Command::Stats(args) => bench::stats_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

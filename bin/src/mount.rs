@@ -5,22 +5,23 @@
 //! unmount, exit 0. SIGUSR1 writes the statistics without stopping. Every setup error is
 //! one line on stderr and a non-zero exit status.
 
-use std::io;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::Arc;
 
-use backend::{BlockBackend, Ctx, OpenOptions};
+use backend::OpenOptions;
 use fuse::export::{Export, ExportOptions};
 use fuse::init::InitConfig;
 use fuse::mount::MountOptions;
-use fuse::server::{handshake, Queue, QueueConfig, QueueStats};
-use runtime::{Co, Config, CounterSnapshot, Runtime};
+use fuse::server::accounting::OpReport;
+use fuse::server::{handshake, QueueConfig, QueueStats};
+use runtime::CounterSnapshot;
 use serde::Serialize;
 
 use crate::signals::SignalFd;
+use crate::{serve_loop, serve_threads};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct Args {
     /// A raw image file, or null:SIZE (e.g. null:1G)
     image: String,
@@ -50,6 +51,11 @@ pub struct Args {
     /// Send replies through io_uring instead of writev(2)
     #[arg(long)]
     ring_replies: bool,
+    /// How requests run: `coroutine` (one per request, suspending on io_uring), `inline`
+    /// (one at a time on the loop, blocking syscalls) or `threads:N` (N worker threads,
+    /// blocking syscalls, like libfuse)
+    #[arg(long, default_value = "coroutine", value_parser = parse_dispatch)]
+    dispatch: Dispatch,
     /// Spin up to this long for the next request before sleeping (0: never). The window
     /// adapts (QEMU's poll-max-ns): it grows while requests come quickly and drops to 0
     /// after a long idle wait, so an idle export burns no CPU
@@ -57,12 +63,95 @@ pub struct Args {
     poll_us: u64,
 }
 
+/// How requests are dispatched (`--dispatch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    /// One coroutine per request on the io_uring loop.
+    Coroutine,
+    /// Requests one at a time on the loop, blocking syscalls.
+    Inline,
+    /// N worker threads, blocking syscalls.
+    Threads(usize),
+}
+
+fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
+    match text {
+        "coroutine" => Ok(Dispatch::Coroutine),
+        "inline" => Ok(Dispatch::Inline),
+        _ => match text.strip_prefix("threads:").map(str::parse::<usize>) {
+            Some(Ok(n)) if (1..=256).contains(&n) => Ok(Dispatch::Threads(n)),
+            _ => Err("expected coroutine, inline or threads:N (N from 1 to 256)".into()),
+        },
+    }
+}
+
 /// What `--stats` writes.
 #[derive(Serialize)]
-struct Stats<'a> {
-    image: &'a str,
-    runtime: CounterSnapshot,
-    queue: QueueStats,
+pub struct Stats<'a> {
+    pub image: &'a str,
+    pub dispatch: String,
+    pub runtime: CounterSnapshot,
+    pub queue: QueueStats,
+    /// Heap allocations made by the whole process so far (see `alloc_count`).
+    pub allocations: u64,
+    /// Per-opcode accounting (see `fuse::server::accounting`).
+    pub ops: &'a BTreeMap<String, OpReport>,
+}
+
+/// Everything a serving loop needs once the mount is live.
+pub struct Serving {
+    pub args: Args,
+    pub export: Arc<Export>,
+    pub session: fuse::dev::FuseDev,
+    pub max_write: u32,
+    pub signals: SignalFd,
+}
+
+impl Serving {
+    pub fn queue_config(&self) -> QueueConfig {
+        QueueConfig {
+            readers: self.args.readers as usize,
+            ring_replies: self.args.ring_replies,
+            inline: self.args.dispatch == Dispatch::Inline,
+            account: self.accounting(),
+        }
+    }
+
+    /// Per-request accounting is on when there is somewhere to write it (`--stats`).
+    pub fn accounting(&self) -> bool {
+        self.args.stats.is_some()
+    }
+
+    pub fn poll_ns(&self) -> u64 {
+        self.args.poll_us * 1000
+    }
+
+    /// Writes `--stats`, if asked for.
+    pub fn write_stats(&self, runtime: CounterSnapshot, queue: QueueStats, ops: &BTreeMap<String, OpReport>) {
+        if let Some(path) = &self.args.stats {
+            write_stats(path, &self.args, runtime, queue, ops);
+        }
+    }
+}
+
+/// How a serving loop ended.
+pub struct Served {
+    pub result: Result<(), String>,
+    pub runtime: CounterSnapshot,
+    pub queue: QueueStats,
+    pub ops: BTreeMap<String, OpReport>,
+}
+
+impl Served {
+    /// A loop that could not start.
+    pub fn failed(message: String) -> Served {
+        Served {
+            result: Err(message),
+            runtime: CounterSnapshot::default(),
+            queue: QueueStats::default(),
+            ops: BTreeMap::new(),
+        }
+    }
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -75,7 +164,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     let disk = backend::open(&args.image, &options).map_err(|e| e.to_string())?;
     let export = Arc::new(Export::new(
-        Arc::clone(&disk),
+        disk,
         ExportOptions {
             writable: args.writable,
             growable: args.growable,
@@ -98,109 +187,50 @@ pub fn run(args: &Args) -> Result<(), String> {
         fuse::mount::mount(&args.mountpoint, &mount_options).map_err(|e| e.to_string())?;
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
     log::info!(
-        "exporting {} on {}",
-        disk.describe(),
-        mount.path().display()
+        "exporting {} on {} ({:?} dispatch)",
+        export.backend().describe(),
+        mount.path().display(),
+        args.dispatch
     );
     if let Some(path) = &args.pidfile {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
     }
-    let queue_fd = session
-        .clone_queue(true)
-        .map_err(|e| format!("cloning the /dev/fuse queue: {e}"))?;
-    let config = QueueConfig {
-        readers: args.readers as usize,
-        ring_replies: args.ring_replies,
+    let serving = Serving {
+        args: args.clone(),
+        export,
+        session,
+        max_write: negotiated.max_write,
+        signals,
     };
-    let queue = Queue::new(queue_fd, export, negotiated.max_write, config);
-    let rt = Runtime::new(Config {
-        poll_ns: args.poll_us * 1000,
-        ..Config::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let stats_path = args.stats.clone();
-    let image = args.image.clone();
-    let q = Rc::clone(&queue);
-    let served =
-        rt.block_on(move |co| serve(co, &q, signals, &disk, &image, stats_path.as_deref()));
+    let served = match args.dispatch {
+        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving),
+        Dispatch::Threads(n) => serve_threads::serve(serving, n),
+    };
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
-        write_stats(path, &args.image, rt.counters(), queue.stats());
+        write_stats(path, args, served.runtime, served.queue, &served.ops);
     }
-    served
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    served.result?;
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
     log::info!("unmounted {}", args.mountpoint.display());
     Ok(())
 }
 
-/// The main coroutine: serve until the queue ends, then flush.
-fn serve(
-    co: &Co<'_>,
-    queue: &Rc<Queue>,
-    signals: SignalFd,
-    disk: &Arc<dyn BlockBackend>,
-    image: &str,
-    stats: Option<&Path>,
-) -> io::Result<()> {
-    queue.start(co)?;
-    let watcher = {
-        let (queue, image, stats) = (
-            Rc::clone(queue),
-            image.to_string(),
-            stats.map(Path::to_path_buf),
-        );
-        co.spawn_named("signals", move |co| {
-            watch_signals(co, &queue, &signals, &image, stats.as_deref())
-        })?
-    };
-    queue.wait_finished(co);
-    co.cancel_io(watcher)?;
-    log::info!("no request left in flight; flushing {}", disk.describe());
-    disk.flush(&Ctx::Coroutine(co))
-}
-
-/// Reads signals through the ring: SIGUSR1 writes the stats, SIGINT/SIGTERM stop the queue.
-fn watch_signals(
-    co: &Co<'_>,
-    queue: &Queue,
-    signals: &SignalFd,
-    image: &str,
-    stats: Option<&Path>,
+fn write_stats(
+    path: &Path,
+    args: &Args,
+    runtime: CounterSnapshot,
+    queue: QueueStats,
+    ops: &BTreeMap<String, OpReport>,
 ) {
-    let mut info = [0u8; 128];
-    loop {
-        match co.read(signals, &mut info) {
-            Ok(128) => {}
-            Ok(n) => log::warn!("short signalfd read of {n} bytes"),
-            Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => return,
-            Err(e) => {
-                log::error!("reading signals: {e}");
-                return;
-            }
-        }
-        match SignalFd::signo(&info) {
-            libc::SIGUSR1 => {
-                if let Some(path) = stats {
-                    write_stats(path, image, co.counters(), queue.stats());
-                }
-            }
-            signo => {
-                log::info!("signal {signo}: finishing the requests in flight, then unmounting");
-                queue.stop(co);
-                return;
-            }
-        }
-    }
-}
-
-fn write_stats(path: &Path, image: &str, runtime: CounterSnapshot, queue: QueueStats) {
     let stats = Stats {
-        image,
+        image: &args.image,
+        dispatch: format!("{:?}", args.dispatch),
         runtime,
         queue,
+        allocations: crate::alloc_count::allocations(),
+        ops,
     };
     let json = serde_json::to_string_pretty(&stats).expect("stats serialise");
     if let Err(e) = std::fs::write(path, json + "\n") {

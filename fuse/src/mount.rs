@@ -27,7 +27,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-pub use check::is_fuse_mountpoint;
+pub use check::{fuse_mount_device, is_fuse_mountpoint};
 
 /// How to mount: names and kernel options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +92,8 @@ pub struct Mount {
     path: PathBuf,
     method: Method,
     mounted: bool,
+    /// Our mount's device in mountinfo, so that we never detach someone else's.
+    device: Option<String>,
 }
 
 /// Mounts a FUSE file system over the regular file `mountpoint`.
@@ -116,12 +118,14 @@ pub fn mount(mountpoint: &Path, opts: &MountOptions) -> io::Result<(FuseDev, Mou
         method,
         dev.as_raw_fd()
     );
+    let device = check::fuse_mount_device(&path)?;
     Ok((
         dev,
         Mount {
             path,
             method,
             mounted: true,
+            device,
         },
     ))
 }
@@ -140,7 +144,20 @@ impl Mount {
         self.detach()
     }
 
+    /// Whether our mount is still there (it may have been unmounted from outside, and
+    /// something else mounted on the same path since).
+    pub fn is_mounted(&self) -> bool {
+        match check::fuse_mount_device(&self.path) {
+            Ok(device) => device.is_some() && device == self.device,
+            Err(_) => true,
+        }
+    }
+
     fn detach(&self) -> io::Result<()> {
+        if !self.is_mounted() {
+            log::info!("{} was already unmounted", self.path.display());
+            return Ok(());
+        }
         match &self.method {
             Method::Syscall => privileged::unmount(&self.path)?,
             Method::Fusermount(bin) => fusermount::unmount(bin, &self.path)?,

@@ -1,7 +1,9 @@
 //! [`Co`]: what a running coroutine holds to suspend itself, spawn others and submit I/O.
 
+use std::cell::Cell;
 use std::io;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use corosensei::Yielder;
 use io_uring::squeue;
@@ -26,6 +28,20 @@ pub struct Co<'a> {
     pub(crate) inner: &'a Rc<Inner>,
     key: usize,
     id: TaskId,
+    stats: Cell<CoStats>,
+}
+
+/// What one coroutine has done so far: the raw material of per-request accounting.
+/// Kept on the coroutine's own stack, so counting costs no shared state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoStats {
+    /// Times it handed control back to the loop (each is two switches with the resume).
+    pub suspends: u32,
+    /// SQEs it submitted.
+    pub sqes: u32,
+    /// Time spent suspended on its SQEs, when the runtime measures it
+    /// ([`Config::account`](crate::Config::account)); zero otherwise.
+    pub io_wait: Duration,
 }
 
 impl<'a> Co<'a> {
@@ -40,7 +56,20 @@ impl<'a> Co<'a> {
             inner,
             key,
             id,
+            stats: Cell::new(CoStats::default()),
         }
+    }
+
+    /// What this coroutine has done so far (suspends, SQEs, time waiting on them).
+    pub fn stats(&self) -> CoStats {
+        self.stats.get()
+    }
+
+    /// When the loop last reaped completions, if the runtime measures it
+    /// ([`Config::account`](crate::Config::account)): just after resuming from I/O, the
+    /// time since then is how long this coroutine waited in the run queue.
+    pub fn reaped_at(&self) -> Option<Instant> {
+        self.inner.reaped_at()
     }
 
     /// This coroutine's identity.
@@ -65,7 +94,24 @@ impl<'a> Co<'a> {
     /// Hands control to the loop; returns the value the loop resumes us with.
     #[inline(always)]
     pub(crate) fn park(&self, why: Park) -> i32 {
+        let mut stats = self.stats.get();
+        stats.suspends += 1;
+        self.stats.set(stats);
         self.yielder.suspend(why)
+    }
+
+    /// Suspends until the CQE of the SQE just queued; counts it, and times it when asked.
+    #[inline(always)]
+    fn park_io(&self) -> i32 {
+        let started = self.inner.accounting().then(Instant::now);
+        let result = self.park(Park::Io);
+        let mut stats = self.stats.get();
+        stats.sqes += 1;
+        if let Some(started) = started {
+            stats.io_wait += started.elapsed();
+        }
+        self.stats.set(stats);
+        result
     }
 
     /// Starts another coroutine on this loop; it first runs after this one suspends.
@@ -121,7 +167,7 @@ impl<'a> Co<'a> {
         let entry = entry.user_data(self.key as u64);
         // SAFETY: forwarded from the caller; we suspend until the CQE arrives.
         unsafe { self.inner.push_sqe(&entry)? };
-        Ok(self.park(Park::Io))
+        Ok(self.park_io())
     }
 
     /// As [`Co::submit`], for a 128-byte SQE (`IORING_OP_URING_CMD`); the runtime must have
@@ -137,6 +183,6 @@ impl<'a> Co<'a> {
         let entry = entry.user_data(self.key as u64);
         // SAFETY: forwarded from the caller; we suspend until the CQE arrives.
         unsafe { self.inner.push_sqe128(&entry)? };
-        Ok(self.park(Park::Io))
+        Ok(self.park_io())
     }
 }

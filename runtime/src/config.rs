@@ -25,6 +25,9 @@ pub struct Config {
     /// queue (0: never spin). The window adapts between 0 and this maximum to how long
     /// the loop really waits, as QEMU's `poll-max-ns` does.
     pub poll_ns: u64,
+    /// Time each coroutine's I/O waits and each reap of completions (two clock reads per
+    /// I/O, one per reap), for per-request accounting ([`Co::stats`](crate::Co::stats)).
+    pub account: bool,
 }
 
 impl Default for Config {
@@ -35,6 +38,7 @@ impl Default for Config {
             ring_entries: 256,
             sqe128: false,
             poll_ns: 0,
+            account: false,
         }
     }
 }

@@ -53,6 +53,8 @@ pub(crate) struct Inner {
     running: Cell<bool>,
     next_id: Cell<u64>,
     poll: AdaptivePoll,
+    account: bool,
+    reaped_at: Cell<Option<Instant>>,
 }
 
 /// A single-threaded event loop running stackful coroutines over one io_uring.
@@ -90,6 +92,8 @@ impl Runtime {
             running: Cell::new(false),
             next_id: Cell::new(1),
             poll: AdaptivePoll::new(config.poll_ns),
+            account: config.account,
+            reaped_at: Cell::new(None),
         };
         Ok(Runtime {
             inner: Rc::new(inner),
@@ -220,6 +224,16 @@ impl Inner {
 
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.get()
+    }
+
+    /// Whether coroutines time their I/O waits (`Config::account`).
+    #[inline(always)]
+    pub(crate) fn accounting(&self) -> bool {
+        self.account
+    }
+
+    pub(crate) fn reaped_at(&self) -> Option<Instant> {
+        self.reaped_at.get()
     }
 
     /// Queues an SQE for the coroutine at `key`; flushes (and reaps) when the queue is full.
@@ -354,7 +368,7 @@ impl Inner {
 
     /// Moves the coroutine of every available CQE to the run queue.
     fn reap(&self) {
-        self.reactor.reap(&self.counters, |user_data, result| {
+        let reaped = self.reactor.reap(&self.counters, |user_data, result| {
             if user_data == INTERNAL {
                 return;
             }
@@ -366,6 +380,9 @@ impl Inner {
                 s.ready.push_back((key, result));
             });
         });
+        if self.account && reaped > 0 {
+            self.reaped_at.set(Some(Instant::now()));
+        }
     }
 
     /// Switches into one coroutine, in place in its slot, and records how it came back.

@@ -35,6 +35,7 @@ mod config;
 mod coro_store;
 mod counters;
 mod executor;
+pub mod histogram;
 mod join;
 mod loop_cell;
 mod ops;
@@ -44,7 +45,7 @@ mod stack_pool;
 mod sync;
 mod task;
 
-pub use co::Co;
+pub use co::{Co, CoStats};
 pub use config::{Config, DEFAULT_STACK_SIZE};
 pub use counters::CounterSnapshot;
 pub use executor::Runtime;

@@ -232,3 +232,43 @@ fn dropping_the_runtime_with_sleepers_returns_promptly() {
     drop(rt);
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
 }
+
+#[test]
+fn each_coroutine_counts_its_own_suspends_sqes_and_io_time() {
+    let rt = Runtime::new(Config {
+        account: true,
+        ..Config::default()
+    })
+    .unwrap();
+    let stats = rt
+        .block_on(|co| {
+            co.nop().unwrap();
+            co.yield_now();
+            co.sleep(std::time::Duration::from_millis(20)).unwrap();
+            assert!(
+                co.reaped_at().is_some(),
+                "a reap happened before this resume"
+            );
+            co.stats()
+        })
+        .unwrap();
+    assert_eq!((stats.suspends, stats.sqes), (3, 2));
+    assert!(
+        stats.io_wait >= std::time::Duration::from_millis(20),
+        "{stats:?}"
+    );
+    // Without accounting the counts remain, the clock is never read.
+    let plain = rt_plain_stats();
+    assert_eq!((plain.suspends, plain.sqes), (1, 1));
+    assert_eq!(plain.io_wait, std::time::Duration::ZERO);
+}
+
+fn rt_plain_stats() -> runtime::CoStats {
+    let rt = rt();
+    rt.block_on(|co| {
+        co.nop().unwrap();
+        assert!(co.reaped_at().is_none());
+        co.stats()
+    })
+    .unwrap()
+}

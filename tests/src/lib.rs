@@ -1,1 +1,59 @@
-//! placeholder
+//! Kernel tests for `corofuse mount`: each test runs the real binary, mounts an image over a
+//! regular file with mount(2) and checks the CLI contract from outside, as a script would.
+//!
+//! The tests need root, /dev/fuse and CAP_SYS_ADMIN (our CI has them); elsewhere each one
+//! prints why it is skipped and passes. Every mount test is named `mount_*`, so
+//! `cargo test -p corofuse-tests mount_` selects them and `--skip mount_` leaves them out.
+//!
+//! ```no_run
+//! use corofuse_tests::{require_fuse, MountedExport, Sandbox};
+//!
+//! require_fuse!();
+//! let sandbox = Sandbox::new();
+//! let image = sandbox.file("disk.img", &[7u8; 8192]);
+//! let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+//! assert_eq!(std::fs::read(export.path()).unwrap(), [7u8; 8192]);
+//! export.stop(); // SIGTERM: exit status 0, mount gone
+//! ```
+//!
+//! Layout: [`bin`] finds (and builds) the binary, [`require`] probes and skips visibly,
+//! [`export`] is the daemon guard, [`mountinfo`] reads /proc/self/mountinfo, [`sandbox`]
+//! holds per-test files, [`buf`] has aligned buffers and patterns, [`diag`] describes a hung
+//! daemon, [`sys`] the syscalls.
+//!
+//! Knobs: `COROFUSE_BIN=/path` tests that binary instead of building `target/<profile>/
+//! corofuse`; `COROFUSE_TEST_LOG=debug` sets the daemons' `RUST_LOG` (default `info`), and
+//! a failing test shows the daemon's stderr.
+#![warn(missing_docs)]
+
+pub mod bin;
+pub mod buf;
+pub mod diag;
+pub mod export;
+pub mod mountinfo;
+pub mod require;
+pub mod sandbox;
+pub mod sys;
+
+use std::fmt::Debug;
+use std::io;
+
+pub use buf::{assert_bytes_eq, pattern, AlignedBuf, Rng};
+pub use export::MountedExport;
+pub use sandbox::{open_direct, open_rw, Sandbox};
+
+/// KiB.
+pub const KIB: u64 = 1024;
+/// MiB.
+pub const MIB: u64 = 1024 * 1024;
+
+/// The errno of a call that must fail; panics, naming `what`, if it succeeded.
+#[track_caller]
+pub fn errno_of<T: Debug>(result: io::Result<T>, what: &str) -> i32 {
+    match result {
+        Ok(v) => panic!("{what}: succeeded ({v:?}), expected an error"),
+        Err(e) => e
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("{what}: error without errno: {e}")),
+    }
+}

@@ -7,8 +7,9 @@
 //!   bits are refused (`EPERM`), and so is a change of owner (`EOPNOTSUPP`);
 //! - a read-only export cannot be given write bits (`EROFS`).
 //!
-//! Unlike QEMU, times may be set (so `touch` works), and a read-only export refuses a size
-//! change with `EROFS` rather than `EACCES`.
+//! Unlike QEMU, times may be set (so `touch` works), a read-only export refuses a size
+//! change with `EROFS` rather than `EACCES`, and only a growable export can be truncated
+//! to a larger size (`EFBIG` otherwise; shrinking needs only a writable export).
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -59,6 +60,7 @@ pub struct Attributes {
     state: Mutex<State>,
     allow_other: bool,
     writable: bool,
+    growable: bool,
 }
 
 impl Attributes {
@@ -83,6 +85,7 @@ impl Attributes {
             }),
             allow_other: options.allow_other,
             writable: options.writable,
+            growable: options.growable,
         }
     }
 
@@ -138,6 +141,14 @@ impl Attributes {
         }
         if arg.valid & FATTR_SIZE != 0 && !self.writable {
             return Err(Errno::EROFS);
+        }
+        Ok(())
+    }
+
+    /// Checks a size change against the current size: growing needs a growable export.
+    pub fn check_size(&self, arg: &fuse_setattr_in, len: u64) -> Result<(), Errno> {
+        if arg.valid & FATTR_SIZE != 0 && arg.size > len && !self.growable {
+            return Err(Errno::EFBIG);
         }
         Ok(())
     }

@@ -68,9 +68,9 @@ impl Export {
         Ok(out)
     }
 
-    /// FALLOCATE: mode 0 grows at or past the end and is accepted inside the image;
-    /// PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE zero through the backend; other modes
-    /// EOPNOTSUPP.
+    /// FALLOCATE: mode 0 grows a growable export at or past the end (ENOSPC for a fixed
+    /// size) and is accepted inside the image; PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE zero
+    /// through the backend; other modes EOPNOTSUPP.
     pub(super) fn fallocate(&self, cx: &Ctx<'_>, arg: &fuse_fallocate_in) -> Result<(), Errno> {
         if !self.options.writable {
             return Err(Errno::EROFS);
@@ -79,6 +79,9 @@ impl Export {
         let len = self.backend.len();
         let end = arg.offset.checked_add(arg.length).ok_or(Errno::EFBIG)?;
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        if !keep_size && end > len && !self.options.growable {
+            return Err(Errno::ENOSPC);
+        }
         let clamped = if keep_size { end.min(len) } else { end };
         let zero = |offset: u64, end: u64, unmap: bool| {
             if end <= offset {
@@ -141,6 +144,7 @@ impl Export {
         out: &'a mut fuse_attr_out,
     ) -> Result<&'a fuse_attr_out, Errno> {
         self.attrs.check(arg)?;
+        self.attrs.check_size(arg, self.backend.len())?;
         if arg.valid & FATTR_SIZE != 0 {
             self.backend.resize(cx, arg.size).map_err(Errno::from)?;
         }

@@ -11,7 +11,8 @@
 //! - a read-only export shows no write bits and refuses every modification with `EROFS`
 //!   (QEMU answers `EACCES`);
 //! - a write past the end grows the image when the export is growable; otherwise it is
-//!   short up to the end and `ENOSPC` beyond it, never silently dropped;
+//!   short up to the end and `ENOSPC` beyond it, never silently dropped; likewise only a
+//!   growable export grows by `truncate` (`EFBIG` otherwise) or `fallocate` (`ENOSPC`);
 //! - mode, owner and times are kept in memory (see [`attr`]).
 
 pub mod attr;

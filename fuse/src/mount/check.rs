@@ -36,6 +36,25 @@ pub fn is_fuse_mountpoint(path: &Path) -> io::Result<bool> {
     Ok(mountinfo_has_fuse(&info, path.as_os_str().as_bytes()))
 }
 
+/// The device (`major:minor`, mountinfo field 3) of the topmost FUSE mount on `path`: it
+/// tells our mount apart from one made later on the same path.
+pub fn fuse_mount_device(path: &Path) -> io::Result<Option<String>> {
+    let info = fs::read_to_string("/proc/self/mountinfo")?;
+    let path = path.as_os_str().as_bytes();
+    Ok(info
+        .lines()
+        .filter(|line| {
+            parse_line(line).is_some_and(|(mnt, fstype)| unescape_eq(mnt, path) && is_fuse(fstype))
+        })
+        .filter_map(|line| line.split(' ').nth(2))
+        .next_back()
+        .map(str::to_string))
+}
+
+fn is_fuse(fstype: &str) -> bool {
+    fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.")
+}
+
 /// The parent canonicalized, the last component kept unless it is a symlink.
 fn absolute(path: &Path) -> io::Result<PathBuf> {
     let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
@@ -86,10 +105,9 @@ fn already_fuse(path: &Path) -> io::Error {
 
 /// Scans mountinfo text: field 5 is the mountpoint, the fstype follows " - ".
 fn mountinfo_has_fuse(info: &str, path: &[u8]) -> bool {
-    info.lines().filter_map(parse_line).any(|(mnt, fstype)| {
-        unescape_eq(mnt, path)
-            && (fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse."))
-    })
+    info.lines()
+        .filter_map(parse_line)
+        .any(|(mnt, fstype)| unescape_eq(mnt, path) && is_fuse(fstype))
 }
 
 /// (mountpoint, fstype) of one mountinfo line.

@@ -16,21 +16,22 @@
 //! file system is unmounted (reads fail with `ENODEV`).
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::io::{self, IoSliceMut};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use backend::Ctx;
-use runtime::{Co, TaskId, WaitQueue};
-use serde::Serialize;
+use runtime::{Co, CoStats, TaskId, WaitQueue};
 
+use super::accounting::{Accounting, OpReport, Sample};
 use super::buffers::{Big, Buffers, Head};
+use super::dispatch::{serve_request, split_request, QueueStats, Served};
 use crate::abi::FUSE_READ;
 use crate::decode::header_of;
 use crate::dev::{classify_read, FuseDev, Received};
-use crate::export::{Export, ReplyArgs};
-use crate::reply::{classify_write_error, Sent};
-use crate::{Errno, Reply, Request};
+use crate::export::Export;
 
 /// How a queue runs.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +41,13 @@ pub struct QueueConfig {
     /// Send replies through the ring (batched with the next submission) instead of a
     /// direct `writev(2)`.
     pub ring_replies: bool,
+    /// `inline` dispatch, the model QEMU had before coroutines: one reader, and each
+    /// request runs to completion on the loop with blocking syscalls, no coroutine of its
+    /// own. For comparison with the default (one coroutine per request).
+    pub inline: bool,
+    /// Per-request accounting per opcode ([`super::accounting`]); costs a few clock reads
+    /// per request.
+    pub account: bool,
 }
 
 impl Default for QueueConfig {
@@ -47,27 +55,10 @@ impl Default for QueueConfig {
         QueueConfig {
             readers: 2,
             ring_replies: false,
+            inline: false,
+            account: false,
         }
     }
-}
-
-/// What a queue did (for `--stats`).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct QueueStats {
-    /// Requests read from /dev/fuse.
-    pub requests: u64,
-    /// Replies written.
-    pub replies: u64,
-    /// Replies the kernel no longer wanted (request interrupted or aborted).
-    pub replies_gone: u64,
-    /// Requests that could not be decoded.
-    pub malformed: u64,
-    /// Reads that found no request (`EAGAIN`) and waited for `POLLIN`.
-    pub empty_reads: u64,
-    /// In-place buffers allocated (high-water mark of requests in flight plus readers).
-    pub heads_allocated: u64,
-    /// Large buffers allocated.
-    pub bigs_allocated: u64,
 }
 
 /// One /dev/fuse fd served by coroutines of one event loop.
@@ -83,6 +74,7 @@ pub struct Queue {
     in_flight: Cell<usize>,
     finished: WaitQueue,
     stats: RefCell<QueueStats>,
+    accounting: RefCell<Accounting>,
 }
 
 impl Queue {
@@ -105,12 +97,18 @@ impl Queue {
             in_flight: Cell::new(0),
             finished: WaitQueue::new(),
             stats: RefCell::new(QueueStats::default()),
+            accounting: RefCell::new(Accounting::default()),
         })
     }
 
     /// Starts the readers.
     pub fn start(self: &Rc<Self>, co: &Co<'_>) -> io::Result<()> {
-        for _ in 0..self.config.readers.max(1) {
+        let readers = if self.config.inline {
+            1
+        } else {
+            self.config.readers.max(1)
+        };
+        for _ in 0..readers {
             self.spawn_reader(co)?;
         }
         Ok(())
@@ -148,6 +146,26 @@ impl Queue {
         stats
     }
 
+    /// The per-opcode accounting so far (empty unless `QueueConfig::account`).
+    pub fn accounting(&self) -> BTreeMap<String, OpReport> {
+        self.accounting.borrow().report()
+    }
+
+    /// Starts timing a request whose read just completed, if accounting is on.
+    fn clock(&self, co: &Co<'_>, head: &Head) -> Option<RequestClock> {
+        let opcode = header_of(head.bytes())?.opcode;
+        self.config.account.then(|| RequestClock::start(co, opcode))
+    }
+
+    fn account(&self, co: &Co<'_>, clock: Option<RequestClock>, served: &Served) {
+        if let Some(clock) = clock {
+            let direct = !self.config.ring_replies || self.config.inline;
+            let syscalls = u32::from(direct && matches!(served, Served::Replied(_)));
+            let sample = clock.finish(co, syscalls);
+            self.accounting.borrow_mut().record(&sample);
+        }
+    }
+
     fn spawn_reader(self: &Rc<Self>, co: &Co<'_>) -> io::Result<()> {
         let queue = Rc::clone(self);
         self.live_readers.set(self.live_readers.get() + 1);
@@ -160,7 +178,11 @@ impl Queue {
     }
 
     /// A reader's life: wait for one request, hand reading over to a new reader, serve it.
+    /// In `inline` mode the one reader serves every request itself, without suspending.
     fn reader(self: Rc<Self>, co: &Co<'_>) {
+        if self.config.inline {
+            return self.inline_reader(co);
+        }
         let mut head = self.buffers.heads.take();
         let mut big = self.buffers.bigs.take();
         let received = self.receive(co, &mut head, &mut big);
@@ -174,7 +196,9 @@ impl Queue {
                         log::error!("cannot start a /dev/fuse reader: {e}");
                     }
                 }
-                self.serve(co, &head, big, n);
+                let clock = self.clock(co, &head);
+                let served = self.serve(co, &head, big, n);
+                self.account(co, clock, &served);
                 self.in_flight.set(self.in_flight.get() - 1);
             }
             Ok(None) => {
@@ -191,6 +215,32 @@ impl Queue {
         if self.is_finished() {
             self.finished.wake_all(co);
         }
+    }
+
+    fn inline_reader(self: Rc<Self>, co: &Co<'_>) {
+        let mut head = self.buffers.heads.take();
+        let mut big = self.buffers.bigs.take();
+        loop {
+            match self.receive(co, &mut head, &mut big) {
+                Ok(Some(n)) => {
+                    let clock = self.clock(co, &head);
+                    let (head_part, tail, data) = split_request(head.bytes(), big.bytes_mut(), n);
+                    let served = self.dispatch(co, &Ctx::Blocking, head_part, tail, data);
+                    self.account(co, clock, &served);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    log::error!("reading /dev/fuse: {e}; this queue stops");
+                    break;
+                }
+            }
+        }
+        self.stopping.set(true);
+        self.readers.borrow_mut().clear();
+        self.live_readers.set(self.live_readers.get() - 1);
+        self.buffers.heads.give(head);
+        self.buffers.bigs.give(big);
+        self.finished.wake_all(co);
     }
 
     /// Reads one request; `None` once the queue stops or the file system is unmounted.
@@ -216,6 +266,11 @@ impl Queue {
                 Received::Unmounted => return Ok(None),
                 Received::Retry if again => {
                     self.stats.borrow_mut().empty_reads += 1;
+                    // `stop` may have run while this reader was ready to resume, when
+                    // there was no I/O of ours to cancel: look again before waiting.
+                    if self.stopping.get() {
+                        return Ok(None);
+                    }
                     match co.poll(&self.dev, libc::POLLIN) {
                         Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => return Ok(None),
                         Err(e) => return Err(e),
@@ -229,61 +284,79 @@ impl Queue {
 
     /// Serves one request of `n` bytes. The big buffer goes back to the pool at once unless
     /// the request uses it: as the rest of a large WRITE, or for READ data.
-    fn serve(&self, co: &Co<'_>, head: &Head, mut big: Big, n: usize) {
+    fn serve(&self, co: &Co<'_>, head: &Head, mut big: Big, n: usize) -> Served {
         let in_head = n.min(head.bytes().len());
-        if n > in_head {
-            self.dispatch(co, head.bytes(), &big.bytes()[..n - in_head], &mut []);
+        let served = if n > in_head {
+            let tail = &big.bytes()[..n - in_head];
+            self.dispatch(co, &Ctx::Coroutine(co), head.bytes(), tail, &mut [])
         } else if header_of(head.bytes()).is_some_and(|h| h.opcode == FUSE_READ) {
-            self.dispatch(co, &head.bytes()[..n], &[], big.bytes_mut());
+            let head = &head.bytes()[..n];
+            self.dispatch(co, &Ctx::Coroutine(co), head, &[], big.bytes_mut())
         } else {
             self.buffers.bigs.give(big);
-            self.dispatch(co, &head.bytes()[..n], &[], &mut []);
-            return;
-        }
+            let head = &head.bytes()[..n];
+            return self.dispatch(co, &Ctx::Coroutine(co), head, &[], &mut []);
+        };
         self.buffers.bigs.give(big);
+        served
     }
 
-    /// Decodes a request, runs it against the export, and replies.
-    fn dispatch(&self, co: &Co<'_>, head: &[u8], tail: &[u8], data: &mut [u8]) {
-        let req = match Request::decode(head, tail) {
-            Ok(req) => req,
-            Err(e) => {
-                self.stats.borrow_mut().malformed += 1;
-                log::warn!(
-                    "malformed request of {} bytes: {e}",
-                    head.len() + tail.len()
-                );
-                if let Some(h) = header_of(head) {
-                    self.send(co, &Reply::error(h.unique, Errno::EIO));
-                }
-                return;
+    /// Runs one request with `cx` and replies (through the ring or with `writev(2)`).
+    fn dispatch(
+        &self,
+        co: &Co<'_>,
+        cx: &Ctx<'_>,
+        head: &[u8],
+        tail: &[u8],
+        data: &mut [u8],
+    ) -> Served {
+        let served = serve_request(&self.export, cx, head, tail, data, |reply| {
+            let slices = reply.io_slices();
+            if self.config.ring_replies && !self.config.inline {
+                co.writev(&self.dev, &slices)
+            } else {
+                self.dev.writev(&slices)
             }
-        };
-        log::trace!("{req}");
-        let mut args = ReplyArgs::default();
-        if let Some(reply) = self
-            .export
-            .handle(&Ctx::Coroutine(co), &req, &mut args, data)
-        {
-            self.send(co, &reply);
+        });
+        self.stats.borrow_mut().record(&served);
+        served
+    }
+}
+
+/// Times one request on its coroutine (see [`super::accounting`]).
+struct RequestClock {
+    opcode: u32,
+    started: Instant,
+    wait: Duration,
+    before: CoStats,
+}
+
+impl RequestClock {
+    fn start(co: &Co<'_>, opcode: u32) -> RequestClock {
+        let started = Instant::now();
+        let wait = co
+            .reaped_at()
+            .map_or(Duration::ZERO, |t| started.saturating_duration_since(t));
+        RequestClock {
+            opcode,
+            started,
+            wait,
+            before: co.stats(),
         }
     }
 
-    fn send(&self, co: &Co<'_>, reply: &Reply<'_>) {
-        let slices = reply.io_slices();
-        let written = if self.config.ring_replies {
-            co.writev(&self.dev, &slices)
-        } else {
-            self.dev.writev(&slices)
-        };
-        let sent = written
-            .map(|_| Sent::Delivered)
-            .or_else(classify_write_error);
-        let mut stats = self.stats.borrow_mut();
-        match sent {
-            Ok(Sent::Delivered) => stats.replies += 1,
-            Ok(Sent::Gone) => stats.replies_gone += 1,
-            Err(e) => log::warn!("reply to request {}: {e}", reply.header().unique),
+    /// The sample, counting the read that delivered the request (one SQE, and the resume
+    /// and final switch of its coroutine) and `syscalls` direct /dev/fuse calls.
+    fn finish(self, co: &Co<'_>, syscalls: u32) -> Sample {
+        let now = co.stats();
+        Sample {
+            opcode: self.opcode,
+            wait: self.wait,
+            io: now.io_wait.saturating_sub(self.before.io_wait),
+            total: self.started.elapsed() + self.wait,
+            switches: 2 + 2 * (now.suspends - self.before.suspends),
+            sqes: 1 + now.sqes - self.before.sqes,
+            syscalls,
         }
     }
 }

@@ -7,9 +7,13 @@
 //! loop's io_uring, one coroutine per request. Blocking threads and FUSE over io_uring
 //! plug in beside it, using the same handshake, buffers and `Export::handle`.
 
+pub mod accounting;
+pub mod blocking;
 pub mod buffers;
 pub mod coroutine;
+pub mod dispatch;
 pub mod session;
 
-pub use coroutine::{Queue, QueueConfig, QueueStats};
+pub use coroutine::{Queue, QueueConfig};
+pub use dispatch::QueueStats;
 pub use session::handshake;

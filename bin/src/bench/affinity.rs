@@ -1,0 +1,101 @@
+//! `--cpus same|split`: where the daemon and the load run.
+//!
+//! Why: at iodepth 1 placement decides the result (CONTEXT.md: qemu-storage-daemon does
+//! ~21k IOPS with daemon and client on different vCPUs, ~105k on the same one, because
+//! waking a halted vCPU costs ~20 µs). Pinning every task of the daemon
+//! (/proc/PID/task/*) and the load makes runs comparable.
+
+use std::io;
+
+use serde::Serialize;
+
+/// The placement policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Cpus {
+    /// Daemon and load on the same CPU.
+    Same,
+    /// Daemon on one CPU, load on another.
+    Split,
+}
+
+/// The CPUs chosen for the daemon and for the load.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Placement {
+    pub daemon: usize,
+    pub load: usize,
+}
+
+impl Placement {
+    /// Resolves a policy against the CPUs this process may use.
+    pub fn choose(cpus: Cpus) -> Result<Placement, String> {
+        let allowed = allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
+        let first = *allowed
+            .first()
+            .ok_or("no CPU in this process's affinity mask")?;
+        match cpus {
+            Cpus::Same => Ok(Placement {
+                daemon: first,
+                load: first,
+            }),
+            Cpus::Split => match allowed.get(1) {
+                Some(&second) => Ok(Placement {
+                    daemon: first,
+                    load: second,
+                }),
+                None => Err("--cpus split needs two CPUs; this process may use one".into()),
+            },
+        }
+    }
+}
+
+fn set_for(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET bounds-checks `cpu` against the set's size.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    set
+}
+
+/// Pins one task (0: the calling thread). Async-signal-safe, usable in `pre_exec`.
+pub fn pin(tid: libc::pid_t, cpu: usize) -> io::Result<()> {
+    let set = set_for(cpu);
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins every thread of process `pid`.
+pub fn pin_process(pid: u32, cpu: usize) -> Result<(), String> {
+    let dir = format!("/proc/{pid}/task");
+    let tasks = std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))?;
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        match pin(tid, cpu) {
+            // The thread exited between the listing and the call.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => return Err(format!("pinning task {tid} of {pid} to CPU {cpu}: {e}")),
+            Ok(()) => {}
+        }
+    }
+    Ok(())
+}
+
+fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = 8 * std::mem::size_of_val(&set);
+    // SAFETY: CPU_ISSET bounds-checks the index against the set's size.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}

@@ -1,0 +1,229 @@
+//! `--fio`: the same matrix driven by fio instead of the built-in load, for a second
+//! opinion from the tool everyone else quotes (CONTEXT.md's figures are fio's).
+//!
+//! fio runs with `--lat_percentiles=1`, so its percentiles cover submission to completion
+//! (`lat_ns`), as the built-in load's do; when a fio build reports only completion
+//! latency (`clat_ns`), those are used instead.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::load::LoadResult;
+use super::workload::{Workload, EXPORT_SIZE};
+use super::{affinity, child, interrupt};
+
+/// An error saying how to install fio, unless it runs.
+pub fn version() -> Result<String, String> {
+    let out = Command::new("fio")
+        .arg("--version")
+        .output()
+        .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Runs one workload against `file` for `seconds`, pinned to `cpu` if given.
+pub fn run(
+    file: &Path,
+    w: &Workload,
+    seconds: f64,
+    cpu: Option<usize>,
+    out: &Path,
+    err: &Path,
+) -> Result<LoadResult, String> {
+    let mut cmd = Command::new("fio");
+    cmd.args(args(file, w, seconds))
+        .stdin(Stdio::null())
+        .stdout(File::create(out).map_err(|e| format!("{}: {e}", out.display()))?)
+        .stderr(File::create(err).map_err(|e| format!("{}: {e}", err.display()))?);
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    unsafe {
+        cmd.pre_exec(move || {
+            interrupt::die_with_parent(libc::SIGKILL, parent)?;
+            cpu.map_or(Ok(()), |c| affinity::pin(0, c))
+        });
+    }
+    let mut c = cmd
+        .spawn()
+        .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
+    let timeout = Duration::from_secs_f64(seconds + 60.0);
+    let status = child::wait(&mut c, timeout, "fio")?;
+    let stdout = std::fs::read_to_string(out).unwrap_or_default();
+    if !status.success() {
+        return Err(format!("fio failed ({status}):{}", child::tail(err, 10)));
+    }
+    parse(&stdout)
+}
+
+fn args(file: &Path, w: &Workload, seconds: f64) -> Vec<String> {
+    vec![
+        "--name=corofuse-bench".into(),
+        format!("--filename={}", file.display()),
+        format!("--rw={}", w.rw.name()),
+        format!("--bs={}", w.bs),
+        "--direct=1".into(),
+        format!("--ioengine={}", w.engine.name()),
+        format!("--iodepth={}", w.iodepth),
+        "--time_based".into(),
+        format!("--runtime={}ms", (seconds * 1000.0).round() as u64),
+        format!("--size={EXPORT_SIZE}"),
+        "--norandommap".into(),
+        "--randrepeat=0".into(),
+        "--lat_percentiles=1".into(),
+        "--output-format=json".into(),
+    ]
+}
+
+/// Parses fio's JSON output (possibly preceded by warnings) into the load's result.
+pub fn parse(stdout: &str) -> Result<LoadResult, String> {
+    let start = stdout.find('{').ok_or("fio printed no JSON")?;
+    let doc: Value = serde_json::from_str(&stdout[start..])
+        .map_err(|e| format!("cannot parse fio's JSON: {e}"))?;
+    let job = doc.pointer("/jobs/0").ok_or("fio's JSON has no jobs[0]")?;
+    if let Some(e) = job.get("error").and_then(Value::as_i64).filter(|&e| e != 0) {
+        return Err(format!("fio job error {e}"));
+    }
+    let f = |dir: &str, path: &str| {
+        job.get(dir)
+            .and_then(|d| d.pointer(path))
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    let dirs = ["read", "write"];
+    let ops: f64 = dirs.iter().map(|d| f(d, "/total_ios")).sum();
+    if ops == 0.0 {
+        return Err("fio completed no I/O".into());
+    }
+    // The direction that did the work (the matrix never mixes reads and writes).
+    let main = *dirs
+        .iter()
+        .max_by(|a, b| f(a, "/total_ios").total_cmp(&f(b, "/total_ios")))
+        .unwrap_or(&"read");
+    let lat = if job.pointer(&format!("/{main}/lat_ns/percentile")).is_some() {
+        "lat_ns"
+    } else {
+        "clat_ns"
+    };
+    let us = |path: &str| f(main, &format!("/{lat}/{path}")) / 1000.0;
+    let seconds = f(main, "/runtime") / 1000.0;
+    let cpu = job
+        .get("usr_cpu")
+        .and_then(Value::as_f64)
+        .zip(job.get("sys_cpu").and_then(Value::as_f64));
+    Ok(LoadResult {
+        ops: ops as u64,
+        bytes: dirs.iter().map(|d| f(d, "/io_bytes")).sum::<f64>() as u64,
+        seconds,
+        iops: dirs.iter().map(|d| f(d, "/iops")).sum(),
+        mb_s: dirs.iter().map(|d| f(d, "/bw_bytes")).sum::<f64>() / 1e6,
+        mean_us: us("mean"),
+        p50_us: us("percentile/50.000000"),
+        p99_us: us("percentile/99.000000"),
+        max_us: us("max"),
+        cpu_pct: cpu.map(|(u, s)| u + s),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::workload::WORKLOADS;
+
+    /// fio-3.33, `--rw=randwrite --bs=4k --ioengine=io_uring --iodepth=64
+    /// --lat_percentiles=1` on a corofuse null:1G export, trimmed.
+    const URING_RANDWRITE: &str = r#"fio: this warning line precedes the JSON
+{
+ "fio version": "fio-3.33",
+ "jobs": [
+  {
+   "jobname": "t", "error": 0,
+   "read": {"io_bytes": 0, "bw_bytes": 0, "iops": 0.0, "runtime": 0, "total_ios": 0,
+            "clat_ns": {"min": 0, "max": 0, "mean": 0.0, "N": 0},
+            "lat_ns": {"min": 0, "max": 0, "mean": 0.0, "N": 0}},
+   "write": {
+    "io_bytes": 994099200, "bw_bytes": 993106093, "iops": 242457.542458,
+    "runtime": 1001, "total_ios": 242700,
+    "clat_ns": {"min": 201822, "max": 563186, "mean": 260258.251516, "N": 242700,
+     "percentile": {"1.000000": 220160, "50.000000": 259072, "99.000000": 346112,
+                    "99.900000": 501760}},
+    "lat_ns": {"min": 205318, "max": 565611, "mean": 263187.646077, "N": 242700,
+     "percentile": {"1.000000": 222208, "50.000000": 261120, "99.000000": 350208,
+                    "99.900000": 505856}}
+   },
+   "job_runtime": 1000, "usr_cpu": 21.800000, "sys_cpu": 70.900000
+  }
+ ]
+}"#;
+
+    /// fio-3.33, `--rw=randread --bs=4k --ioengine=psync --iodepth=1` (no
+    /// `--lat_percentiles`: percentiles only under `clat_ns`), trimmed.
+    const PSYNC_RANDREAD: &str = r#"{
+  "fio version" : "fio-3.33",
+  "jobs" : [
+    {
+      "jobname" : "t", "error" : 0,
+      "read" : {
+        "io_bytes" : 496054272, "bw_bytes" : 495558713, "iops" : 120986.013986,
+        "runtime" : 1001, "total_ios" : 121107,
+        "clat_ns" : {"min" : 4683, "max" : 5193705, "mean" : 7941.881700, "N" : 121107,
+          "percentile" : {"1.000000" : 4768, "50.000000" : 5024, "99.000000" : 21376}},
+        "lat_ns" : {"min" : 4712, "max" : 5193733, "mean" : 7978.960960, "N" : 121107}
+      },
+      "write" : {"io_bytes" : 0, "bw_bytes" : 0, "iops" : 0.000000, "runtime" : 0,
+                 "total_ios" : 0}
+    }
+  ]
+}"#;
+
+    #[test]
+    fn parses_uring_write_with_total_latency_percentiles() {
+        let r = parse(URING_RANDWRITE).expect("parses");
+        assert_eq!(r.ops, 242_700);
+        assert_eq!(r.bytes, 994_099_200);
+        assert!((r.iops - 242_457.54).abs() < 0.01);
+        assert!((r.mb_s - 993.106093).abs() < 1e-6);
+        assert_eq!((r.p50_us, r.p99_us), (261.12, 350.208));
+        assert!((r.mean_us - 263.187646).abs() < 1e-6);
+        assert_eq!(r.max_us, 565.611);
+        assert_eq!(r.seconds, 1.001);
+        assert!((r.cpu_pct.expect("cpu") - 92.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn parses_psync_read_with_completion_percentiles_only() {
+        let r = parse(PSYNC_RANDREAD).expect("parses");
+        assert_eq!(r.ops, 121_107);
+        assert_eq!((r.p50_us, r.p99_us), (5.024, 21.376));
+        assert_eq!(r.max_us, 5193.705);
+        assert_eq!(r.cpu_pct, None);
+    }
+
+    #[test]
+    fn rejects_errors_and_empty_runs() {
+        assert!(parse("fio: engine io_uring not loadable").is_err());
+        assert!(parse(r#"{"jobs": [{"error": 5, "read": {"total_ios": 1}}]}"#).is_err());
+        assert!(parse(r#"{"jobs": [{"error": 0, "read": {"total_ios": 0}}]}"#).is_err());
+    }
+
+    #[test]
+    fn command_line() {
+        let a = args(Path::new("/m"), &WORKLOADS[4], 2.5);
+        for want in [
+            "--rw=write",
+            "--bs=1048576",
+            "--ioengine=io_uring",
+            "--iodepth=4",
+            "--runtime=2500ms",
+            "--direct=1",
+            "--output-format=json",
+        ] {
+            assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
+        }
+    }
+}

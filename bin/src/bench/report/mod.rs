@@ -1,0 +1,283 @@
+//! The lab's results: medians per cell, ratios against qsd, and the three renderings
+//! (aligned table on stdout, one JSON document with `--json`, a bar chart with `--svg`).
+//!
+//! Why one [`Report`] value for all three: they must agree, and the JSON one is the
+//! complete record (environment, options, every run), from which the others can be
+//! redrawn.
+
+pub mod svg;
+pub mod table;
+
+use serde::Serialize;
+
+use super::affinity::{Cpus, Placement};
+use super::env::Environment;
+use super::matrix::{Cell, Run};
+use super::workload::{ExportKind, Server};
+
+/// The command-line choices that shaped the numbers.
+#[derive(Debug, Serialize)]
+pub struct Options {
+    pub seconds: f64,
+    pub trials: usize,
+    /// "builtin" or "fio".
+    pub load: &'static str,
+    pub compare_qsd: bool,
+    pub exports: Vec<ExportKind>,
+    pub workloads: Vec<&'static str>,
+    pub mount_opts: Vec<String>,
+    pub cpus: Option<Cpus>,
+    pub placement: Option<Placement>,
+}
+
+/// Medians over a cell's runs (each field separately).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub iops: f64,
+    pub iops_min: f64,
+    pub iops_max: f64,
+    pub mb_s: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub daemon_cpu_pct: Option<f64>,
+    pub load_cpu_pct: Option<f64>,
+    pub switches_per_request: Option<f64>,
+    /// Estimate: switches per request times the measured one-way switch cost.
+    pub coroutine_ns_per_request: Option<f64>,
+    pub sqes_per_request: Option<f64>,
+    pub enters_per_request: Option<f64>,
+    pub syscalls_per_request: Option<f64>,
+}
+
+/// corofuse over qsd for one (export, workload).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Ratios {
+    pub iops: f64,
+    pub mb_s: f64,
+    pub mean_us: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CellReport {
+    pub export: ExportKind,
+    pub workload: &'static str,
+    pub label: String,
+    pub server: Server,
+    pub median: Summary,
+    /// Set on corofuse cells when qsd ran the same cell.
+    pub vs_qsd: Option<Ratios>,
+    pub runs: Vec<Run>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub environment: Environment,
+    pub options: Options,
+    /// One-way switch (half a `runtime_switch` round trip), measured at start.
+    pub switch_one_way_ns: f64,
+    pub cells: Vec<CellReport>,
+}
+
+impl Report {
+    pub fn new(env: Environment, options: Options, switch_ns: f64, cells: Vec<Cell>) -> Report {
+        let mut out: Vec<CellReport> = cells
+            .into_iter()
+            .map(|c| CellReport {
+                export: c.export,
+                workload: c.workload.name,
+                label: c.workload.label(),
+                server: c.server,
+                median: summarise(&c.runs, switch_ns),
+                vs_qsd: None,
+                runs: c.runs,
+            })
+            .collect();
+        for i in 0..out.len() {
+            let qsd = out.iter().find(|q| {
+                q.server == Server::Qsd
+                    && q.export == out[i].export
+                    && q.workload == out[i].workload
+            });
+            let ratios = match (out[i].server, qsd) {
+                (Server::Corofuse, Some(q)) => Some(ratios(&out[i].median, &q.median)),
+                _ => None,
+            };
+            out[i].vs_qsd = ratios;
+        }
+        Report {
+            environment: env,
+            options,
+            switch_one_way_ns: switch_ns,
+            cells: out,
+        }
+    }
+}
+
+fn ratios(a: &Summary, b: &Summary) -> Ratios {
+    let r = |x: f64, y: f64| if y > 0.0 { x / y } else { f64::NAN };
+    Ratios {
+        iops: r(a.iops, b.iops),
+        mb_s: r(a.mb_s, b.mb_s),
+        mean_us: r(a.mean_us, b.mean_us),
+        p99_us: r(a.p99_us, b.p99_us),
+    }
+}
+
+/// The median of `v` (mean of the middle two for an even count); 0 when empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The median of an optional field, when every run has it.
+fn median_opt(runs: &[Run], f: impl Fn(&Run) -> Option<f64>) -> Option<f64> {
+    let v: Option<Vec<f64>> = runs.iter().map(f).collect();
+    v.filter(|v| !v.is_empty()).map(median)
+}
+
+fn summarise(runs: &[Run], switch_ns: f64) -> Summary {
+    let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+    let iops: Vec<f64> = runs.iter().map(|r| r.load.iops).collect();
+    let switches = median_opt(runs, |r| r.per_request.map(|p| p.switches));
+    Summary {
+        iops: median(iops.clone()),
+        iops_min: iops.iter().copied().fold(f64::INFINITY, f64::min),
+        iops_max: iops.iter().copied().fold(0.0, f64::max),
+        mb_s: m(|r| r.load.mb_s),
+        mean_us: m(|r| r.load.mean_us),
+        p50_us: m(|r| r.load.p50_us),
+        p99_us: m(|r| r.load.p99_us),
+        max_us: m(|r| r.load.max_us),
+        daemon_cpu_pct: median_opt(runs, |r| r.daemon_cpu_pct),
+        load_cpu_pct: median_opt(runs, |r| r.load.cpu_pct),
+        switches_per_request: switches,
+        coroutine_ns_per_request: switches.map(|s| s * switch_ns),
+        sqes_per_request: median_opt(runs, |r| r.per_request.map(|p| p.sqes)),
+        enters_per_request: median_opt(runs, |r| r.per_request.map(|p| p.enters)),
+        syscalls_per_request: median_opt(runs, |r| r.per_request.map(|p| p.syscalls)),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod sample {
+    //! A small report for the rendering tests.
+    use super::*;
+    use crate::bench::load::LoadResult;
+    use crate::bench::stats::PerRequest;
+    use crate::bench::workload::WORKLOADS;
+
+    fn run(iops: f64, per_request: bool) -> Run {
+        Run {
+            load: LoadResult {
+                ops: (iops * 3.0) as u64,
+                bytes: (iops * 3.0 * 4096.0) as u64,
+                seconds: 3.0,
+                iops,
+                mb_s: iops * 4096.0 / 1e6,
+                mean_us: 1e6 / iops,
+                p50_us: 1e6 / iops * 0.9,
+                p99_us: 1e6 / iops * 3.0,
+                max_us: 5000.0,
+                cpu_pct: Some(80.0),
+            },
+            daemon_cpu_pct: Some(55.5),
+            per_request: per_request.then_some(PerRequest {
+                requests: (iops * 3.0) as u64,
+                switches: 4.0,
+                sqes: 1.02,
+                enters: 1.0,
+                syscalls: 2.0,
+            }),
+        }
+    }
+
+    pub fn report(compare: bool) -> Report {
+        let mut cells = Vec::new();
+        for export in [ExportKind::Null, ExportKind::File] {
+            for w in &WORKLOADS[..3] {
+                let base = if export == ExportKind::Null {
+                    120_000.0
+                } else {
+                    60_000.0
+                };
+                cells.push(Cell {
+                    export,
+                    workload: *w,
+                    server: Server::Corofuse,
+                    runs: vec![
+                        run(base, true),
+                        run(base * 1.1, true),
+                        run(base * 0.9, true),
+                    ],
+                });
+                if compare {
+                    cells.push(Cell {
+                        export,
+                        workload: *w,
+                        server: Server::Qsd,
+                        runs: vec![run(base / 2.0, false); 3],
+                    });
+                }
+            }
+        }
+        let options = Options {
+            seconds: 3.0,
+            trials: 3,
+            load: "builtin",
+            compare_qsd: compare,
+            exports: vec![ExportKind::Null, ExportKind::File],
+            workloads: WORKLOADS[..3].iter().map(|w| w.name).collect(),
+            mount_opts: vec![],
+            cpus: None,
+            placement: None,
+        };
+        Report::new(Environment::probe(), options, 20.0, cells)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn summaries_and_ratios() {
+        let r = sample::report(true);
+        let c = &r.cells[0];
+        assert_eq!(
+            (c.server, c.workload),
+            (Server::Corofuse, "randread-psync-qd1")
+        );
+        assert_eq!(c.median.iops, 120_000.0);
+        assert_eq!(
+            (c.median.iops_min, c.median.iops_max),
+            (108_000.0, 132_000.0)
+        );
+        assert_eq!(c.median.coroutine_ns_per_request, Some(80.0));
+        let v = c.vs_qsd.expect("qsd ran this cell");
+        assert_eq!(v.iops, 2.0);
+        let q = &r.cells[1];
+        assert_eq!(q.server, Server::Qsd);
+        assert!(q.vs_qsd.is_none() && q.median.switches_per_request.is_none());
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(json["cells"][0]["vs_qsd"]["iops"], 2.0);
+        assert!(json["environment"]["kernel"].is_string());
+    }
+}

@@ -1,0 +1,275 @@
+//! The report as an aligned plain-text table, with a header saying how to read it.
+//!
+//! Why plain text: it is what people paste into an issue or BENCHMARKS.md; columns are
+//! right-aligned numbers so that magnitudes line up, and values a server does not report
+//! are "-" rather than a misleading zero.
+
+use super::{CellReport, Report};
+
+/// Column-aligned text: the first `left` columns are left-aligned, the rest right-aligned.
+pub struct Table {
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub left: usize,
+}
+
+impl Table {
+    pub fn render(&self) -> String {
+        // No header line when there are no headers (a key/value listing).
+        let header = (!self.headers.is_empty()).then_some(&self.headers);
+        let lines: Vec<&Vec<String>> = header.into_iter().chain(&self.rows).collect();
+        let cols = lines.iter().map(|r| r.len()).max().unwrap_or(0);
+        let mut width = vec![0; cols];
+        for row in &lines {
+            for (w, cell) in width.iter_mut().zip(row.iter()) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in lines {
+            let line: Vec<String> = (0..cols)
+                .map(|i| {
+                    let cell = row.get(i).map_or("", String::as_str);
+                    if i < self.left {
+                        format!("{cell:<w$}", w = width[i])
+                    } else {
+                        format!("{cell:>w$}", w = width[i])
+                    }
+                })
+                .collect();
+            out.push_str(line.join("  ").trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A latency or rate with as many decimals as it deserves.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 1000.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), num)
+}
+
+fn ratio(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.2}x")
+    } else {
+        "-".into()
+    }
+}
+
+/// The whole text output: header lines, then the table.
+pub fn render(r: &Report) -> String {
+    let mut out = header(r);
+    out.push('\n');
+    out.push_str(&table(r).render());
+    out
+}
+
+fn header(r: &Report) -> String {
+    let o = &r.options;
+    let e = &r.environment;
+    let load = if o.load == "fio" {
+        "fio"
+    } else {
+        "built-in load"
+    };
+    let trials = if o.trials > 1 {
+        format!("median of {} interleaved trials", o.trials)
+    } else {
+        "1 trial".into()
+    };
+    let placement = match o.placement {
+        Some(p) => format!("daemon on CPU {}, load on CPU {}", p.daemon, p.load),
+        None => "left to the scheduler".into(),
+    };
+    let opts = if o.mount_opts.is_empty() {
+        "(none)".into()
+    } else {
+        o.mount_opts.join(" ")
+    };
+    format!(
+        "corofuse bench: {load} (O_DIRECT), {} s per run, {trials}; placement: {placement}\n\
+         kernel {}, {} CPUs ({}), corofuse {}, extra mount options: {opts}\n\
+         cpu% = daemon CPU time / wall time (100 = one CPU). Per-request columns: the \
+         daemon's --stats, SIGUSR1 before and after the load, differenced.\n\
+         co ns/req = sw/req x {:.1} ns: an ESTIMATE from the runtime_switch \
+         micro-benchmark (one-way switch = half its round trip), not a measurement here.\n\
+         sys/req = io_uring_enter calls + one writev per reply (unless --ring-replies) \
+         + /dev/fuse reads when counted.\n",
+        o.seconds, e.kernel, e.cpus, e.cpu_model, e.corofuse_version, r.switch_one_way_ns
+    )
+}
+
+fn table(r: &Report) -> Table {
+    let compare = r.options.compare_qsd;
+    let trials = r.options.trials > 1;
+    let mut headers = vec!["export", "workload"];
+    if compare {
+        headers.push("server");
+    }
+    headers.push("IOPS");
+    if trials {
+        headers.push("IOPS min-max");
+    }
+    headers.extend([
+        "MB/s",
+        "mean us",
+        "p99 us",
+        "cpu%",
+        "sw/req",
+        "co ns/req",
+        "sqe/req",
+        "enter/req",
+        "sys/req",
+    ]);
+    let mut rows = Vec::new();
+    // Cells of one (export, workload) are adjacent: print them, then their ratio row.
+    for group in r
+        .cells
+        .chunk_by(|a, b| a.export == b.export && a.workload == b.workload)
+    {
+        rows.extend(group.iter().map(|c| row(c, compare, trials)));
+        if let Some(v) = group.iter().find_map(|c| c.vs_qsd) {
+            let mut ratio_row = vec![String::new(), String::new(), "corofuse/qsd".into()];
+            ratio_row.push(ratio(v.iops));
+            if trials {
+                ratio_row.push(String::new());
+            }
+            ratio_row.extend([ratio(v.mb_s), ratio(v.mean_us), ratio(v.p99_us)]);
+            rows.push(ratio_row);
+        }
+    }
+    Table {
+        headers: headers.into_iter().map(String::from).collect(),
+        rows,
+        left: if compare { 3 } else { 2 },
+    }
+}
+
+fn row(c: &CellReport, compare: bool, trials: bool) -> Vec<String> {
+    let m = &c.median;
+    let mut row = vec![c.export.name().to_string(), c.label.clone()];
+    if compare {
+        row.push(c.server.name().into());
+    }
+    row.push(format!("{:.0}", m.iops));
+    if trials {
+        row.push(format!("{:.0}-{:.0}", m.iops_min, m.iops_max));
+    }
+    row.extend([
+        num(m.mb_s),
+        num(m.mean_us),
+        num(m.p99_us),
+        opt(m.daemon_cpu_pct),
+        opt(m.switches_per_request),
+        opt(m.coroutine_ns_per_request),
+        opt(m.sqes_per_request),
+        opt(m.enters_per_request),
+        opt(m.syscalls_per_request),
+    ]);
+    row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::sample;
+
+    #[test]
+    fn aligns_columns() {
+        let t = Table {
+            headers: vec!["name".into(), "IOPS".into()],
+            rows: vec![
+                vec!["a".into(), "5".into()],
+                vec!["longer".into(), "123456".into()],
+            ],
+            left: 1,
+        };
+        assert_eq!(
+            t.render(),
+            "name      IOPS\na            5\nlonger  123456\n"
+        );
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(num(123_456.7), "123457");
+        assert_eq!(num(21.44), "21.4");
+        assert_eq!(num(4.0), "4.00");
+        assert_eq!(num(f64::NAN), "-");
+        assert_eq!(opt(None), "-");
+        assert_eq!(ratio(1.234), "1.23x");
+    }
+
+    /// Every line of the table has its columns at the same places as the header.
+    fn check_alignment(text: &str) -> Vec<&str> {
+        let lines: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("export"))
+            .collect();
+        let header = lines[0];
+        let iops_end = header.find("IOPS").expect("IOPS column") + 4;
+        for l in &lines[1..] {
+            if !l.trim().is_empty() && !l.contains("corofuse/qsd") {
+                assert_eq!(&l[iops_end..iops_end + 2], "  ", "misaligned: {l:?}");
+            }
+        }
+        lines
+    }
+
+    #[test]
+    fn renders_a_plain_report() {
+        let text = render(&sample::report(false));
+        assert!(
+            text.contains("ESTIMATE from the runtime_switch micro-benchmark"),
+            "{text}"
+        );
+        assert!(text.contains("median of 3 interleaved trials"));
+        let lines = check_alignment(&text);
+        assert!(lines[0].contains("co ns/req") && !lines[0].contains("server"));
+        let first = lines[1].split_whitespace().collect::<Vec<_>>();
+        // export, then the 4-word label, then IOPS and its range.
+        assert_eq!(
+            &first[..7],
+            [
+                "null",
+                "randread",
+                "4k",
+                "psync",
+                "qd1",
+                "120000",
+                "108000-132000"
+            ]
+        );
+        assert!(lines[1].trim_end().ends_with("2.00"), "{}", lines[1]);
+        assert_eq!(lines.len(), 1 + 6);
+    }
+
+    #[test]
+    fn renders_qsd_comparison_with_ratio_rows() {
+        let text = render(&sample::report(true));
+        let lines = check_alignment(&text);
+        assert!(lines[0].contains("server"));
+        assert!(lines[1].contains("corofuse") && lines[2].contains("qsd"));
+        assert!(
+            lines[3].contains("corofuse/qsd") && lines[3].contains("2.00x"),
+            "{}",
+            lines[3]
+        );
+        // qsd reports no per-request counters.
+        assert!(lines[2].trim_end().ends_with("-"), "{}", lines[2]);
+        assert_eq!(lines.len(), 1 + 6 * 3);
+    }
+}

@@ -1,0 +1,70 @@
+//! Serving with worker threads (`--dispatch threads:N`): the libfuse model, for comparison.
+//!
+//! The workers block in `read(2)` on their own cloned /dev/fuse fds; this thread waits for
+//! signals (SIGUSR1: stats; SIGINT/SIGTERM: stop) and for the workers to leave by
+//! themselves (the file system was unmounted), then flushes.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use backend::Ctx;
+use fuse::server::blocking::Workers;
+use fuse::server::QueueStats;
+use runtime::CounterSnapshot;
+
+use crate::mount::{Served, Serving};
+use crate::signals::SignalFd;
+
+pub fn serve(serving: Serving, threads: usize) -> Served {
+    let started = Workers::start(
+        &serving.session,
+        &serving.export,
+        serving.max_write,
+        threads,
+        serving.accounting(),
+    );
+    let workers = match started {
+        Ok(workers) => workers,
+        Err(e) => return Served::failed(format!("starting {threads} worker threads: {e}")),
+    };
+    while !workers.all_finished() {
+        match wait_signal(&serving.signals, 100) {
+            // The workers keep their counts until they stop: only the totals at exit.
+            Some(libc::SIGUSR1) => serving.write_stats(
+                CounterSnapshot::default(),
+                QueueStats::default(),
+                &Default::default(),
+            ),
+            Some(signo) => {
+                log::info!("signal {signo}: finishing the requests in flight, then unmounting");
+                break;
+            }
+            None => {}
+        }
+    }
+    let (queue, accounting) = workers.stop();
+    let disk = serving.export.backend();
+    log::info!("no request left in flight; flushing {}", disk.describe());
+    Served {
+        result: disk.flush(&Ctx::Blocking).map_err(|e| e.to_string()),
+        runtime: CounterSnapshot::default(),
+        queue,
+        ops: accounting.report(),
+    }
+}
+
+/// The next signal, or `None` after `timeout_ms` without one.
+fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
+    let mut fds = [libc::pollfd {
+        fd: signals.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout_ms) } <= 0 {
+        return None;
+    }
+    let mut info = [0u8; 128];
+    // SAFETY: `info` is a writable 128-byte buffer, the size of a signalfd_siginfo.
+    let n = unsafe { libc::read(signals.as_fd().as_raw_fd(), info.as_mut_ptr().cast(), info.len()) };
+    (n == 128).then(|| SignalFd::signo(&info))
+}

@@ -1,0 +1,101 @@
+//! `corofuse bench` end to end: a one-second lab run on the null export must print a
+//! table with a positive IOPS figure and leave no mount, daemon or scratch directory.
+//!
+//! Needs root and /dev/fuse; elsewhere it says why it skips, on the real stderr (libtest
+//! captures `eprintln!`, not writes to the stderr handle).
+
+use std::io::Write;
+use std::process::Command;
+
+fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (the lab mounts with mount(2))".into());
+    }
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Some(format!("cannot open /dev/fuse: {e} (try `modprobe fuse`)"));
+    }
+    None
+}
+
+fn note(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// The value under `column` in the first table row that starts with `export`.
+fn cell<'a>(table: &'a str, export: &str, column: &str) -> Option<&'a str> {
+    let mut lines = table.lines().skip_while(|l| !l.starts_with("export "));
+    let header = lines.next()?;
+    // Columns are separated by two or more spaces; the workload label has single spaces.
+    let split = |l: &'a str| -> Vec<&'a str> {
+        l.split("  ")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let index = split(header).iter().position(|h| *h == column)?;
+    let row = lines.find(|l| l.starts_with(export))?;
+    split(row).get(index).copied()
+}
+
+#[test]
+fn bench_null_randread_leaves_nothing_behind() {
+    if let Some(why) = skip_reason() {
+        note(&format!(
+            "SKIPPED bench_null_randread_leaves_nothing_behind: {why}"
+        ));
+        return;
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_corofuse"))
+        .args(["bench", "--seconds", "1", "--only", "null"])
+        .args(["--workload", "randread-psync-qd1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start corofuse bench");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait for corofuse bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    let iops: f64 = cell(&stdout, "null", "IOPS")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no numeric IOPS in:\n{stdout}"));
+    assert!(iops > 0.0, "IOPS {iops}\n{stdout}");
+    assert!(
+        stderr.contains("[1/1] null randread 4k psync qd1"),
+        "{stderr}"
+    );
+
+    let scratch = format!("/dev/shm/corofuse-bench-{pid}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(!mounts.contains(&scratch), "a mount was left:\n{mounts}");
+    assert!(
+        !std::path::Path::new(&scratch).exists(),
+        "{scratch} was left"
+    );
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains(&scratch), "a process was left: {cmdline}");
+    }
+}
+
+#[test]
+fn table_cells_are_found_by_column() {
+    let table = "header line\n\n\
+                 export  workload                IOPS   MB/s\n\
+                 null    randread 4k psync qd1  60076  246.1\n";
+    assert_eq!(cell(table, "null", "IOPS"), Some("60076"));
+    assert_eq!(cell(table, "null", "MB/s"), Some("246.1"));
+    assert_eq!(cell(table, "file", "IOPS"), None);
+}

@@ -1,0 +1,148 @@
+//! The `threads:N` transport: N worker threads, each with its own cloned /dev/fuse fd,
+//! reading requests with blocking `read(2)` and serving them with blocking syscalls
+//! ([`Ctx::Blocking`]) — the model of libfuse's multithreaded loop.
+//!
+//! Stopping: [`Workers::stop`] sets a flag and kicks every worker with `SIGUSR2`, whose
+//! handler does nothing but is installed without `SA_RESTART`, so a worker blocked in
+//! `read(2)` returns `EINTR` and sees the flag. The kick repeats until every worker has
+//! left, which covers a worker that checked the flag just before the first kick.
+
+use std::io;
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use backend::Ctx;
+
+use super::accounting::{Accounting, Sample};
+use super::buffers::Buffers;
+use super::dispatch::{serve_request, split_request, QueueStats, Served};
+use crate::decode::header_of;
+use crate::dev::{FuseDev, Received};
+use crate::export::Export;
+
+/// Worker threads serving one session.
+pub struct Workers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<(QueueStats, Accounting)>>,
+}
+
+impl Workers {
+    /// Starts `n` workers, each on a blocking clone of `session`; with `account`, each
+    /// times its requests (there is no coroutine to count switches or I/O waits of).
+    pub fn start(
+        session: &FuseDev,
+        export: &Arc<Export>,
+        max_write: u32,
+        n: usize,
+        account: bool,
+    ) -> io::Result<Workers> {
+        install_kick_handler()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let dev = session.clone_queue(false)?;
+            let (export, stop) = (Arc::clone(export), Arc::clone(&stop));
+            let thread = std::thread::Builder::new()
+                .name(format!("fuse-worker-{i}"))
+                .spawn(move || work(&dev, &export, max_write, &stop, account))?;
+            threads.push(thread);
+        }
+        Ok(Workers { stop, threads })
+    }
+
+    /// Whether every worker has left (the file system was unmounted, or they were stopped).
+    pub fn all_finished(&self) -> bool {
+        self.threads.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Stops the workers (requests being served finish first) and sums their statistics.
+    pub fn stop(self) -> (QueueStats, Accounting) {
+        self.stop.store(true, Ordering::SeqCst);
+        while !self.all_finished() {
+            for thread in self.threads.iter().filter(|t| !t.is_finished()) {
+                // SAFETY: the pthread_t belongs to a thread we started and have not joined
+                // (a finished but unjoined thread's id stays valid); SIGUSR2's handler is
+                // installed and does nothing.
+                unsafe { libc::pthread_kill(thread.as_pthread_t(), libc::SIGUSR2) };
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (mut total, mut accounting) = (QueueStats::default(), Accounting::default());
+        for thread in self.threads {
+            match thread.join() {
+                Ok((stats, acc)) => {
+                    total.add(&stats);
+                    accounting.merge(&acc);
+                }
+                Err(_) => log::error!("a FUSE worker thread panicked"),
+            }
+        }
+        (total, accounting)
+    }
+}
+
+/// One worker: read, serve, reply, until stopped or unmounted.
+fn work(
+    dev: &FuseDev,
+    export: &Export,
+    max_write: u32,
+    stop: &AtomicBool,
+    account: bool,
+) -> (QueueStats, Accounting) {
+    let mut accounting = Accounting::default();
+    let buffers = Buffers::new(max_write);
+    let (mut head, mut big) = (buffers.heads.take(), buffers.bigs.take());
+    let mut stats = QueueStats {
+        heads_allocated: 1,
+        bigs_allocated: 1,
+        ..QueueStats::default()
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let n = match dev.read_split(head.bytes_mut(), big.bytes_mut()) {
+            Ok(Received::Request(n)) => n,
+            Ok(Received::Retry) => continue,
+            Ok(Received::Unmounted) => break,
+            Err(e) => {
+                log::error!("reading /dev/fuse: {e}; this worker stops");
+                break;
+            }
+        };
+        stats.requests += 1;
+        let started = account.then(Instant::now);
+        let opcode = header_of(head.bytes()).map_or(0, |h| h.opcode);
+        let (head_part, tail, data) = split_request(head.bytes(), big.bytes_mut(), n);
+        let served = serve_request(export, &Ctx::Blocking, head_part, tail, data, |reply| {
+            dev.writev(&reply.io_slices())
+        });
+        stats.record(&served);
+        if let Some(started) = started {
+            accounting.record(&Sample {
+                opcode,
+                total: started.elapsed(),
+                syscalls: 1 + u32::from(matches!(served, Served::Replied(_))),
+                ..Sample::default()
+            });
+        }
+    }
+    (stats, accounting)
+}
+
+extern "C" fn kick(_signal: libc::c_int) {}
+
+/// Installs the do-nothing SIGUSR2 handler, without SA_RESTART, that interrupts `read(2)`.
+fn install_kick_handler() -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is a valid starting point; the fields are set below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = kick as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: `action.sa_mask` is a valid sigset_t to initialise.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: `action` is fully initialised; a null old-action pointer is allowed.
+    let rc = unsafe { libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

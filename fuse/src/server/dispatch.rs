@@ -1,0 +1,125 @@
+//! One request, whatever the transport: decode, run against the export, reply.
+
+use std::io;
+
+use backend::Ctx;
+use serde::Serialize;
+
+use crate::decode::header_of;
+use crate::export::{Export, ReplyArgs};
+use crate::reply::{classify_write_error, Sent};
+use crate::{Errno, Reply, Request};
+
+/// How one request ended.
+pub enum Served {
+    /// A reply was written (or the kernel had already dropped the request).
+    Replied(Sent),
+    /// The operation takes no reply (FORGET, INTERRUPT...).
+    NoReply,
+    /// It could not be decoded (answered EIO when its header was readable).
+    Malformed,
+    /// Writing the reply failed.
+    ReplyFailed,
+}
+
+/// Decodes the request in `head` (+ `tail`), runs it with `cx`, and sends its reply with
+/// `send` (a writev of the reply's iovecs). READ data goes into `data`.
+pub fn serve_request(
+    export: &Export,
+    cx: &Ctx<'_>,
+    head: &[u8],
+    tail: &[u8],
+    data: &mut [u8],
+    send: impl FnOnce(&Reply<'_>) -> io::Result<usize>,
+) -> Served {
+    let req = match Request::decode(head, tail) {
+        Ok(req) => req,
+        Err(e) => {
+            log::warn!(
+                "malformed request of {} bytes: {e}",
+                head.len() + tail.len()
+            );
+            if let Some(h) = header_of(head) {
+                let _ = deliver(&Reply::error(h.unique, Errno::EIO), send);
+            }
+            return Served::Malformed;
+        }
+    };
+    log::trace!("{req}");
+    let mut args = ReplyArgs::default();
+    match export.handle(cx, &req, &mut args, data) {
+        Some(reply) => deliver(&reply, send),
+        None => Served::NoReply,
+    }
+}
+
+fn deliver(reply: &Reply<'_>, send: impl FnOnce(&Reply<'_>) -> io::Result<usize>) -> Served {
+    match send(reply)
+        .map(|_| Sent::Delivered)
+        .or_else(classify_write_error)
+    {
+        Ok(sent) => Served::Replied(sent),
+        Err(e) => {
+            log::warn!("reply to request {}: {e}", reply.header().unique);
+            Served::ReplyFailed
+        }
+    }
+}
+
+/// The three parts of a request of `n` bytes read into `head` and then `big`: the head
+/// part, the tail part (the rest of a large WRITE, in `big`), and the buffer for READ data
+/// (`big`, when the request did not spill into it).
+pub fn split_request<'a>(
+    head: &'a [u8],
+    big: &'a mut [u8],
+    n: usize,
+) -> (&'a [u8], &'a [u8], &'a mut [u8]) {
+    if n > head.len() {
+        let big: &'a [u8] = big;
+        (head, &big[..n - head.len()], Default::default())
+    } else {
+        (&head[..n], &[], big)
+    }
+}
+
+/// What a queue did (for `--stats`).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct QueueStats {
+    /// Requests read from /dev/fuse.
+    pub requests: u64,
+    /// Replies written.
+    pub replies: u64,
+    /// Replies the kernel no longer wanted (request interrupted or aborted).
+    pub replies_gone: u64,
+    /// Requests that could not be decoded.
+    pub malformed: u64,
+    /// Reads that found no request (`EAGAIN`) and waited for `POLLIN`.
+    pub empty_reads: u64,
+    /// In-place buffers allocated (high-water mark of requests in flight plus readers).
+    pub heads_allocated: u64,
+    /// Large buffers allocated.
+    pub bigs_allocated: u64,
+}
+
+impl QueueStats {
+    /// Counts how a request ended.
+    pub fn record(&mut self, served: &Served) {
+        match served {
+            Served::Replied(Sent::Delivered) => self.replies += 1,
+            Served::Replied(Sent::Gone) => self.replies_gone += 1,
+            Served::Malformed => self.malformed += 1,
+            Served::NoReply | Served::ReplyFailed => {}
+        }
+    }
+
+    /// Field-wise sum (several queues or workers).
+    pub fn add(&mut self, other: &QueueStats) {
+        self.requests += other.requests;
+        self.replies += other.replies;
+        self.replies_gone += other.replies_gone;
+        self.malformed += other.malformed;
+        self.empty_reads += other.empty_reads;
+        self.heads_allocated += other.heads_allocated;
+        self.bigs_allocated += other.bigs_allocated;
+    }
+}

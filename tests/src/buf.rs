@@ -1,0 +1,125 @@
+//! Page-aligned buffers for O_DIRECT, and deterministic byte patterns.
+
+use std::alloc::{self, Layout};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// Alignment of [`AlignedBuf`]: a page, enough for O_DIRECT anywhere.
+pub const ALIGN: usize = 4096;
+
+/// A zeroed, page-aligned heap buffer of a fixed length (at least 1 byte allocated).
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out &[u8], like a Box<[u8]>.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` zero bytes aligned to [`ALIGN`].
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let layout = Self::layout(len);
+        // SAFETY: the layout has a non-zero size (at least ALIGN bytes).
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+
+    /// An aligned copy of `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> AlignedBuf {
+        let mut buf = AlignedBuf::zeroed(bytes.len());
+        buf.copy_from_slice(bytes);
+        buf
+    }
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(len.next_multiple_of(ALIGN).max(ALIGN), ALIGN)
+            .expect("buffer size overflows")
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to an initialised (zeroed) allocation of at least `len` bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this same layout and not freed before.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+    }
+}
+
+/// splitmix64: a small deterministic generator, so that failures reproduce.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// The bytes at `[offset, offset + len)` of an endless pattern named by `seed`: every
+/// 8-byte word depends on the seed and its absolute position, so a misplaced block shows.
+pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    let words = (offset / 8)..(offset + len as u64).div_ceil(8);
+    let mut out = Vec::with_capacity(len + 16);
+    for word in words {
+        let value = Rng::new(seed ^ word.wrapping_mul(0x2545_F491_4F6C_DD1D)).next_u64();
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out.drain(..(offset % 8) as usize);
+    out.truncate(len);
+    out
+}
+
+/// The first offset where `a` and `b` differ (or where the shorter one ends).
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    let common = a.len().min(b.len());
+    (0..common)
+        .find(|&i| a[i] != b[i])
+        .or((a.len() != b.len()).then_some(common))
+}
+
+/// Asserts `actual == expected` without printing megabytes: names the first difference.
+#[track_caller]
+pub fn assert_bytes_eq(actual: &[u8], expected: &[u8], what: &str) {
+    if let Some(at) = first_difference(actual, expected) {
+        panic!(
+            "{what}: differs at byte {at} (lengths {} and {}): got {:02x?}, expected {:02x?}",
+            actual.len(),
+            expected.len(),
+            &actual[at..actual.len().min(at + 16)],
+            &expected[at..expected.len().min(at + 16)],
+        );
+    }
+}

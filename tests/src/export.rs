@@ -1,0 +1,304 @@
+//! [`MountedExport`]: one `corofuse mount` daemon, live until dropped, and never a mount
+//! left behind.
+//!
+//! `start` runs the daemon with a pidfile and returns once the pidfile holds its PID *and*
+//! /proc/self/mountinfo shows a `fuse.corofuse` mount on the mountpoint. Dropping the guard
+//! (also while unwinding from a failed assertion) sends SIGTERM, waits, SIGKILLs the PID it
+//! started if the daemon hangs, and lazily unmounts whatever mount it added if one is left.
+//! The daemon also gets SIGTERM if the thread that started it dies (`PR_SET_PDEATHSIG`), so
+//! keep the guard on the thread that created it.
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::diag;
+use crate::mountinfo::{fuse_mounts_at, is_corofuse_mount};
+use crate::require::note;
+use crate::sys;
+
+/// How long a daemon may take to mount, or to exit after SIGTERM or an unmount.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A live `corofuse mount IMAGE MOUNTPOINT ARGS...`.
+pub struct MountedExport {
+    child: Child,
+    status: Option<ExitStatus>,
+    mountpoint: PathBuf,
+    /// FUSE mounts on the mountpoint before we started: Drop unmounts only ours.
+    mounts_before: usize,
+    /// Holds the pidfile and the daemon's stderr.
+    scratch: TempDir,
+}
+
+impl MountedExport {
+    /// Starts the daemon and waits until the mount is live; panics (with its stderr) if it
+    /// exits or takes longer than [`TIMEOUT`].
+    #[track_caller]
+    pub fn start(image: impl AsRef<OsStr>, mountpoint: &Path, args: &[&str]) -> MountedExport {
+        Self::try_start(image, mountpoint, args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`start`](Self::start), but returns the failure.
+    pub fn try_start(
+        image: impl AsRef<OsStr>,
+        mountpoint: &Path,
+        args: &[&str],
+    ) -> Result<MountedExport, String> {
+        let mountpoint = fs::canonicalize(mountpoint)
+            .map_err(|e| format!("mountpoint {}: {e}", mountpoint.display()))?;
+        let scratch = tempfile::Builder::new()
+            .prefix("corofuse-daemon-")
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        let pidfile = scratch.path().join("pid");
+        let stderr = File::create(scratch.path().join("stderr")).map_err(|e| e.to_string())?;
+        let mounts_before = fuse_mounts_at(&mountpoint);
+        let mut command = Command::new(crate::bin::corofuse());
+        command
+            .arg("mount")
+            .arg(image.as_ref())
+            .arg(&mountpoint)
+            .args(args)
+            .arg("--pidfile")
+            .arg(&pidfile);
+        command
+            .env("RUST_LOG", log_level())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
+        unsafe { command.pre_exec(sys::term_with_parent) };
+        let child = command
+            .spawn()
+            .map_err(|e| format!("spawn corofuse: {e}"))?;
+        let mut export = MountedExport {
+            child,
+            status: None,
+            mountpoint,
+            mounts_before,
+            scratch,
+        };
+        export.wait_live(&pidfile)?;
+        Ok(export)
+    }
+
+    fn wait_live(&mut self, pidfile: &Path) -> Result<(), String> {
+        let start = Instant::now();
+        let pid = self.pid().to_string();
+        loop {
+            if let Some(status) = self.try_status() {
+                return Err(format!(
+                    "corofuse exited ({status}) before the mount was live; stderr:\n{}",
+                    self.stderr()
+                ));
+            }
+            let written = fs::read_to_string(pidfile).is_ok_and(|s| s.trim() == pid);
+            if written && is_corofuse_mount(&self.mountpoint) {
+                return Ok(());
+            }
+            if start.elapsed() > TIMEOUT {
+                return Err(format!(
+                    "corofuse not live after {TIMEOUT:?} (pidfile written: {written}); stderr:\n{}",
+                    self.stderr()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The daemon's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The mountpoint, absolute (as in /proc/self/mountinfo).
+    pub fn path(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// What the daemon wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(self.scratch.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// Sends `signal` to the daemon (unless it has been reaped already).
+    pub fn signal(&mut self, signal: i32) {
+        if self.try_status().is_none() {
+            sys::kill(self.pid(), signal).expect("kill(2) our own child");
+        }
+    }
+
+    /// The exit status, if the daemon has exited.
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().ok().flatten();
+        }
+        self.status
+    }
+
+    /// SIGKILL (to the PID we started), reap, and detach the mount it leaves: for a
+    /// daemon known to hang, without Drop's graceful wait.
+    pub fn kill(&mut self) {
+        if self.try_status().is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        self.clean_up();
+    }
+
+    /// Waits up to `timeout` for the daemon to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while self.try_status().is_none() && start.elapsed() < timeout {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.status
+    }
+
+    /// SIGTERM, then the exit status; panics if the daemon is still running after
+    /// [`TIMEOUT`] (Drop then kills it).
+    #[track_caller]
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        match self.wait_exit(TIMEOUT) {
+            Some(status) => status,
+            None => panic!(
+                "corofuse still running {TIMEOUT:?} after SIGTERM; {}",
+                self.diagnose()
+            ),
+        }
+    }
+
+    /// For a daemon that hangs: its threads' wait channels, the operations its rings wait
+    /// on, and its stderr.
+    pub fn diagnose(&self) -> String {
+        format!(
+            "threads: {}\nio_uring: {}\nstderr:\n{}",
+            diag::threads(self.pid()),
+            diag::ring_polls(self.pid()),
+            self.stderr()
+        )
+    }
+
+    /// SIGTERM, and asserts the contract: exit status 0, no mount left.
+    #[track_caller]
+    pub fn stop(mut self) {
+        let status = self.terminate();
+        assert!(
+            status.success(),
+            "corofuse exited with {status} after SIGTERM; stderr:\n{}",
+            self.stderr()
+        );
+        self.assert_unmounted();
+    }
+
+    /// Asserts that the mount this export made is gone.
+    #[track_caller]
+    pub fn assert_unmounted(&self) {
+        assert!(
+            fuse_mounts_at(&self.mountpoint) <= self.mounts_before,
+            "a FUSE mount is left on {}; stderr:\n{}",
+            self.mountpoint.display(),
+            self.stderr()
+        );
+    }
+
+    /// Drop's last resort: kill the PID we started, then detach what we mounted.
+    fn clean_up(&mut self) {
+        if self.try_status().is_none() {
+            let _ = sys::kill(self.pid(), libc::SIGTERM);
+            if self.wait_exit(TIMEOUT).is_none() {
+                note(&format!(
+                    "corofuse (pid {}) ignored SIGTERM for {TIMEOUT:?}: SIGKILL",
+                    self.pid()
+                ));
+                let _ = self.child.kill();
+                self.status = self.child.wait().ok();
+            }
+        }
+        for _ in 0..8 {
+            if fuse_mounts_at(&self.mountpoint) <= self.mounts_before {
+                return;
+            }
+            note(&format!(
+                "mount left on {}: umount2(MNT_DETACH)",
+                self.mountpoint.display()
+            ));
+            if let Err(e) = sys::umount_lazy(&self.mountpoint) {
+                note(&format!("umount2: {e}"));
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for MountedExport {
+    fn drop(&mut self) {
+        self.clean_up();
+    }
+}
+
+fn log_level() -> String {
+    std::env::var("COROFUSE_TEST_LOG").unwrap_or_else(|_| "info".into())
+}
+
+/// How a `corofuse` run that was expected to fail ended.
+#[derive(Debug)]
+pub struct Failure {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What it wrote to stderr.
+    pub stderr: String,
+}
+
+/// Runs `corofuse ARGS...` (with no `RUST_LOG`: the default logging, as a script gets it)
+/// and returns how it ended; panics if it does not exit within [`TIMEOUT`] (after
+/// killing it and detaching any mount it added on `mountpoint`).
+pub fn run_to_exit(args: &[&OsStr], mountpoint: &Path) -> Failure {
+    let abs = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let mounts_before = fuse_mounts_at(&abs);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let stderr_path = scratch.path().join("stderr");
+    let mut command = Command::new(crate::bin::corofuse());
+    command
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(&stderr_path).expect("stderr file"));
+    // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
+    unsafe { command.pre_exec(sys::term_with_parent) };
+    let mut child = command.spawn().expect("spawn corofuse");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitpid") {
+            break Some(status);
+        }
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
+    while fuse_mounts_at(&abs) > mounts_before {
+        note(&format!(
+            "corofuse left a mount on {}: detaching it",
+            abs.display()
+        ));
+        if sys::umount_lazy(&abs).is_err() {
+            break;
+        }
+    }
+    match status {
+        Some(status) => Failure { status, stderr },
+        None => panic!("corofuse {args:?} still running after {TIMEOUT:?}; stderr:\n{stderr}"),
+    }
+}

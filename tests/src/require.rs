@@ -1,0 +1,80 @@
+//! Probe, then skip visibly: what a mount test needs, and a message on the real stderr
+//! when it is missing (libtest captures `eprintln!`, not writes to the stderr handle).
+
+use std::fs;
+use std::io::Write;
+
+/// `CAP_SYS_ADMIN`'s bit in the capability sets of /proc/self/status.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Why this process cannot mount a FUSE file system with mount(2), if it cannot: it needs
+/// euid 0, CAP_SYS_ADMIN and a /dev/fuse it can open.
+pub fn fuse_unavailable() -> Option<String> {
+    if crate::sys::euid() != 0 {
+        return Some("not root (mount(2) of a FUSE file needs euid 0)".into());
+    }
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Some(format!("cannot open /dev/fuse: {e} (try `modprobe fuse`)"));
+    }
+    match effective_caps() {
+        Some(caps) if caps & (1 << CAP_SYS_ADMIN) != 0 => None,
+        Some(_) => Some("CAP_SYS_ADMIN is not in the effective capability set".into()),
+        None => Some("cannot read CapEff from /proc/self/status".into()),
+    }
+}
+
+/// Why `tool` cannot run, if it is not on the PATH.
+pub fn tool_missing(tool: &str) -> Option<String> {
+    let paths = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file());
+    (!found).then(|| format!("`{tool}` is not installed (.ci/run installs it)"))
+}
+
+fn effective_caps() -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Prints `SKIPPED <test>: <why>` where the person running the tests sees it.
+pub fn report_skip(why: &str) {
+    let thread = std::thread::current();
+    note(&format!(
+        "SKIPPED {}: {why}",
+        thread.name().unwrap_or("a test")
+    ));
+}
+
+/// Writes one line to the process's stderr, past libtest's capture (which only covers
+/// `print!`/`eprint!`), so that it shows even for a passing test.
+pub fn note(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Returns from the calling test, saying why, unless FUSE mounts can be made here.
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = $crate::require::fuse_unavailable() {
+            $crate::require::report_skip(&why);
+            return;
+        }
+    };
+}
+
+/// Returns from the calling test, saying why, unless each tool named is on the PATH.
+#[macro_export]
+macro_rules! require_tool {
+    ($($tool:expr),+) => {
+        $(
+            if let Some(why) = $crate::require::tool_missing($tool) {
+                $crate::require::report_skip(&why);
+                return;
+            }
+        )+
+    };
+}

@@ -1,0 +1,73 @@
+//! The few raw syscalls the tests need, each behind a safe function. All the crate's
+//! unsafe code is here (plus the aligned allocation in [`crate::buf`]).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Runs a libc call; a negative result becomes `io::Error::last_os_error()` (mio's shape).
+macro_rules! syscall {
+    ($call:expr) => {{
+        let res = $call;
+        if res < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// `fallocate(2)` on `file`.
+pub fn fallocate(file: &File, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: fallocate(2) takes a valid fd (borrowed from `file`) and plain integers.
+    syscall!(unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) })
+        .map(drop)
+}
+
+/// `lseek(2)` on `file`, e.g. with `SEEK_DATA` or `SEEK_HOLE`.
+pub fn lseek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
+    // SAFETY: lseek(2) takes a valid fd (borrowed from `file`) and plain integers.
+    syscall!(unsafe { libc::lseek(file.as_raw_fd(), offset as i64, whence) }).map(|o| o as u64)
+}
+
+/// `umount2(path, MNT_DETACH)`: what `umount -l` does.
+pub fn umount_lazy(path: &Path) -> io::Result<()> {
+    let target = c_path(path)?;
+    // SAFETY: `target` is a NUL-terminated path that outlives the call.
+    syscall!(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }).map(drop)
+}
+
+/// Sends `signal` to the process `pid` (only ever a child the tests started).
+pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill(2) takes plain integers and touches no memory.
+    syscall!(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
+}
+
+/// The effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Asks the kernel to send `SIGTERM` to this process when the thread that forked it
+/// exits. Meant for `CommandExt::pre_exec`: it is async-signal-safe.
+pub fn term_with_parent() -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
+    syscall!(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) })
+        .map(drop)
+}
+
+/// `truncate(2)` by path (not through an open fd).
+pub fn truncate(path: &Path, len: u64) -> io::Result<()> {
+    let path = c_path(path)?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    syscall!(unsafe { libc::truncate(path.as_ptr(), len as i64) }).map(drop)
+}

@@ -1,0 +1,147 @@
+//! Setup errors: each one exits non-zero with one line on stderr that names the problem,
+//! writes no pidfile and leaves no mount.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+
+use corofuse_tests::export::run_to_exit;
+use corofuse_tests::mountinfo::fuse_mounts_at;
+use corofuse_tests::{require_fuse, MountedExport, Sandbox, MIB};
+
+/// Runs `corofuse mount IMAGE MOUNTPOINT ARGS --pidfile P`, which must fail, and checks
+/// the contract; `words` must appear in the one line on stderr, which is returned.
+#[track_caller]
+fn assert_setup_error(
+    sandbox: &Sandbox,
+    image: &OsStr,
+    mountpoint: &Path,
+    args: &[&str],
+    words: &[&str],
+) -> String {
+    let pidfile = sandbox.path("pid");
+    let abs = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let mounts_before = fuse_mounts_at(&abs);
+    let mut argv: Vec<&OsStr> = vec!["mount".as_ref(), image, mountpoint.as_os_str()];
+    argv.extend(args.iter().map(OsStr::new));
+    argv.extend(["--pidfile".as_ref(), pidfile.as_os_str()]);
+    let failure = run_to_exit(&argv, mountpoint);
+    let stderr = &failure.stderr;
+    assert!(
+        !failure.status.success(),
+        "{argv:?} succeeded; stderr:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{argv:?}: not one line on stderr:\n{stderr}"
+    );
+    for word in words {
+        assert!(
+            stderr.contains(word),
+            "{argv:?}: {word:?} not in {stderr:?}"
+        );
+    }
+    assert!(!pidfile.exists(), "{argv:?}: pidfile written");
+    assert_eq!(fuse_mounts_at(&abs), mounts_before, "{argv:?}: mount left");
+    failure.stderr
+}
+
+fn image(sandbox: &Sandbox) -> std::path::PathBuf {
+    sandbox.sparse("disk.img", MIB)
+}
+
+#[test]
+fn mount_error_missing_image() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let missing = sandbox.path("missing.img");
+    let mnt = sandbox.mountpoint("mnt");
+    assert_setup_error(
+        &sandbox,
+        missing.as_os_str(),
+        &mnt,
+        &[],
+        &["missing.img", "No such file"],
+    );
+    assert_setup_error(
+        &sandbox,
+        missing.as_os_str(),
+        &mnt,
+        &["-w"],
+        &["No such file"],
+    );
+}
+
+#[test]
+fn mount_error_missing_mountpoint() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let mnt = sandbox.path("nope");
+    assert_setup_error(
+        &sandbox,
+        image.as_os_str(),
+        &mnt,
+        &["-w"],
+        &["nope", "does not exist"],
+    );
+    assert!(!mnt.exists(), "the mountpoint must not be created");
+}
+
+#[test]
+fn mount_error_mountpoint_is_a_directory() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let dir = sandbox.path("dir");
+    fs::create_dir(&dir).unwrap();
+    let stderr = assert_setup_error(&sandbox, image.as_os_str(), &dir, &[], &["dir"]);
+    let why = ["is a directory", "not a regular file"];
+    assert!(why.iter().any(|w| stderr.contains(w)), "{stderr}");
+}
+
+#[test]
+fn mount_error_mountpoint_already_mounted() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let other = sandbox.sparse("other.img", MIB);
+    let first = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &[]);
+    assert_setup_error(
+        &sandbox,
+        other.as_os_str(),
+        first.path(),
+        &["-w"],
+        &["already a FUSE mountpoint"],
+    );
+    // The first export is untouched and still serves.
+    assert_eq!(fs::read(first.path()).unwrap().len(), MIB as usize);
+    first.stop();
+}
+
+#[test]
+fn mount_error_growable_without_writable() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let mnt = sandbox.mountpoint("mnt");
+    assert_setup_error(
+        &sandbox,
+        image.as_os_str(),
+        &mnt,
+        &["--growable"],
+        &["--growable", "-w"],
+    );
+}
+
+#[test]
+fn mount_error_bad_null_size() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let mnt = sandbox.mountpoint("mnt");
+    for spec in ["null:abc", "null:1X", "null:"] {
+        assert_setup_error(&sandbox, spec.as_ref(), &mnt, &[], &[spec, "size"]);
+    }
+    assert_setup_error(&sandbox, "null".as_ref(), &mnt, &[], &["null:1G"]);
+}

@@ -1,0 +1,238 @@
+//! The daemon's life: SIGTERM/SIGINT with I/O in flight end it cleanly (status 0, mount
+//! gone, the file underneath back as it was), so does an unmount from outside, and
+//! SIGUSR1 / exit write `--stats`.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use corofuse_tests::export::TIMEOUT;
+use corofuse_tests::{
+    assert_bytes_eq, open_direct, pattern, require_fuse, sys, AlignedBuf, MountedExport, Sandbox,
+    KIB, MIB,
+};
+
+const LEN: u64 = 16 * MIB;
+const CHUNK: u64 = 64 * KIB;
+const CHUNKS: u64 = LEN / CHUNK;
+
+/// Writes chunk after chunk (pass `i / CHUNKS` of chunk `i % CHUNKS`), reading each back,
+/// until an operation fails; counts the writes completed and returns the errno.
+fn churn(mount: &Path, writes_done: &AtomicU64) -> i32 {
+    let file = open_direct(mount, true).expect("open the mount");
+    let mut back = AlignedBuf::zeroed(CHUNK as usize);
+    for i in 0.. {
+        let offset = i % CHUNKS * CHUNK;
+        let data = AlignedBuf::from_slice(&pattern(i / CHUNKS, offset, CHUNK as usize));
+        if let Err(e) = file.write_all_at(&data, offset) {
+            return e.raw_os_error().unwrap_or(0);
+        }
+        writes_done.store(i + 1, SeqCst);
+        if let Err(e) = file.read_exact_at(&mut back, offset) {
+            return e.raw_os_error().unwrap_or(0);
+        }
+        assert_bytes_eq(&back, &data, "read after write");
+    }
+    unreachable!()
+}
+
+fn stop_with_io_in_flight(signal: i32) {
+    let sandbox = Sandbox::new();
+    let underneath = pattern(99, 0, 10_000);
+    let mountpoint = sandbox.file("mnt", &underneath);
+    let image = sandbox.sparse("disk.img", LEN);
+    let mut export = MountedExport::start(&image, &mountpoint, &["-w"]);
+    let writes = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::channel();
+    let (mount, counter) = (export.path().to_owned(), Arc::clone(&writes));
+    // Not scoped: if the I/O hangs, the test fails instead of hanging with it.
+    std::thread::spawn(move || tx.send(churn(&mount, &counter)));
+    let start = Instant::now();
+    while writes.load(SeqCst) < 20 {
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "no I/O progress through the mount"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    export.signal(signal);
+    let status = export.wait_exit(TIMEOUT).expect("the daemon must exit");
+    assert!(status.success(), "{status}; stderr:\n{}", export.stderr());
+    export.assert_unmounted();
+    let errno = rx
+        .recv_timeout(TIMEOUT)
+        .expect("the I/O thread must not hang");
+    assert!(
+        [libc::ENOTCONN, libc::EIO, libc::ENODEV, libc::ECONNABORTED].contains(&errno),
+        "the I/O thread ended with errno {errno}"
+    );
+    assert_bytes_eq(
+        &fs::read(&mountpoint).unwrap(),
+        &underneath,
+        "file underneath",
+    );
+    // Every write that completed before the stop is in the image (the one in flight may
+    // or may not be).
+    let done = writes.load(SeqCst);
+    let on_disk = fs::read(&image).unwrap();
+    let in_flight = done % CHUNKS;
+    for chunk in (0..CHUNKS.min(done)).filter(|&c| c != in_flight) {
+        let last = (done - 1 - chunk) / CHUNKS * CHUNKS + chunk;
+        let offset = chunk * CHUNK;
+        let bytes = &on_disk[offset as usize..][..CHUNK as usize];
+        let want = pattern(last / CHUNKS, offset, CHUNK as usize);
+        assert_bytes_eq(bytes, &want, &format!("chunk {chunk} after {done} writes"));
+    }
+}
+
+#[test]
+fn mount_sigterm_with_io_in_flight_exits_cleanly() {
+    require_fuse!();
+    stop_with_io_in_flight(libc::SIGTERM);
+}
+
+#[test]
+fn mount_sigint_with_io_in_flight_exits_cleanly() {
+    require_fuse!();
+    stop_with_io_in_flight(libc::SIGINT);
+}
+
+/// 64 readers and four clients: readers often lose the race for a request (EAGAIN) and
+/// fall back to polling /dev/fuse. A SIGTERM in the middle of that must still end the
+/// daemon once the clients stop. Each round is short; 80 rounds hit the window almost always.
+#[test]
+fn mount_sigterm_during_a_burst_with_many_readers() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(1, 0, 4 * MIB as usize));
+    let mountpoint = sandbox.mountpoint("mnt");
+    for round in 0..80 {
+        let mut export = MountedExport::start(&image, &mountpoint, &["-w", "--readers", "64"]);
+        let burst = Duration::from_millis(20 + round * 7 % 60);
+        let files = burst_then_signal(&export, burst, libc::SIGTERM);
+        let exited = export.wait_exit(Duration::from_secs(10));
+        if exited.is_none() {
+            panic!(
+                "round {round}: no exit 10 s after SIGTERM; {}",
+                export.diagnose()
+            );
+        }
+        assert!(
+            exited.unwrap().success(),
+            "round {round}: {}",
+            export.stderr()
+        );
+        drop(files);
+    }
+}
+
+/// Four threads read and write 4 KiB blocks through the mount for `burst`; then, with
+/// each thread about to stop, `signal` goes to the daemon. Returns the threads' files,
+/// still open (closing them would send the daemon more requests).
+fn burst_then_signal(export: &MountedExport, burst: Duration, signal: i32) -> Vec<fs::File> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let clients: Vec<_> = (0..4u64)
+            .map(|t| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let file = open_direct(export.path(), true).ok()?;
+                    let mut buf = AlignedBuf::zeroed(4096);
+                    for i in (t..).step_by(4).take_while(|_| !stop.load(SeqCst)) {
+                        let offset = i % 1024 * 4096;
+                        let done = if i % 8 < 4 {
+                            file.read_exact_at(&mut buf, offset)
+                        } else {
+                            file.write_all_at(&buf, offset)
+                        };
+                        if done.is_err() {
+                            break;
+                        }
+                    }
+                    Some(file)
+                })
+            })
+            .collect();
+        std::thread::sleep(burst);
+        stop.store(true, SeqCst);
+        sys::kill(export.pid(), signal).expect("kill(2) our child");
+        clients
+            .into_iter()
+            .filter_map(|c| c.join().unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn mount_unmount_from_outside_ends_the_daemon() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
+    let mut export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    fs::read(export.path()).unwrap();
+    sys::umount_lazy(export.path()).expect("umount -l");
+    let status = export.wait_exit(TIMEOUT);
+    let status = status.expect("the daemon must exit by itself after an unmount");
+    assert!(status.success(), "{status}; stderr:\n{}", export.stderr());
+    export.assert_unmounted();
+}
+
+/// The stats file, once it is complete JSON (it may be half-written when first seen).
+fn read_stats(path: &Path) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let parsed = fs::read(path).map(|b| serde_json::from_slice::<serde_json::Value>(&b));
+        match parsed {
+            Ok(Ok(json)) => return json,
+            _ if start.elapsed() > TIMEOUT => panic!("no valid JSON in {}", path.display()),
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn counter(stats: &serde_json::Value, section: &str, name: &str) -> u64 {
+    stats[section][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {section}.{name} counter in {stats}"))
+}
+
+#[test]
+fn mount_stats_on_sigusr1_and_at_exit() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
+    let stats = sandbox.path("stats.json");
+    let stats_arg = stats.to_str().unwrap();
+    let mut export =
+        MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["--stats", stats_arg]);
+    fs::read(export.path()).unwrap();
+    assert!(!stats.exists(), "stats written before SIGUSR1 or exit");
+    export.signal(libc::SIGUSR1);
+    let first = read_stats(&stats);
+    assert_eq!(first["image"], image.to_str().unwrap(), "{first}");
+    let spawned = counter(&first, "runtime", "spawned");
+    let requests = counter(&first, "queue", "requests");
+    assert!(spawned > 0 && requests > 0, "{first}");
+    // SIGUSR1 does not stop the export.
+    assert!(export.try_status().is_none(), "SIGUSR1 ended the daemon");
+    for _ in 0..4 {
+        fs::read(export.path()).unwrap();
+    }
+    export.stop();
+    let last = read_stats(&stats);
+    for (section, name) in [
+        ("runtime", "spawned"),
+        ("queue", "requests"),
+        ("queue", "replies"),
+    ] {
+        assert!(
+            counter(&last, section, name) >= counter(&first, section, name),
+            "{section}.{name} went down: {first} then {last}"
+        );
+    }
+    assert!(counter(&last, "queue", "requests") > requests, "{last}");
+    assert!(counter(&last, "runtime", "spawned") > spawned, "{last}");
+}
