@@ -10,7 +10,7 @@
 use std::ffi::c_int;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use runtime::{opcode, types, Co};
 
@@ -111,4 +111,16 @@ pub(crate) fn ring_ftruncate(co: &Co<'_>, fd: BorrowedFd<'_>, len: u64) -> io::R
         return Err(io::Error::from_raw_os_error(-res));
     }
     Ok(())
+}
+
+/// Whether `file` lives on tmpfs (`fstatfs(2)`): its buffered writes are memory copies that
+/// never wait for a device, and io_uring would hand each one to a worker thread (tmpfs has
+/// no asynchronous buffered writes).
+pub(crate) fn is_tmpfs(file: &impl AsFd) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: statfs is plain data, filled by the kernel below.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is valid for the borrow and `st` is a writable statfs.
+    let rc = unsafe { libc::fstatfs(file.as_fd().as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
 }
