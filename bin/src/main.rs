@@ -33,7 +33,10 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let result = match cli.command {
         Command::Mount(args) => mount::run(&args),
         Command::Bench(args) => bench::run(args),
@@ -46,4 +49,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--help` and `--version` print as clap renders them; a bad argument is one line on
+/// stderr (scripts rely on one-line errors) and exit status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("invalid arguments");
+    eprintln!(
+        "corofuse: {} (see corofuse --help)",
+        first.trim_start_matches("error: ")
+    );
+    ExitCode::from(2)
 }

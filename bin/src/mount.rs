@@ -74,6 +74,17 @@ pub enum Dispatch {
     Threads(usize),
 }
 
+impl std::fmt::Display for Dispatch {
+    /// As given on the command line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dispatch::Coroutine => f.write_str("coroutine"),
+            Dispatch::Inline => f.write_str("inline"),
+            Dispatch::Threads(n) => write!(f, "threads:{n}"),
+        }
+    }
+}
+
 fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
     match text {
         "coroutine" => Ok(Dispatch::Coroutine),
@@ -127,7 +138,12 @@ impl Serving {
     }
 
     /// Writes `--stats`, if asked for.
-    pub fn write_stats(&self, runtime: CounterSnapshot, queue: QueueStats, ops: &BTreeMap<String, OpReport>) {
+    pub fn write_stats(
+        &self,
+        runtime: CounterSnapshot,
+        queue: QueueStats,
+        ops: &BTreeMap<String, OpReport>,
+    ) {
         if let Some(path) = &self.args.stats {
             write_stats(path, &self.args, runtime, queue, ops);
         }
@@ -187,7 +203,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         fuse::mount::mount(&args.mountpoint, &mount_options).map_err(|e| e.to_string())?;
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
     log::info!(
-        "exporting {} on {} ({:?} dispatch)",
+        "exporting {} on {} ({} dispatch)",
         export.backend().describe(),
         mount.path().display(),
         args.dispatch
@@ -226,7 +242,7 @@ fn write_stats(
 ) {
     let stats = Stats {
         image: &args.image,
-        dispatch: format!("{:?}", args.dispatch),
+        dispatch: args.dispatch.to_string(),
         runtime,
         queue,
         allocations: crate::alloc_count::allocations(),

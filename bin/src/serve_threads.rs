@@ -8,7 +8,6 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use backend::Ctx;
 use fuse::server::blocking::Workers;
-use fuse::server::QueueStats;
 use runtime::CounterSnapshot;
 
 use crate::mount::{Served, Serving};
@@ -28,12 +27,10 @@ pub fn serve(serving: Serving, threads: usize) -> Served {
     };
     while !workers.all_finished() {
         match wait_signal(&serving.signals, 100) {
-            // The workers keep their counts until they stop: only the totals at exit.
-            Some(libc::SIGUSR1) => serving.write_stats(
-                CounterSnapshot::default(),
-                QueueStats::default(),
-                &Default::default(),
-            ),
+            Some(libc::SIGUSR1) => {
+                let (queue, ops) = workers.snapshot();
+                serving.write_stats(CounterSnapshot::default(), queue, &ops);
+            }
             Some(signo) => {
                 log::info!("signal {signo}: finishing the requests in flight, then unmounting");
                 break;
@@ -65,6 +62,12 @@ fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
     }
     let mut info = [0u8; 128];
     // SAFETY: `info` is a writable 128-byte buffer, the size of a signalfd_siginfo.
-    let n = unsafe { libc::read(signals.as_fd().as_raw_fd(), info.as_mut_ptr().cast(), info.len()) };
+    let n = unsafe {
+        libc::read(
+            signals.as_fd().as_raw_fd(),
+            info.as_mut_ptr().cast(),
+            info.len(),
+        )
+    };
     (n == 128).then(|| SignalFd::signo(&info))
 }

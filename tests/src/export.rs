@@ -1,7 +1,7 @@
 //! [`MountedExport`]: one `corofuse mount` daemon, live until dropped, and never a mount
 //! left behind.
 //!
-//! `start` runs the daemon with a pidfile and returns once the pidfile holds its PID *and*
+//! `start` runs the daemon in a [`Dispatch`] mode with a pidfile and returns once the pidfile holds its PID *and*
 //! /proc/self/mountinfo shows a `fuse.corofuse` mount on the mountpoint. Dropping the guard
 //! (also while unwinding from a failed assertion) sends SIGTERM, waits, SIGKILLs the PID it
 //! started if the daemon hangs, and lazily unmounts whatever mount it added if one is left.
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::diag;
+use crate::dispatch::Dispatch;
 use crate::mountinfo::{fuse_mounts_at, is_corofuse_mount};
 use crate::require::note;
 use crate::sys;
@@ -25,9 +26,10 @@ use crate::sys;
 /// How long a daemon may take to mount, or to exit after SIGTERM or an unmount.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A live `corofuse mount IMAGE MOUNTPOINT ARGS...`.
+/// A live `corofuse mount IMAGE MOUNTPOINT ARGS... --dispatch MODE`.
 pub struct MountedExport {
     child: Child,
+    dispatch: Dispatch,
     status: Option<ExitStatus>,
     mountpoint: PathBuf,
     /// FUSE mounts on the mountpoint before we started: Drop unmounts only ours.
@@ -37,17 +39,23 @@ pub struct MountedExport {
 }
 
 impl MountedExport {
-    /// Starts the daemon and waits until the mount is live; panics (with its stderr) if it
-    /// exits or takes longer than [`TIMEOUT`].
+    /// Starts `corofuse mount IMAGE MOUNTPOINT ARGS... --dispatch MODE` and waits until the
+    /// mount is live; panics (with its stderr) if it exits or takes longer than [`TIMEOUT`].
     #[track_caller]
-    pub fn start(image: impl AsRef<OsStr>, mountpoint: &Path, args: &[&str]) -> MountedExport {
-        Self::try_start(image, mountpoint, args).unwrap_or_else(|e| panic!("{e}"))
+    pub fn start(
+        image: impl AsRef<OsStr>,
+        mountpoint: &Path,
+        dispatch: Dispatch,
+        args: &[&str],
+    ) -> MountedExport {
+        Self::try_start(image, mountpoint, dispatch, args).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// As [`start`](Self::start), but returns the failure.
     pub fn try_start(
         image: impl AsRef<OsStr>,
         mountpoint: &Path,
+        dispatch: Dispatch,
         args: &[&str],
     ) -> Result<MountedExport, String> {
         let mountpoint = fs::canonicalize(mountpoint)
@@ -65,6 +73,8 @@ impl MountedExport {
             .arg(image.as_ref())
             .arg(&mountpoint)
             .args(args)
+            .arg("--dispatch")
+            .arg(dispatch.arg())
             .arg("--pidfile")
             .arg(&pidfile);
         command
@@ -79,6 +89,7 @@ impl MountedExport {
             .map_err(|e| format!("spawn corofuse: {e}"))?;
         let mut export = MountedExport {
             child,
+            dispatch,
             status: None,
             mountpoint,
             mounts_before,
@@ -94,7 +105,9 @@ impl MountedExport {
         loop {
             if let Some(status) = self.try_status() {
                 return Err(format!(
-                    "corofuse exited ({status}) before the mount was live; stderr:\n{}",
+                    "corofuse (--dispatch {}) exited ({status}) before the mount was live; \
+                     stderr:\n{}",
+                    self.dispatch,
                     self.stderr()
                 ));
             }
@@ -104,12 +117,19 @@ impl MountedExport {
             }
             if start.elapsed() > TIMEOUT {
                 return Err(format!(
-                    "corofuse not live after {TIMEOUT:?} (pidfile written: {written}); stderr:\n{}",
+                    "corofuse (--dispatch {}) not live after {TIMEOUT:?} (pidfile written: \
+                     {written}); stderr:\n{}",
+                    self.dispatch,
                     self.stderr()
                 ));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// The `--dispatch` mode it runs in.
+    pub fn dispatch(&self) -> Dispatch {
+        self.dispatch
     }
 
     /// The daemon's PID.
@@ -169,7 +189,8 @@ impl MountedExport {
         match self.wait_exit(TIMEOUT) {
             Some(status) => status,
             None => panic!(
-                "corofuse still running {TIMEOUT:?} after SIGTERM; {}",
+                "corofuse (--dispatch {}) still running {TIMEOUT:?} after SIGTERM; {}",
+                self.dispatch,
                 self.diagnose()
             ),
         }
@@ -192,7 +213,8 @@ impl MountedExport {
         let status = self.terminate();
         assert!(
             status.success(),
-            "corofuse exited with {status} after SIGTERM; stderr:\n{}",
+            "corofuse (--dispatch {}) exited with {status} after SIGTERM; stderr:\n{}",
+            self.dispatch,
             self.stderr()
         );
         self.assert_unmounted();
@@ -215,8 +237,9 @@ impl MountedExport {
             let _ = sys::kill(self.pid(), libc::SIGTERM);
             if self.wait_exit(TIMEOUT).is_none() {
                 note(&format!(
-                    "corofuse (pid {}) ignored SIGTERM for {TIMEOUT:?}: SIGKILL",
-                    self.pid()
+                    "corofuse (pid {}, --dispatch {}) ignored SIGTERM for {TIMEOUT:?}: SIGKILL",
+                    self.pid(),
+                    self.dispatch
                 ));
                 let _ = self.child.kill();
                 self.status = self.child.wait().ok();

@@ -5,30 +5,41 @@
 //! prints why it is skipped and passes. Every mount test is named `mount_*`, so
 //! `cargo test -p corofuse-tests mount_` selects them and `--skip mount_` leaves them out.
 //!
-//! ```no_run
-//! use corofuse_tests::{require_fuse, MountedExport, Sandbox};
+//! Every export test runs in each `--dispatch` mode ([`Dispatch`]): a body taking the mode,
+//! and [`dispatch_tests!`] to make `mount_x::coroutine`, `mount_x::inline` and
+//! `mount_x::threads` of it. Tests of an option that only the coroutine transport has
+//! (`--ring-replies`, `--readers`) list only `coroutine`; setup errors run once.
 //!
-//! require_fuse!();
-//! let sandbox = Sandbox::new();
-//! let image = sandbox.file("disk.img", &[7u8; 8192]);
-//! let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
-//! assert_eq!(std::fs::read(export.path()).unwrap(), [7u8; 8192]);
-//! export.stop(); // SIGTERM: exit status 0, mount gone
+//! ```no_run
+//! use corofuse_tests::{dispatch_tests, Dispatch, MountedExport, Sandbox};
+//!
+//! dispatch_tests!(mount_reads_sevens);
+//! fn mount_reads_sevens(mode: Dispatch) {
+//!     let sandbox = Sandbox::new();
+//!     let image = sandbox.file("disk.img", &[7u8; 8192]);
+//!     let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+//!     assert_eq!(std::fs::read(export.path()).unwrap(), [7u8; 8192]);
+//!     export.stop(); // SIGTERM: exit status 0, mount gone
+//! }
+//! # fn main() {}
 //! ```
 //!
 //! Layout: [`bin`] finds (and builds) the binary, [`require`] probes and skips visibly,
-//! [`export`] is the daemon guard, [`mountinfo`] reads /proc/self/mountinfo, [`sandbox`]
-//! holds per-test files, [`buf`] has aligned buffers and patterns, [`diag`] describes a hung
-//! daemon, [`sys`] the syscalls.
+//! [`dispatch`] names the modes and makes one test per mode, [`export`] is the daemon
+//! guard, [`mountinfo`] reads /proc/self/mountinfo, [`sandbox`] holds per-test files,
+//! [`buf`] has aligned buffers and patterns, [`diag`] describes a hung daemon, [`sys`] the
+//! syscalls.
 //!
 //! Knobs: `COROFUSE_BIN=/path` tests that binary instead of building `target/<profile>/
 //! corofuse`; `COROFUSE_TEST_LOG=debug` sets the daemons' `RUST_LOG` (default `info`), and
-//! a failing test shows the daemon's stderr.
+//! a failing test shows the daemon's stderr; `COROFUSE_TEST_DISPATCH=inline` (or
+//! `coroutine`, `threads`, `threads:N`, comma-separated) runs only those modes.
 #![warn(missing_docs)]
 
 pub mod bin;
 pub mod buf;
 pub mod diag;
+pub mod dispatch;
 pub mod export;
 pub mod mountinfo;
 pub mod require;
@@ -39,6 +50,7 @@ use std::fmt::Debug;
 use std::io;
 
 pub use buf::{assert_bytes_eq, pattern, AlignedBuf, Rng};
+pub use dispatch::Dispatch;
 pub use export::MountedExport;
 pub use sandbox::{open_direct, open_rw, Sandbox};
 

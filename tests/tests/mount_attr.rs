@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
-use corofuse_tests::{pattern, require_fuse, MountedExport, Sandbox, KIB, MIB};
+use corofuse_tests::{dispatch_tests, pattern, Dispatch, MountedExport, Sandbox, KIB, MIB};
 
 /// Not a multiple of 512: QEMU rounds sizes to sectors, we must not.
 const LEN: u64 = 3 * MIB + 4321;
@@ -19,10 +19,10 @@ fn sparse_image(sandbox: &Sandbox) -> std::path::PathBuf {
     image
 }
 
-fn check_stat(args: &[&str], mode: u32) {
+fn check_stat(dispatch: Dispatch, args: &[&str], mode: u32) {
     let sandbox = Sandbox::new();
     let image = sparse_image(&sandbox);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), args);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), dispatch, args);
     let on_disk = fs::metadata(&image).unwrap();
     let st = fs::metadata(export.path()).unwrap();
     assert!(st.file_type().is_file(), "not a regular file: {st:?}");
@@ -42,24 +42,21 @@ fn check_stat(args: &[&str], mode: u32) {
     export.stop();
 }
 
-#[test]
-fn mount_stat_writable_is_0600_and_exact() {
-    require_fuse!();
-    check_stat(&["-w"], 0o600);
+dispatch_tests!(mount_stat_writable_is_0600_and_exact);
+fn mount_stat_writable_is_0600_and_exact(mode: Dispatch) {
+    check_stat(mode, &["-w"], 0o600);
 }
 
-#[test]
-fn mount_stat_read_only_is_0400_and_exact() {
-    require_fuse!();
-    check_stat(&[], 0o400);
+dispatch_tests!(mount_stat_read_only_is_0400_and_exact);
+fn mount_stat_read_only_is_0400_and_exact(mode: Dispatch) {
+    check_stat(mode, &[], 0o400);
 }
 
-#[test]
-fn mount_stat_blocks_of_a_full_image() {
-    require_fuse!();
+dispatch_tests!(mount_stat_blocks_of_a_full_image);
+fn mount_stat_blocks_of_a_full_image(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(2, 0, LEN as usize));
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &[]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &[]);
     let st = fs::metadata(export.path()).unwrap();
     assert_eq!(st.blocks(), fs::metadata(&image).unwrap().blocks());
     assert!(
@@ -70,18 +67,17 @@ fn mount_stat_blocks_of_a_full_image() {
     export.stop();
 }
 
+dispatch_tests!(mount_stat_allow_other_shares_the_owner_bits);
 /// `--allow-other`: the kernel lets other users in, and group and others get the owner's
 /// bits.
-#[test]
-fn mount_stat_allow_other_shares_the_owner_bits() {
-    require_fuse!();
+fn mount_stat_allow_other_shares_the_owner_bits(dispatch: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sparse_image(&sandbox);
     for (args, mode) in [
         (&["--allow-other"][..], 0o444),
         (&["-w", "--allow-other"][..], 0o666),
     ] {
-        let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), args);
+        let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), dispatch, args);
         let st = fs::metadata(export.path()).unwrap();
         assert_eq!(st.mode() & 0o7777, mode, "{args:?}");
         let mounts = fs::read_to_string("/proc/self/mounts").unwrap();

@@ -15,8 +15,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 use corofuse_tests::{
-    assert_bytes_eq, open_direct, pattern, require_fuse, require_tool, AlignedBuf, MountedExport,
-    Rng, Sandbox, MIB,
+    assert_bytes_eq, dispatch_tests, open_direct, pattern, require_tool, AlignedBuf, Dispatch,
+    MountedExport, Rng, Sandbox, MIB,
 };
 
 const LEN: u64 = 16 * MIB;
@@ -98,11 +98,11 @@ impl Model {
     }
 }
 
-fn check_against_model(args: &[&str]) {
+fn check_against_model(mode: Dispatch, args: &[&str]) {
     let sandbox = Sandbox::new();
     let model = Model::new();
     let image = sandbox.file("disk.img", &model.expected_image());
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), args);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, args);
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let (model, mount) = (&model, export.path());
@@ -119,29 +119,31 @@ fn check_against_model(args: &[&str]) {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image after unmount");
 }
 
-#[test]
-fn mount_concurrent_direct_io_matches_the_model() {
-    require_fuse!();
-    check_against_model(&["-w"]);
+dispatch_tests!(mount_concurrent_direct_io_matches_the_model);
+fn mount_concurrent_direct_io_matches_the_model(mode: Dispatch) {
+    check_against_model(mode, &["-w"]);
 }
 
-/// The image opened O_DIRECT, replies through the ring. (Default readers: with many, the
-/// SIGTERM at the end can hang, see `mount_sigterm_during_a_burst_with_many_readers`.)
-#[test]
-fn mount_concurrent_direct_io_on_a_direct_image() {
-    require_fuse!();
-    check_against_model(&["-w", "--direct", "--ring-replies"]);
+dispatch_tests!(mount_concurrent_direct_io_on_a_direct_image);
+/// The image opened O_DIRECT; in coroutine mode, replies also go through the ring (a
+/// transport option of that mode only). (Default readers: with many, the SIGTERM at the
+/// end can hang, see `mount_sigterm_during_a_burst_with_many_readers`.)
+fn mount_concurrent_direct_io_on_a_direct_image(mode: Dispatch) {
+    if mode == Dispatch::Coroutine {
+        check_against_model(mode, &["-w", "--direct", "--ring-replies"]);
+    } else {
+        check_against_model(mode, &["-w", "--direct"]);
+    }
 }
 
+dispatch_tests!(mount_fio_randwrite_verify_crc32c);
 /// fio verifies what it wrote at iodepth 16 over io_uring (the packaged
 /// qemu-storage-daemon's FUSE export fails this).
-#[test]
-fn mount_fio_randwrite_verify_crc32c() {
-    require_fuse!();
+fn mount_fio_randwrite_verify_crc32c(mode: Dispatch) {
     require_tool!("fio");
     let sandbox = Sandbox::new();
     let image = sandbox.sparse("disk.img", LEN);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let output = sandbox.path("fio.out");
     let status = Command::new("fio")
         .args([

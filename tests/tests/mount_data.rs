@@ -5,19 +5,18 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 
 use corofuse_tests::{
-    assert_bytes_eq, open_direct, open_rw, pattern, require_fuse, AlignedBuf, MountedExport,
-    Sandbox, KIB, MIB,
+    assert_bytes_eq, dispatch_tests, open_direct, open_rw, pattern, AlignedBuf, Dispatch,
+    MountedExport, Sandbox, KIB, MIB,
 };
 
 const LEN: u64 = 4 * MIB;
 
-#[test]
-fn mount_reads_return_the_image() {
-    require_fuse!();
+dispatch_tests!(mount_reads_return_the_image);
+fn mount_reads_return_the_image(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let expected = pattern(1, 0, LEN as usize);
     let image = sandbox.file("disk.img", &expected);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &[]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &[]);
     assert_bytes_eq(
         &fs::read(export.path()).unwrap(),
         &expected,
@@ -76,11 +75,11 @@ fn write_through(mount: &std::path::Path, mut model: Vec<u8>, direct: bool, seed
     model
 }
 
-fn check_writes(args: &[&str], direct: bool) {
+fn check_writes(mode: Dispatch, args: &[&str], direct: bool) {
     let sandbox = Sandbox::new();
     let before = pattern(10, 0, LEN as usize);
     let image = sandbox.file("disk.img", &before);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), args);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, args);
     let expected = write_through(export.path(), before, direct, 20);
     // The image path is a different file: it shows the bytes while still mounted...
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image while mounted");
@@ -90,43 +89,39 @@ fn check_writes(args: &[&str], direct: bool) {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image after unmount");
 }
 
-#[test]
-fn mount_buffered_writes_reach_the_image() {
-    require_fuse!();
-    check_writes(&["-w"], false);
+dispatch_tests!(mount_buffered_writes_reach_the_image);
+fn mount_buffered_writes_reach_the_image(mode: Dispatch) {
+    check_writes(mode, &["-w"], false);
 }
 
-#[test]
-fn mount_direct_writes_reach_the_image() {
-    require_fuse!();
-    check_writes(&["-w"], true);
+dispatch_tests!(mount_direct_writes_reach_the_image);
+fn mount_direct_writes_reach_the_image(mode: Dispatch) {
+    check_writes(mode, &["-w"], true);
 }
 
+dispatch_tests!(mount_direct_image_takes_unaligned_writes);
 /// `--direct`: the image is opened O_DIRECT; unaligned writes go through its bounce path.
-#[test]
-fn mount_direct_image_takes_unaligned_writes() {
-    require_fuse!();
-    check_writes(&["-w", "--direct"], false);
+fn mount_direct_image_takes_unaligned_writes(mode: Dispatch) {
+    check_writes(mode, &["-w", "--direct"], false);
 }
 
-#[test]
-fn mount_ring_replies_round_trip() {
-    require_fuse!();
-    check_writes(&["-w", "--ring-replies"], true);
+dispatch_tests!(mount_ring_replies_round_trip[coroutine]);
+/// `--ring-replies`: a transport option of the coroutine mode only.
+fn mount_ring_replies_round_trip(mode: Dispatch) {
+    check_writes(mode, &["-w", "--ring-replies"], true);
 }
 
-#[test]
-fn mount_eight_readers_round_trip() {
-    require_fuse!();
-    check_writes(&["--writable", "--readers", "8"], false);
+dispatch_tests!(mount_eight_readers_round_trip[coroutine]);
+/// `--readers`: a transport option of the coroutine mode only.
+fn mount_eight_readers_round_trip(mode: Dispatch) {
+    check_writes(mode, &["--writable", "--readers", "8"], false);
 }
 
-#[test]
-fn mount_fsync_succeeds_and_data_is_in_the_image() {
-    require_fuse!();
+dispatch_tests!(mount_fsync_succeeds_and_data_is_in_the_image);
+fn mount_fsync_succeeds_and_data_is_in_the_image(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.sparse("disk.img", MIB);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let file = open_rw(export.path()).unwrap();
     let data = pattern(3, 12_288, 5000);
     file.write_all_at(&data, 12_288).unwrap();
@@ -138,14 +133,13 @@ fn mount_fsync_succeeds_and_data_is_in_the_image() {
     export.stop();
 }
 
+dispatch_tests!(mount_over_the_image_itself);
 /// MOUNTPOINT == IMAGE: the daemon opens the image first, then hides it under the mount.
-#[test]
-fn mount_over_the_image_itself() {
-    require_fuse!();
+fn mount_over_the_image_itself(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let before = pattern(4, 0, MIB as usize);
     let image = sandbox.file("disk.img", &before);
-    let export = MountedExport::start(&image, &image, &["-w"]);
+    let export = MountedExport::start(&image, &image, mode, &["-w"]);
     assert_bytes_eq(
         &fs::read(&image).unwrap(),
         &before,

@@ -1,5 +1,6 @@
 //! Setup errors: each one exits non-zero with one line on stderr that names the problem,
-//! writes no pidfile and leaves no mount.
+//! writes no pidfile and leaves no mount. Setup is the same in every `--dispatch` mode, so
+//! these run once (in the default mode), plus one check that bad modes are refused.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -7,12 +8,30 @@ use std::path::Path;
 
 use corofuse_tests::export::run_to_exit;
 use corofuse_tests::mountinfo::fuse_mounts_at;
-use corofuse_tests::{require_fuse, MountedExport, Sandbox, MIB};
+use corofuse_tests::{require_fuse, Dispatch, MountedExport, Sandbox, MIB};
 
 /// Runs `corofuse mount IMAGE MOUNTPOINT ARGS --pidfile P`, which must fail, and checks
 /// the contract; `words` must appear in the one line on stderr, which is returned.
 #[track_caller]
 fn assert_setup_error(
+    sandbox: &Sandbox,
+    image: &OsStr,
+    mountpoint: &Path,
+    args: &[&str],
+    words: &[&str],
+) -> String {
+    let stderr = run_setup_error(sandbox, image, mountpoint, args, words);
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{image:?} {mountpoint:?} {args:?}: not one line on stderr:\n{stderr}"
+    );
+    stderr
+}
+
+/// As [`assert_setup_error`], but without counting the lines of stderr.
+#[track_caller]
+fn run_setup_error(
     sandbox: &Sandbox,
     image: &OsStr,
     mountpoint: &Path,
@@ -30,11 +49,6 @@ fn assert_setup_error(
     assert!(
         !failure.status.success(),
         "{argv:?} succeeded; stderr:\n{stderr}"
-    );
-    assert_eq!(
-        stderr.lines().count(),
-        1,
-        "{argv:?}: not one line on stderr:\n{stderr}"
     );
     for word in words {
         assert!(
@@ -107,7 +121,7 @@ fn mount_error_mountpoint_already_mounted() {
     let sandbox = Sandbox::new();
     let image = image(&sandbox);
     let other = sandbox.sparse("other.img", MIB);
-    let first = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &[]);
+    let first = MountedExport::start(&image, &sandbox.mountpoint("mnt"), Dispatch::Coroutine, &[]);
     assert_setup_error(
         &sandbox,
         other.as_os_str(),
@@ -144,4 +158,43 @@ fn mount_error_bad_null_size() {
         assert_setup_error(&sandbox, spec.as_ref(), &mnt, &[], &[spec, "size"]);
     }
     assert_setup_error(&sandbox, "null".as_ref(), &mnt, &[], &["null:1G"]);
+}
+
+/// `--dispatch` takes `coroutine`, `inline` or `threads:N` with N from 1; anything else is
+/// refused, naming the option and the value, before anything is mounted.
+#[test]
+fn mount_error_bad_dispatch() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let mnt = sandbox.mountpoint("mnt");
+    for mode in ["threads:0", "bogus"] {
+        let args = ["-w", "--dispatch", mode];
+        run_setup_error(
+            &sandbox,
+            image.as_os_str(),
+            &mnt,
+            &args,
+            &["--dispatch", mode],
+        );
+    }
+}
+
+/// ...with one line on stderr, like every other setup error.
+#[test]
+fn mount_error_bad_dispatch_is_one_line() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let mnt = sandbox.mountpoint("mnt");
+    for mode in ["threads:0", "bogus"] {
+        let args = ["-w", "--dispatch", mode];
+        assert_setup_error(
+            &sandbox,
+            image.as_os_str(),
+            &mnt,
+            &args,
+            &["--dispatch", mode],
+        );
+    }
 }

@@ -1,6 +1,6 @@
-//! The daemon's life: SIGTERM/SIGINT with I/O in flight end it cleanly (status 0, mount
-//! gone, the file underneath back as it was), so does an unmount from outside, and
-//! SIGUSR1 / exit write `--stats`.
+//! The daemon's life, in every `--dispatch` mode: SIGTERM/SIGINT with I/O in flight end it
+//! cleanly (status 0, mount gone, the file underneath back as it was), so does an unmount
+//! from outside, and SIGUSR1 / exit write `--stats`.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use corofuse_tests::export::TIMEOUT;
 use corofuse_tests::{
-    assert_bytes_eq, open_direct, pattern, require_fuse, sys, AlignedBuf, MountedExport, Sandbox,
-    KIB, MIB,
+    assert_bytes_eq, dispatch_tests, open_direct, pattern, sys, AlignedBuf, Dispatch,
+    MountedExport, Sandbox, KIB, MIB,
 };
 
 const LEN: u64 = 16 * MIB;
@@ -39,12 +39,12 @@ fn churn(mount: &Path, writes_done: &AtomicU64) -> i32 {
     unreachable!()
 }
 
-fn stop_with_io_in_flight(signal: i32) {
+fn stop_with_io_in_flight(mode: Dispatch, signal: i32) {
     let sandbox = Sandbox::new();
     let underneath = pattern(99, 0, 10_000);
     let mountpoint = sandbox.file("mnt", &underneath);
     let image = sandbox.sparse("disk.img", LEN);
-    let mut export = MountedExport::start(&image, &mountpoint, &["-w"]);
+    let mut export = MountedExport::start(&image, &mountpoint, mode, &["-w"]);
     let writes = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel();
     let (mount, counter) = (export.path().to_owned(), Arc::clone(&writes));
@@ -88,29 +88,41 @@ fn stop_with_io_in_flight(signal: i32) {
     }
 }
 
-#[test]
-fn mount_sigterm_with_io_in_flight_exits_cleanly() {
-    require_fuse!();
-    stop_with_io_in_flight(libc::SIGTERM);
+dispatch_tests!(mount_sigterm_with_io_in_flight_exits_cleanly);
+fn mount_sigterm_with_io_in_flight_exits_cleanly(mode: Dispatch) {
+    stop_with_io_in_flight(mode, libc::SIGTERM);
 }
 
-#[test]
-fn mount_sigint_with_io_in_flight_exits_cleanly() {
-    require_fuse!();
-    stop_with_io_in_flight(libc::SIGINT);
+dispatch_tests!(mount_sigint_with_io_in_flight_exits_cleanly);
+fn mount_sigint_with_io_in_flight_exits_cleanly(mode: Dispatch) {
+    stop_with_io_in_flight(mode, libc::SIGINT);
 }
 
-/// 64 readers and four clients: readers often lose the race for a request (EAGAIN) and
-/// fall back to polling /dev/fuse. A SIGTERM in the middle of that must still end the
-/// daemon once the clients stop. Each round is short; 80 rounds hit the window almost always.
-#[test]
-fn mount_sigterm_during_a_burst_with_many_readers() {
-    require_fuse!();
+dispatch_tests!(mount_sigterm_during_a_burst_with_many_readers[coroutine]);
+/// 64 readers (`--readers`, a coroutine-mode option) and four clients: readers often lose
+/// the race for a request (EAGAIN) and fall back to polling /dev/fuse. A SIGTERM in the
+/// middle of that must still end the daemon once the clients stop. Each round is short;
+/// 80 rounds hit the window almost always.
+fn mount_sigterm_during_a_burst_with_many_readers(mode: Dispatch) {
+    sigterm_during_bursts(mode, &["-w", "--readers", "64"], 80);
+}
+
+dispatch_tests!(mount_sigterm_during_a_burst);
+/// The same with the default transport: SIGTERM while four clients have requests in
+/// flight (in threads mode: while workers are in blocking syscalls or `read(2)` of
+/// /dev/fuse) ends the daemon cleanly, round after round.
+fn mount_sigterm_during_a_burst(mode: Dispatch) {
+    sigterm_during_bursts(mode, &["-w"], 12);
+}
+
+/// `rounds` times: mount, a burst of I/O of 20 to 79 ms, SIGTERM; the daemon must exit 0
+/// within 10 s and leave no mount.
+fn sigterm_during_bursts(mode: Dispatch, args: &[&str], rounds: u64) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, 4 * MIB as usize));
     let mountpoint = sandbox.mountpoint("mnt");
-    for round in 0..80 {
-        let mut export = MountedExport::start(&image, &mountpoint, &["-w", "--readers", "64"]);
+    for round in 0..rounds {
+        let mut export = MountedExport::start(&image, &mountpoint, mode, args);
         let burst = Duration::from_millis(20 + round * 7 % 60);
         let files = burst_then_signal(&export, burst, libc::SIGTERM);
         let exited = export.wait_exit(Duration::from_secs(10));
@@ -125,6 +137,7 @@ fn mount_sigterm_during_a_burst_with_many_readers() {
             "round {round}: {}",
             export.stderr()
         );
+        export.assert_unmounted();
         drop(files);
     }
 }
@@ -166,12 +179,11 @@ fn burst_then_signal(export: &MountedExport, burst: Duration, signal: i32) -> Ve
     })
 }
 
-#[test]
-fn mount_unmount_from_outside_ends_the_daemon() {
-    require_fuse!();
+dispatch_tests!(mount_unmount_from_outside_ends_the_daemon);
+fn mount_unmount_from_outside_ends_the_daemon(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
-    let mut export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let mut export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     fs::read(export.path()).unwrap();
     sys::umount_lazy(export.path()).expect("umount -l");
     let status = export.wait_exit(TIMEOUT);
@@ -199,23 +211,89 @@ fn counter(stats: &serde_json::Value, section: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {section}.{name} counter in {stats}"))
 }
 
-#[test]
-fn mount_stats_on_sigusr1_and_at_exit() {
-    require_fuse!();
+/// Asserts that `stats` says it comes from a daemon in `mode`: its "dispatch" names the
+/// mode, and only the modes on the coroutine runtime have runtime counters.
+#[track_caller]
+fn assert_stats_mode(stats: &serde_json::Value, mode: Dispatch) {
+    let dispatch = stats["dispatch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no \"dispatch\" string in {stats}"));
+    let named = dispatch.to_ascii_lowercase().contains(mode.name())
+        && match mode {
+            Dispatch::Threads(n) => dispatch.contains(&n.to_string()),
+            _ => true,
+        };
+    assert!(named, "\"dispatch\": {dispatch:?} does not name {mode}");
+    let spawned = counter(stats, "runtime", "spawned");
+    if mode.has_runtime() {
+        assert!(spawned > 0, "{mode}: no coroutine spawned: {stats}");
+    } else {
+        assert_eq!(spawned, 0, "{mode} has no coroutine runtime: {stats}");
+    }
+}
+
+dispatch_tests!(mount_stats_at_exit);
+/// The numbers written at exit: the totals, and they show the mode really ran (a
+/// coroutine per request, none per request inline, no runtime with threads).
+fn mount_stats_at_exit(mode: Dispatch) {
+    const READS: u64 = 10;
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
     let stats = sandbox.path("stats.json");
     let stats_arg = stats.to_str().unwrap();
-    let mut export =
-        MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["--stats", stats_arg]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["--stats", stats_arg],
+    );
+    for _ in 0..READS {
+        fs::read(export.path()).unwrap();
+    }
+    assert!(!stats.exists(), "stats written before SIGUSR1 or exit");
+    export.stop();
+    let last = read_stats(&stats);
+    assert_eq!(last["image"], image.to_str().unwrap(), "{last}");
+    assert_stats_mode(&last, mode);
+    // Each read is at least OPEN, FLUSH and RELEASE, each answered.
+    let requests = counter(&last, "queue", "requests");
+    let replies = counter(&last, "queue", "replies");
+    assert!(requests >= 3 * READS, "{requests} requests: {last}");
+    assert!(replies >= 3 * READS, "{replies} replies: {last}");
+    let spawned = counter(&last, "runtime", "spawned");
+    match mode {
+        Dispatch::Coroutine => assert!(spawned >= requests, "not a coroutine per request: {last}"),
+        Dispatch::Inline => assert!(spawned < requests, "a coroutine per request: {last}"),
+        Dispatch::Threads(_) => {}
+    }
+}
+
+dispatch_tests!(mount_stats_on_sigusr1_and_at_exit [
+    coroutine,
+    inline,
+    threads,
+]);
+/// SIGUSR1 writes the numbers so far without stopping the daemon; those at exit are no
+/// smaller.
+fn mount_stats_on_sigusr1_and_at_exit(mode: Dispatch) {
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
+    let stats = sandbox.path("stats.json");
+    let stats_arg = stats.to_str().unwrap();
+    let mut export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["--stats", stats_arg],
+    );
     fs::read(export.path()).unwrap();
     assert!(!stats.exists(), "stats written before SIGUSR1 or exit");
     export.signal(libc::SIGUSR1);
     let first = read_stats(&stats);
     assert_eq!(first["image"], image.to_str().unwrap(), "{first}");
-    let spawned = counter(&first, "runtime", "spawned");
+    assert_stats_mode(&first, mode);
     let requests = counter(&first, "queue", "requests");
-    assert!(spawned > 0 && requests > 0, "{first}");
+    assert!(requests > 0, "no request counted at SIGUSR1: {first}");
     // SIGUSR1 does not stop the export.
     assert!(export.try_status().is_none(), "SIGUSR1 ended the daemon");
     for _ in 0..4 {
@@ -223,6 +301,7 @@ fn mount_stats_on_sigusr1_and_at_exit() {
     }
     export.stop();
     let last = read_stats(&stats);
+    assert_stats_mode(&last, mode);
     for (section, name) in [
         ("runtime", "spawned"),
         ("queue", "requests"),
@@ -234,5 +313,64 @@ fn mount_stats_on_sigusr1_and_at_exit() {
         );
     }
     assert!(counter(&last, "queue", "requests") > requests, "{last}");
-    assert!(counter(&last, "runtime", "spawned") > spawned, "{last}");
+    if mode == Dispatch::Coroutine {
+        // A coroutine per request: more requests, more coroutines.
+        let spawned = counter(&first, "runtime", "spawned");
+        assert!(counter(&last, "runtime", "spawned") > spawned, "{last}");
+    }
+}
+
+dispatch_tests!(mount_serving_requests_allocates_nothing);
+/// No heap allocation per request in steady state: the daemon's allocation counter (in
+/// `--stats`) barely moves while it serves thousands of requests after a warm-up.
+fn mount_serving_requests_allocates_nothing(mode: Dispatch) {
+    const WARM_UP: u64 = 2_000;
+    const MEASURED: u64 = 20_000;
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(3, 0, 4 * MIB as usize));
+    let stats = sandbox.path("stats.json");
+    let mut export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--stats", stats.to_str().unwrap()],
+    );
+    let file = open_direct(export.path(), true).expect("open the mount");
+    let mut buf = AlignedBuf::zeroed(4096);
+    let mut io = |ops: u64| {
+        for i in 0..ops {
+            let offset = (i * 7919 % 1024) * 4096;
+            if i % 2 == 0 {
+                file.read_exact_at(&mut buf, offset).unwrap();
+            } else {
+                file.write_all_at(&buf, offset).unwrap();
+            }
+        }
+    };
+    let mut snapshot = |export: &mut MountedExport| {
+        let _ = fs::remove_file(&stats);
+        export.signal(libc::SIGUSR1);
+        let json = read_stats(&stats);
+        (
+            json["allocations"].as_u64().unwrap(),
+            counter(&json, "queue", "requests"),
+        )
+    };
+    io(WARM_UP);
+    let (before, requests_before) = snapshot(&mut export);
+    io(MEASURED);
+    let (after, requests_after) = snapshot(&mut export);
+    assert!(
+        requests_after - requests_before >= MEASURED,
+        "requests were counted"
+    );
+    // Writing the statistics allocates a little (JSON); serving must add nothing.
+    assert!(
+        after - before < 200,
+        "{} allocations for {} requests ({mode:?})",
+        after - before,
+        requests_after - requests_before
+    );
+    drop(file);
+    export.stop();
 }

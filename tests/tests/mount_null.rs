@@ -4,7 +4,8 @@ use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
 use corofuse_tests::{
-    errno_of, open_direct, open_rw, require_fuse, AlignedBuf, MountedExport, Sandbox, MIB,
+    dispatch_tests, errno_of, open_direct, open_rw, AlignedBuf, Dispatch, MountedExport, Sandbox,
+    MIB,
 };
 
 fn reads_zeroes(path: &std::path::Path, len: u64) {
@@ -19,11 +20,10 @@ fn reads_zeroes(path: &std::path::Path, len: u64) {
     assert_eq!(file.read_at(&mut past, len).unwrap(), 0, "read at the end");
 }
 
-#[test]
-fn mount_null_read_only() {
-    require_fuse!();
+dispatch_tests!(mount_null_read_only);
+fn mount_null_read_only(mode: Dispatch) {
     let sandbox = Sandbox::new();
-    let export = MountedExport::start("null:1G", &sandbox.mountpoint("mnt"), &[]);
+    let export = MountedExport::start("null:1G", &sandbox.mountpoint("mnt"), mode, &[]);
     let st = fs::metadata(export.path()).unwrap();
     assert_eq!((st.len(), st.mode() & 0o7777), (1 << 30, 0o400));
     assert_eq!(st.blocks(), 0, "null allocates nothing");
@@ -32,14 +32,13 @@ fn mount_null_read_only() {
     export.stop();
 }
 
-#[test]
-fn mount_null_writable_drops_writes() {
-    require_fuse!();
+dispatch_tests!(mount_null_writable_drops_writes);
+fn mount_null_writable_drops_writes(mode: Dispatch) {
     let sandbox = Sandbox::new();
     // 12345 bytes past 16 MiB: an odd size, byte-exact.
     let len = 16 * MIB + 12_345;
     let spec = format!("null:{len}");
-    let export = MountedExport::start(&spec, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&spec, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     assert_eq!(fs::metadata(export.path()).unwrap().len(), len);
     let file = open_direct(export.path(), true).unwrap();
     let ones = AlignedBuf::from_slice(&[1u8; 65536]);

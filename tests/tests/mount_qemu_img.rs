@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use corofuse_tests::{
-    assert_bytes_eq, pattern, require_fuse, require_tool, MountedExport, Sandbox, KIB, MIB,
+    assert_bytes_eq, dispatch_tests, pattern, require_tool, Dispatch, MountedExport, Sandbox, KIB,
+    MIB,
 };
 
 const LEN: u64 = 8 * MIB;
@@ -48,15 +49,14 @@ fn source(sandbox: &Sandbox) -> (std::path::PathBuf, Vec<u8>) {
     (path, bytes)
 }
 
-#[test]
-fn mount_qemu_img_convert_compare_info() {
-    require_fuse!();
+dispatch_tests!(mount_qemu_img_convert_compare_info);
+fn mount_qemu_img_convert_compare_info(mode: Dispatch) {
     require_tool!("qemu-img");
     let sandbox = Sandbox::new();
     let (src, expected) = source(&sandbox);
     // The target starts full of non-zero bytes: every zero must be written.
     let image = sandbox.file("disk.img", &vec![0xAAu8; LEN as usize]);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let mnt = export.path();
     qemu_img(
         &["convert", "-n", "-f", "raw", "-O", "raw", "-t", "none"],

@@ -7,16 +7,16 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 
 use corofuse_tests::sys::{fallocate, truncate};
 use corofuse_tests::{
-    assert_bytes_eq, errno_of, open_rw, pattern, require_fuse, MountedExport, Sandbox, MIB,
+    assert_bytes_eq, dispatch_tests, errno_of, open_rw, pattern, Dispatch, MountedExport, Sandbox,
+    MIB,
 };
 
-#[test]
-fn mount_read_only_refuses_every_modification() {
-    require_fuse!();
+dispatch_tests!(mount_read_only_refuses_every_modification);
+fn mount_read_only_refuses_every_modification(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let before = pattern(1, 0, 2 * MIB as usize);
     let image = sandbox.file("disk.img", &before);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &[]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &[]);
     let mnt = export.path();
 
     assert_eq!(errno_of(open_rw(mnt), "open O_RDWR"), libc::EROFS);

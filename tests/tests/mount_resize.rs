@@ -8,7 +8,7 @@ use std::path::Path;
 
 use corofuse_tests::sys::fallocate;
 use corofuse_tests::{
-    assert_bytes_eq, errno_of, open_direct, open_rw, pattern, require_fuse, AlignedBuf,
+    assert_bytes_eq, dispatch_tests, errno_of, open_direct, open_rw, pattern, AlignedBuf, Dispatch,
     MountedExport, Sandbox, KIB, MIB,
 };
 
@@ -25,18 +25,22 @@ fn assert_size(export: &MountedExport, image: &Path, len: u64, what: &str) {
     assert_eq!(seen, (len, len), "{what}: (mount, image) sizes");
 }
 
-fn growable(sandbox: &Sandbox) -> (MountedExport, std::path::PathBuf, Vec<u8>) {
+fn growable(sandbox: &Sandbox, mode: Dispatch) -> (MountedExport, std::path::PathBuf, Vec<u8>) {
     let before = pattern(1, 0, LEN as usize);
     let image = sandbox.file("disk.img", &before);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w", "--growable"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--growable"],
+    );
     (export, image, before)
 }
 
-#[test]
-fn mount_growable_write_past_the_end_grows_to_the_byte() {
-    require_fuse!();
+dispatch_tests!(mount_growable_write_past_the_end_grows_to_the_byte);
+fn mount_growable_write_past_the_end_grows_to_the_byte(mode: Dispatch) {
     let sandbox = Sandbox::new();
-    let (export, image, mut expected) = growable(&sandbox);
+    let (export, image, mut expected) = growable(&sandbox, mode);
     let file = open_rw(export.path()).unwrap();
     let data = pattern(2, LEN + 1000, 4096);
     assert_eq!(file.write_at(&data, LEN + 1000).unwrap(), 4096);
@@ -58,11 +62,10 @@ fn mount_growable_write_past_the_end_grows_to_the_byte() {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image");
 }
 
-#[test]
-fn mount_growable_truncate_shrinks_and_grows() {
-    require_fuse!();
+dispatch_tests!(mount_growable_truncate_shrinks_and_grows);
+fn mount_growable_truncate_shrinks_and_grows(mode: Dispatch) {
     let sandbox = Sandbox::new();
-    let (export, image, before) = growable(&sandbox);
+    let (export, image, before) = growable(&sandbox, mode);
     let file = open_rw(export.path()).unwrap();
     file.set_len(300_001).unwrap();
     assert_size(&export, &image, 300_001, "after shrinking");
@@ -76,11 +79,10 @@ fn mount_growable_truncate_shrinks_and_grows() {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image");
 }
 
-#[test]
-fn mount_growable_fallocate_at_eof_grows_by_the_length() {
-    require_fuse!();
+dispatch_tests!(mount_growable_fallocate_at_eof_grows_by_the_length);
+fn mount_growable_fallocate_at_eof_grows_by_the_length(mode: Dispatch) {
     let sandbox = Sandbox::new();
-    let (export, image, mut expected) = growable(&sandbox);
+    let (export, image, mut expected) = growable(&sandbox, mode);
     let file = open_rw(export.path()).unwrap();
     fallocate(&file, 0, LEN, 64 * KIB + 3).expect("fallocate(0) at EOF");
     assert_size(
@@ -103,13 +105,12 @@ fn mount_growable_fallocate_at_eof_grows_by_the_length() {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image");
 }
 
-#[test]
-fn mount_fixed_size_refuses_writes_past_the_end() {
-    require_fuse!();
+dispatch_tests!(mount_fixed_size_refuses_writes_past_the_end);
+fn mount_fixed_size_refuses_writes_past_the_end(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let mut expected = pattern(1, 0, LEN as usize);
     let image = sandbox.file("disk.img", &expected);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let file = open_rw(export.path()).unwrap();
     let data = pattern(2, 0, 4096);
     for at in [LEN, LEN + 1, LEN + MIB] {
@@ -139,16 +140,15 @@ fn mount_fixed_size_refuses_writes_past_the_end() {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image");
 }
 
+dispatch_tests!(mount_fixed_size_truncate_and_fallocate_cannot_grow);
 /// The CLI contract: "--growable: writes and truncation past the end resize the image".
 /// Without it, nothing may grow a fixed-size export (QEMU, unlike this contract, lets
 /// truncate and fallocate grow any writable export).
-#[test]
-fn mount_fixed_size_truncate_and_fallocate_cannot_grow() {
-    require_fuse!();
+fn mount_fixed_size_truncate_and_fallocate_cannot_grow(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let expected = pattern(1, 0, LEN as usize);
     let image = sandbox.file("disk.img", &expected);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let file = open_rw(export.path()).unwrap();
     let grown = file.set_len(LEN + 4096);
     assert_size(&export, &image, LEN, "after truncate past the end");

@@ -5,7 +5,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use corofuse_tests::sys::lseek;
-use corofuse_tests::{pattern, require_fuse, MountedExport, Sandbox, KIB, MIB};
+use corofuse_tests::{dispatch_tests, pattern, Dispatch, MountedExport, Sandbox, KIB, MIB};
 
 const LEN: u64 = 2 * MIB;
 
@@ -14,9 +14,8 @@ fn seek(file: &File, offset: u64, whence: i32) -> Result<u64, i32> {
     lseek(file, offset, whence).map_err(|e: io::Error| e.raw_os_error().unwrap_or(0))
 }
 
-#[test]
-fn mount_seek_data_and_hole_match_the_image() {
-    require_fuse!();
+dispatch_tests!(mount_seek_data_and_hole_match_the_image);
+fn mount_seek_data_and_hole_match_the_image(mode: Dispatch) {
     let sandbox = Sandbox::on_tmpfs().unwrap_or_default();
     // data 0..64K, hole 64K..1M, data 1M..1M+64K, hole to 2M.
     let image = sandbox.sparse("disk.img", LEN);
@@ -31,7 +30,7 @@ fn mount_seek_data_and_hole_match_the_image() {
     }
     writer.sync_all().unwrap();
     drop(writer);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &[]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &[]);
     let on_image = File::open(&image).unwrap();
     let on_mount = File::open(export.path()).unwrap();
     // The image's file system must see the hole, or the comparison proves little.

@@ -6,7 +6,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 
 use corofuse_tests::sys::fallocate;
 use corofuse_tests::{
-    assert_bytes_eq, open_rw, pattern, require_fuse, MountedExport, Sandbox, KIB, MIB,
+    assert_bytes_eq, dispatch_tests, open_rw, pattern, Dispatch, MountedExport, Sandbox, KIB, MIB,
 };
 
 const LEN: u64 = 4 * MIB;
@@ -17,9 +17,8 @@ fn sandbox() -> Sandbox {
     Sandbox::on_tmpfs().unwrap_or_default()
 }
 
-#[test]
-fn mount_punch_hole_deallocates_and_reads_zeroes() {
-    require_fuse!();
+dispatch_tests!(mount_punch_hole_deallocates_and_reads_zeroes);
+fn mount_punch_hole_deallocates_and_reads_zeroes(mode: Dispatch) {
     let sandbox = sandbox();
     let mut expected = pattern(1, 0, LEN as usize);
     let image = sandbox.file("disk.img", &expected);
@@ -28,7 +27,7 @@ fn mount_punch_hole_deallocates_and_reads_zeroes() {
         blocks_before * 512 >= LEN,
         "the image starts fully allocated"
     );
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let file = open_rw(export.path()).unwrap();
     fallocate(&file, PUNCH, MIB, MIB).expect("punch 1 MiB");
     // Unaligned edges: the partial pages must be zeroed, not just left alone.
@@ -59,13 +58,12 @@ fn mount_punch_hole_deallocates_and_reads_zeroes() {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image");
 }
 
-#[test]
-fn mount_zero_range_reads_zeroes() {
-    require_fuse!();
+dispatch_tests!(mount_zero_range_reads_zeroes);
+fn mount_zero_range_reads_zeroes(mode: Dispatch) {
     let sandbox = sandbox();
     let mut expected = pattern(2, 0, LEN as usize);
     let image = sandbox.file("disk.img", &expected);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), &["-w"]);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
     let file = open_rw(export.path()).unwrap();
     let ranges = [(0, 4 * KIB), (MIB + 123, 300_000), (2 * MIB, MIB)];
     for (offset, len) in ranges {

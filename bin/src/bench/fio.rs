@@ -54,6 +54,8 @@ pub fn run(
         .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
     let timeout = Duration::from_secs_f64(seconds + 60.0);
     let status = child::wait(&mut c, timeout, "fio")?;
+    // fio exits 0 on Ctrl-C with partial results: do not report them as a run.
+    interrupt::check()?;
     let stdout = std::fs::read_to_string(out).unwrap_or_default();
     if !status.success() {
         return Err(format!("fio failed ({status}):{}", child::tail(err, 10)));

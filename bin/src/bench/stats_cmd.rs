@@ -170,6 +170,24 @@ fn per_request(stats: &Value, ring_replies: bool) -> String {
     out
 }
 
+/// Known latency kinds in the order a request lives them; others after, as found.
+fn kind_rank(kind: &str) -> usize {
+    let base = kind.split([' ', '_']).next().unwrap_or(kind);
+    ["wait", "queue", "io", "backend", "cpu", "service", "total"]
+        .iter()
+        .position(|k| *k == base)
+        .unwrap_or(usize::MAX)
+}
+
+/// Integers as integers (nanoseconds), the rest with [`num`]'s precision.
+fn whole_or_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        num(v)
+    }
+}
+
 /// `key`, plus the unit its fields carry when the key itself has none: "wait (ns)" for
 /// `"wait": {"p50_ns": ..}`.
 fn with_unit(key: &str, v: &Value) -> String {
@@ -210,18 +228,16 @@ fn ops_tables(ops: &Value) -> String {
             .collect(),
         _ => return "\nops: not an object or array; skipped\n".into(),
     };
+    // The field holding an opcode's request count, and its value.
     let count_of = |entry: &Value| {
         ["count", "requests", "n", "total"]
-            .iter()
-            .find_map(|k| entry.get(k).and_then(Value::as_f64))
+            .into_iter()
+            .find_map(|k| Some((k, entry.get(k)?.as_f64()?)))
     };
+    let count = |entry: &Value| count_of(entry).map_or(0.0, |(_, c)| c);
     let mut entries = entries;
     // Busiest opcodes first.
-    entries.sort_by(|a, b| {
-        count_of(b.1)
-            .unwrap_or(0.0)
-            .total_cmp(&count_of(a.1).unwrap_or(0.0))
-    });
+    entries.sort_by(|a, b| count(b.1).total_cmp(&count(a.1)));
     let mut out = String::from("\nops (per opcode)\n");
     for (name, entry) in entries {
         let count = count_of(entry);
@@ -230,12 +246,12 @@ fn ops_tables(ops: &Value) -> String {
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(k, v)| v.is_number() && count != v.as_f64() && !k.starts_with("count"))
+            .filter(|(k, _)| count.is_none_or(|(ck, _)| ck != k.as_str()))
             .filter_map(|(k, v)| Some(format!(", {k} {}", num(v.as_f64()?))))
             .collect();
         out.push_str(&format!(
             "  {name}: {} requests{extras}\n",
-            count.map_or("?".into(), |c| format!("{c:.0}"))
+            count.map_or("?".into(), |(_, c)| format!("{c:.0}"))
         ));
         let kinds: Vec<(String, Latency)> = match entry {
             Value::Object(m) => m
@@ -255,7 +271,9 @@ fn ops_tables(ops: &Value) -> String {
             out.push_str("    (no latency figures in a known shape)\n");
             continue;
         }
-        let o = |v: Option<f64>| v.map_or_else(|| "-".into(), num);
+        let mut kinds = kinds;
+        kinds.sort_by_key(|(k, _)| kind_rank(k));
+        let o = |v: Option<f64>| v.map_or_else(|| "-".into(), whole_or_num);
         let t = Table {
             headers: ["    latency", "p50", "p99", "max"]
                 .map(String::from)
@@ -433,7 +451,7 @@ mod tests {
             .split_whitespace()
             .map(String::from)
             .collect();
-        assert_eq!(service, ["service_us", "1.00", "16.0", "16.0"]);
+        assert_eq!(service, ["service_us", "1", "16", "16"]);
         assert!(ops.contains("GETATTR: 3 requests") && ops.contains("no latency figures"));
     }
 

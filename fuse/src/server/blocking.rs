@@ -10,13 +10,13 @@
 use std::io;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use backend::Ctx;
 
-use super::accounting::{Accounting, Sample};
+use super::accounting::{Accounting, OpReport, Sample};
 use super::buffers::Buffers;
 use super::dispatch::{serve_request, split_request, QueueStats, Served};
 use crate::decode::header_of;
@@ -27,6 +27,18 @@ use crate::export::Export;
 pub struct Workers {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<(QueueStats, Accounting)>>,
+    /// With accounting on, every request is recorded here too, so that statistics can be
+    /// read while the workers run (one uncontended lock per request).
+    shared: Option<Arc<Mutex<Totals>>>,
+}
+
+/// Statistics summed over workers.
+#[derive(Default)]
+pub struct Totals {
+    /// Counts of requests and replies.
+    pub stats: QueueStats,
+    /// Per-opcode accounting.
+    pub accounting: Accounting,
 }
 
 impl Workers {
@@ -41,16 +53,32 @@ impl Workers {
     ) -> io::Result<Workers> {
         install_kick_handler()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let shared = account.then(|| Arc::new(Mutex::new(Totals::default())));
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
             let dev = session.clone_queue(false)?;
-            let (export, stop) = (Arc::clone(export), Arc::clone(&stop));
+            let (export, stop, shared) = (Arc::clone(export), Arc::clone(&stop), shared.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("fuse-worker-{i}"))
-                .spawn(move || work(&dev, &export, max_write, &stop, account))?;
+                .spawn(move || work(&dev, &export, max_write, &stop, shared.as_deref()))?;
             threads.push(thread);
         }
-        Ok(Workers { stop, threads })
+        Ok(Workers {
+            stop,
+            threads,
+            shared,
+        })
+    }
+
+    /// The statistics so far, while the workers run (with accounting on; zeros otherwise).
+    pub fn snapshot(&self) -> (QueueStats, std::collections::BTreeMap<String, OpReport>) {
+        match &self.shared {
+            Some(shared) => {
+                let totals = shared.lock().unwrap_or_else(|e| e.into_inner());
+                (totals.stats, totals.accounting.report())
+            }
+            None => Default::default(),
+        }
     }
 
     /// Whether every worker has left (the file system was unmounted, or they were stopped).
@@ -90,8 +118,9 @@ fn work(
     export: &Export,
     max_write: u32,
     stop: &AtomicBool,
-    account: bool,
+    shared: Option<&Mutex<Totals>>,
 ) -> (QueueStats, Accounting) {
+    let account = shared.is_some();
     let mut accounting = Accounting::default();
     let buffers = Buffers::new(max_write);
     let (mut head, mut big) = (buffers.heads.take(), buffers.bigs.take());
@@ -118,13 +147,18 @@ fn work(
             dev.writev(&reply.io_slices())
         });
         stats.record(&served);
-        if let Some(started) = started {
-            accounting.record(&Sample {
+        if let (Some(started), Some(shared)) = (started, shared) {
+            let sample = Sample {
                 opcode,
                 total: started.elapsed(),
                 syscalls: 1 + u32::from(matches!(served, Served::Replied(_))),
                 ..Sample::default()
-            });
+            };
+            accounting.record(&sample);
+            let mut totals = shared.lock().unwrap_or_else(|e| e.into_inner());
+            totals.stats.requests += 1;
+            totals.stats.record(&served);
+            totals.accounting.record(&sample);
         }
     }
     (stats, accounting)

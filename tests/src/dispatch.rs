@@ -1,0 +1,182 @@
+//! `--dispatch MODE`: every export test runs once per mode, from one `cargo test`.
+//!
+//! "Same backends, same results": the export behaves the same whether requests run as
+//! coroutines over io_uring, one at a time on the loop (`inline`), or on worker threads
+//! with blocking syscalls (`threads:N`, like libfuse). [`dispatch_tests!`](crate::dispatch_tests)
+//! turns a test body `fn mount_x(mode: Dispatch)` into one `#[test]` per mode, named
+//! `mount_x::coroutine`, `mount_x::inline` and `mount_x::threads`, so that
+//! `cargo test -p corofuse-tests ::threads` selects a mode and `mount_x` a test.
+//!
+//! `COROFUSE_TEST_DISPATCH=inline` (a comma-separated list of `coroutine`, `inline`,
+//! `threads` or `threads:N`) runs only those modes' tests, for debugging; the others
+//! report `SKIPPED` and pass. `threads:N` also sets the worker count (default
+//! [`Dispatch::THREADS`]).
+
+use std::fmt;
+
+use crate::require::{fuse_unavailable, report_skip};
+
+/// The environment variable that restricts the modes run.
+pub const ENV: &str = "COROFUSE_TEST_DISPATCH";
+
+/// A value of `corofuse mount --dispatch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    /// `coroutine` (the default): one coroutine per request over io_uring.
+    Coroutine,
+    /// `inline`: one request at a time on the event loop, blocking syscalls.
+    Inline,
+    /// `threads:N`: N worker threads, blocking syscalls.
+    Threads(u16),
+}
+
+impl Dispatch {
+    /// The threads mode the tests use unless [`ENV`] says otherwise: 4 workers, more
+    /// than the CPUs of a small CI machine, so requests really overlap.
+    pub const THREADS: Dispatch = Dispatch::Threads(4);
+
+    /// Every mode, as the generated tests run them.
+    pub const ALL: [Dispatch; 3] = [Dispatch::Coroutine, Dispatch::Inline, Dispatch::THREADS];
+
+    /// The mode's name, as in the generated test names: `coroutine`, `inline`, `threads`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dispatch::Coroutine => "coroutine",
+            Dispatch::Inline => "inline",
+            Dispatch::Threads(_) => "threads",
+        }
+    }
+
+    /// The argument of `--dispatch`, e.g. `threads:4`.
+    pub fn arg(self) -> String {
+        match self {
+            Dispatch::Threads(n) => format!("threads:{n}"),
+            mode => mode.name().to_string(),
+        }
+    }
+
+    /// Whether the daemon runs the coroutine runtime (and so has runtime counters):
+    /// `coroutine` and `inline` do, `threads:N` does not.
+    pub fn has_runtime(self) -> bool {
+        !matches!(self, Dispatch::Threads(_))
+    }
+
+    /// This mode as [`ENV`] selects it (`threads:N` there sets N), or `None`, after
+    /// printing why, if [`ENV`] leaves it out. Panics on a value it cannot parse, so that a
+    /// typo does not skip everything quietly.
+    pub fn selected(self) -> Option<Dispatch> {
+        let Ok(wanted) = std::env::var(ENV) else {
+            return Some(self);
+        };
+        let wanted = wanted.trim();
+        if wanted.is_empty() {
+            return Some(self);
+        }
+        let mut chosen = None;
+        for item in wanted.split(',').map(str::trim) {
+            let mode = parse(item).unwrap_or_else(|| {
+                panic!("{ENV}={wanted:?}: {item:?} is not coroutine, inline, threads or threads:N")
+            });
+            if mode.name() == self.name() {
+                // A bare `threads` keeps the default count.
+                chosen = Some(if item.contains(':') { mode } else { self });
+            }
+        }
+        if chosen.is_none() {
+            report_skip(&format!("{ENV}={wanted} leaves out {}", self.name()));
+        }
+        chosen
+    }
+}
+
+impl fmt::Display for Dispatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.arg())
+    }
+}
+
+fn parse(item: &str) -> Option<Dispatch> {
+    match item {
+        "coroutine" => Some(Dispatch::Coroutine),
+        "inline" => Some(Dispatch::Inline),
+        "threads" => Some(Dispatch::THREADS),
+        _ => match item.strip_prefix("threads:")?.parse() {
+            Ok(n) if n > 0 => Some(Dispatch::Threads(n)),
+            _ => None,
+        },
+    }
+}
+
+/// What each generated test does: skip (visibly) without FUSE or when [`ENV`] leaves the
+/// mode out, else run `test` in `mode`.
+pub fn run(test: fn(Dispatch), mode: Dispatch) {
+    if let Some(why) = fuse_unavailable() {
+        report_skip(&why);
+        return;
+    }
+    if let Some(mode) = mode.selected() {
+        test(mode);
+    }
+}
+
+/// One `#[test]` per dispatch mode for a test body `fn NAME(mode: Dispatch)`, in a module
+/// `NAME`: tests `NAME::coroutine`, `NAME::inline` and `NAME::threads`. Each skips,
+/// saying why, unless FUSE mounts can be made (so the body needs no `require_fuse!`).
+///
+/// A list restricts the modes, and attributes go on one mode's test only:
+///
+/// ```no_run
+/// use corofuse_tests::{dispatch_tests, Dispatch};
+///
+/// dispatch_tests!(mount_writes_reach_the_image);
+/// dispatch_tests!(mount_ring_replies_round_trip [coroutine]);
+/// dispatch_tests!(mount_stats [coroutine, inline, #[ignore = "BUG: ..."] threads]);
+/// # fn mount_writes_reach_the_image(_: Dispatch) {}
+/// # fn mount_ring_replies_round_trip(_: Dispatch) {}
+/// # fn mount_stats(_: Dispatch) {}
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! dispatch_tests {
+    (@mode coroutine) => {
+        $crate::dispatch::Dispatch::Coroutine
+    };
+    (@mode inline) => {
+        $crate::dispatch::Dispatch::Inline
+    };
+    (@mode threads) => {
+        $crate::dispatch::Dispatch::THREADS
+    };
+    ($name:ident) => {
+        $crate::dispatch_tests!($name [coroutine, inline, threads]);
+    };
+    ($name:ident [$($(#[$attr:meta])* $mode:ident),+ $(,)?]) => {
+        mod $name {
+            $(
+                #[test]
+                $(#[$attr])*
+                fn $mode() {
+                    $crate::dispatch::run(super::$name, $crate::dispatch_tests!(@mode $mode));
+                }
+            )+
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_modes() {
+        assert_eq!(parse("threads"), Some(Dispatch::Threads(4)));
+        assert_eq!(parse("threads:8"), Some(Dispatch::Threads(8)));
+        assert_eq!(parse("threads:0"), None);
+        assert_eq!(parse("bogus"), None);
+        let args: Vec<String> = Dispatch::ALL.iter().map(|m| m.arg()).collect();
+        assert_eq!(args, ["coroutine", "inline", "threads:4"]);
+        for mode in Dispatch::ALL {
+            assert_eq!(parse(&mode.arg()), Some(mode));
+        }
+    }
+}
