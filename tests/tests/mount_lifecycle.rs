@@ -347,7 +347,7 @@ fn mount_serving_requests_allocates_nothing(mode: Dispatch) {
             }
         }
     };
-    let mut snapshot = |export: &mut MountedExport| {
+    let snapshot = |export: &mut MountedExport| {
         let _ = fs::remove_file(&stats);
         export.signal(libc::SIGUSR1);
         let json = read_stats(&stats);
