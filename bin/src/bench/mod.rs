@@ -11,7 +11,7 @@
 //!
 //! Layout, one job per file:
 //! - [`workload`]: the matrix's names; [`load`] (hidden `bench load`): the load
-//!   generator, with [`histogram`];
+//!   generator, with [`runtime::histogram`];
 //! - [`lab`]: scratch directory and image; [`daemon`]: start, stats, stop of one export
 //!   daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio driver;
 //!   [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
@@ -24,7 +24,6 @@ mod child;
 mod daemon;
 mod env;
 mod fio;
-mod histogram;
 mod interrupt;
 mod lab;
 mod load;

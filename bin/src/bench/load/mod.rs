@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::histogram::Histogram;
+use runtime::histogram::Histogram;
 use super::workload::{Engine, Rw};
 
 pub use buffer::AlignedBuf;

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use super::{AlignedBuf, Offsets, Spec, Totals};
-use crate::bench::histogram::Histogram;
+use runtime::histogram::Histogram;
 
 pub fn run(file: &File, spec: &Spec, hist: &mut Histogram) -> io::Result<Totals> {
     let mut buf = AlignedBuf::new(1, spec.bs as usize).map_err(io::Error::other)?;

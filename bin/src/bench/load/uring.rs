@@ -15,7 +15,7 @@ use std::time::Instant;
 use io_uring::{opcode, squeue, types, IoUring};
 
 use super::{AlignedBuf, Offsets, Spec, Totals};
-use crate::bench::histogram::Histogram;
+use runtime::histogram::Histogram;
 
 pub fn run(file: &File, spec: &Spec, hist: &mut Histogram) -> io::Result<Totals> {
     let depth = spec.iodepth;
