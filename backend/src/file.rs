@@ -143,7 +143,11 @@ impl FileBackend {
             guard.get_or_insert_with(|| self.serial.lock(cx));
             return d.write(cx, &self.file, bufs, skip, pos, self.len().max(end));
         }
-        let cx = if self.inline_writes { &Ctx::Blocking } else { cx };
+        let cx = if self.inline_writes {
+            &Ctx::Blocking
+        } else {
+            cx
+        };
         match iov::locate(bufs, skip) {
             (idx, 0) => cx.writev_at(&self.file, &bufs[idx..], pos),
             (idx, within) => cx.writev_at(&self.file, &[IoSlice::new(&bufs[idx][within..])], pos),

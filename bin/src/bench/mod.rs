@@ -12,7 +12,7 @@
 //! Layout, one job per file:
 //! - [`workload`]: the matrix's names; [`load`] (hidden `bench load`): the load
 //!   generator, with [`runtime::histogram`];
-//! - [`lab`]: scratch directory and image; [`daemon`]: start, stats, stop of one export
+//! - [`lab`](mod@lab): scratch directory and image; [`daemon`]: start, stats, stop of one export
 //!   daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio driver;
 //!   [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
