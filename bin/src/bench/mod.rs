@@ -16,7 +16,7 @@
 //!   daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio driver;
 //!   [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
-//!   [`report`]: table, JSON and SVG; [`env`]: environment and switch cost;
+//!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`.
 
 mod affinity;
