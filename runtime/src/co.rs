@@ -28,7 +28,9 @@ pub struct Co<'a> {
     pub(crate) inner: &'a Rc<Inner>,
     key: usize,
     id: TaskId,
-    stats: Cell<CoStats>,
+    suspends: Cell<u32>,
+    sqes: Cell<u32>,
+    io_wait_ns: Cell<u64>,
 }
 
 /// What one coroutine has done so far: the raw material of per-request accounting.
@@ -56,13 +58,19 @@ impl<'a> Co<'a> {
             inner,
             key,
             id,
-            stats: Cell::new(CoStats::default()),
+            suspends: Cell::new(0),
+            sqes: Cell::new(0),
+            io_wait_ns: Cell::new(0),
         }
     }
 
     /// What this coroutine has done so far (suspends, SQEs, time waiting on them).
     pub fn stats(&self) -> CoStats {
-        self.stats.get()
+        CoStats {
+            suspends: self.suspends.get(),
+            sqes: self.sqes.get(),
+            io_wait: Duration::from_nanos(self.io_wait_ns.get()),
+        }
     }
 
     /// When the loop last reaped completions, if the runtime measures it
@@ -94,23 +102,21 @@ impl<'a> Co<'a> {
     /// Hands control to the loop; returns the value the loop resumes us with.
     #[inline(always)]
     pub(crate) fn park(&self, why: Park) -> i32 {
-        let mut stats = self.stats.get();
-        stats.suspends += 1;
-        self.stats.set(stats);
+        self.suspends.set(self.suspends.get().wrapping_add(1));
         self.yielder.suspend(why)
     }
 
     /// Suspends until the CQE of the SQE just queued; counts it, and times it when asked.
     #[inline(always)]
     fn park_io(&self) -> i32 {
-        let started = self.inner.accounting().then(Instant::now);
-        let result = self.park(Park::Io);
-        let mut stats = self.stats.get();
-        stats.sqes += 1;
-        if let Some(started) = started {
-            stats.io_wait += started.elapsed();
+        self.sqes.set(self.sqes.get().wrapping_add(1));
+        if !self.inner.accounting() {
+            return self.park(Park::Io);
         }
-        self.stats.set(stats);
+        let started = Instant::now();
+        let result = self.park(Park::Io);
+        let waited = started.elapsed().as_nanos() as u64;
+        self.io_wait_ns.set(self.io_wait_ns.get() + waited);
         result
     }
 
