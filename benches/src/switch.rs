@@ -9,6 +9,8 @@
 //! | `nop_bare` | io_uring NOP pushed, submitted with one `io_uring_enter`, reaped |
 //! | `nop_coroutine` | the same from a coroutine: submit, suspend, resume on its CQE |
 //! | `pread_4k` | a blocking 4 KiB `pread` from the page cache, for scale |
+//! | `accounting` | what per-request accounting adds to one request: the clock reads of a
+//! request with one I/O (4) and the recording of its sample into the opcode's histograms |
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -31,6 +33,7 @@ pub const CASES: &[&str] = &[
     "nop_bare",
     "nop_coroutine",
     "pread_4k",
+    "accounting",
 ];
 
 /// Runs `iters` iterations of `case`; `None` for an unknown case name.
@@ -49,6 +52,7 @@ pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
         "nop_bare" => nop_bare(iters),
         "nop_coroutine" => nop_coroutine(iters),
         "pread_4k" => pread_4k(iters),
+        "accounting" => accounting(iters),
         _ => return None,
     })
 }
@@ -160,6 +164,31 @@ pub fn pread_4k(iters: u64) -> Duration {
         assert_eq!(n, 4096);
     }
     start.elapsed()
+}
+
+/// Per-request accounting's own cost: the four clock reads of a request with one I/O
+/// (start, I/O submitted, I/O completed, reply) and one sample recorded.
+pub fn accounting(iters: u64) -> Duration {
+    use fuse::server::accounting::{Accounting, Sample};
+    let mut acc = Accounting::default();
+    let start = Instant::now();
+    for i in 0..iters {
+        let t0 = Instant::now();
+        let io0 = Instant::now();
+        let io = io0.elapsed();
+        acc.record(&Sample {
+            opcode: 15 + (i % 2) as u32, // READ and WRITE
+            wait: Duration::from_nanos(i % 4096),
+            io,
+            total: t0.elapsed(),
+            switches: 4,
+            sqes: 2,
+            syscalls: 1,
+        });
+    }
+    let elapsed = start.elapsed();
+    black_box(acc.report());
+    elapsed
 }
 
 /// One case's result: the median of several timed runs.
