@@ -4,11 +4,36 @@
 //! (a daemon bug is exactly what the lab may find) would hang the lab with its mounts.
 //! Polling every few milliseconds costs nothing next to a run of seconds.
 
+use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::interrupt;
+use super::{affinity, interrupt};
+
+/// Starts a load process (the built-in load or fio): no stdin, stdout and stderr into
+/// `out` and `err`, killed if the lab dies, pinned to `cpu` if given.
+pub fn spawn_load(
+    cmd: &mut Command,
+    cpu: Option<usize>,
+    out: &Path,
+    err: &Path,
+) -> Result<std::io::Result<Child>, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(File::create(out).map_err(|e| format!("{}: {e}", out.display()))?)
+        .stderr(File::create(err).map_err(|e| format!("{}: {e}", err.display()))?);
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    unsafe {
+        cmd.pre_exec(move || {
+            interrupt::die_with_parent(libc::SIGKILL, parent)?;
+            cpu.map_or(Ok(()), |c| affinity::pin(0, c))
+        });
+    }
+    Ok(cmd.spawn())
+}
 
 /// How often the waits look again.
 pub const POLL: Duration = Duration::from_millis(5);

@@ -5,17 +5,15 @@
 //! (`lat_ns`), as the built-in load's do; when a fio build reports only completion
 //! latency (`clat_ns`), those are used instead.
 
-use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use super::load::LoadResult;
 use super::workload::{Workload, EXPORT_SIZE};
-use super::{affinity, child, interrupt};
+use super::{child, interrupt};
 
 /// An error saying how to install fio, unless it runs.
 pub fn version() -> Result<String, String> {
@@ -36,21 +34,8 @@ pub fn run(
     err: &Path,
 ) -> Result<LoadResult, String> {
     let mut cmd = Command::new("fio");
-    cmd.args(args(file, w, seconds))
-        .stdin(Stdio::null())
-        .stdout(File::create(out).map_err(|e| format!("{}: {e}", out.display()))?)
-        .stderr(File::create(err).map_err(|e| format!("{}: {e}", err.display()))?);
-    // SAFETY: getpid cannot fail.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure only makes async-signal-safe system calls.
-    unsafe {
-        cmd.pre_exec(move || {
-            interrupt::die_with_parent(libc::SIGKILL, parent)?;
-            cpu.map_or(Ok(()), |c| affinity::pin(0, c))
-        });
-    }
-    let mut c = cmd
-        .spawn()
+    cmd.args(args(file, w, seconds));
+    let mut c = child::spawn_load(&mut cmd, cpu, out, err)?
         .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
     let timeout = Duration::from_secs_f64(seconds + 60.0);
     let status = child::wait(&mut c, timeout, "fio")?;

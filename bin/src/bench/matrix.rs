@@ -8,9 +8,8 @@
 //! statistics, which are still taken as the difference of two SIGUSR1 snapshots around
 //! the load so that mounting and opening are not counted.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -210,21 +209,8 @@ fn load(plan: &Plan, lab: &Lab, w: &Workload) -> Result<LoadResult, String> {
             &w.iodepth.to_string(),
         ])
         .args(["--seconds", &plan.seconds.to_string()])
-        .args(["--size", &EXPORT_SIZE.to_string()])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?)
-        .stderr(std::fs::File::create(&err).map_err(|e| format!("{}: {e}", err.display()))?);
-    // SAFETY: getpid cannot fail.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure only makes async-signal-safe system calls.
-    unsafe {
-        cmd.pre_exec(move || {
-            interrupt::die_with_parent(libc::SIGKILL, parent)?;
-            cpu.map_or(Ok(()), |c| affinity::pin(0, c))
-        });
-    }
-    let mut c = cmd
-        .spawn()
+        .args(["--size", &EXPORT_SIZE.to_string()]);
+    let mut c = child::spawn_load(&mut cmd, cpu, &out, &err)?
         .map_err(|e| format!("cannot start the load: {e}"))?;
     let timeout = Duration::from_secs_f64(plan.seconds + 60.0);
     let status = child::wait(&mut c, timeout, "the load")?;
