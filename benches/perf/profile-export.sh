@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Usage: benches/perf/profile-export.sh [--dispatch MODE] [--image null:1G|PATH]
 #            [--workload randread|randwrite] [--iodepth N] [--seconds S]
-#            [--mount-opt "OPTS"] OUT_DIR
+#            [--mount-opt "OPTS"] [--syscalls] OUT_DIR
 #
 # Profiles the export daemon under load. Mounts IMAGE with `corofuse mount --stats` (the
 # release binary; --dispatch coroutine|inline|threads:N) on a temporary mount point,
 # drives it with `corofuse bench load` (4 KiB, O_DIRECT; psync at iodepth 1, io_uring
-# above), and over exactly the load's duration records the DAEMON with
-# `perf record -g --call-graph fp` and counts it with `perf stat`. Writes to OUT_DIR:
+# above), and over exactly the load's duration samples with `perf record -a -g
+# --call-graph fp`, keeping the DAEMON's samples, and counts the daemon with `perf stat`
+# (--syscalls: also its system calls, with tracepoints that cost it ~0.5 us per request).
+# Writes to OUT_DIR:
 #   flame.svg      inferno flame graph (perf script | inferno-collapse-perf | inferno-flamegraph)
 #   stacks.folded  the collapsed stacks behind it (grep them)
 #   report.txt     perf report --stdio --no-children, top entries, flat then with callers
-#   summary.txt    requests, CPU and context switches per request, coroutine switches,
-#                  io_uring_enter and syscalls per request, where the CPU time goes
+#   summary.txt    per request: CPU, context switches, coroutine switches, SQEs,
+#                  io_uring_enter; where the CPU goes, by kind of work and by syscall
 #   perf.data, perf-stat.csv, stats-{before,after}.json, daemon.log, load.json
 # See PROFILING.md, "Profiling the export".
 set -euo pipefail
@@ -21,9 +23,10 @@ usage() {
     sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
-dispatch=coroutine image=null:1G workload=randread iodepth=1 seconds=5 mount_opts=""
+dispatch=coroutine image=null:1G workload=randread iodepth=1 seconds=5 mount_opts="" syscalls=0
 while [[ $# -gt 0 ]]; do
     case $1 in
+    --syscalls) syscalls=1 && shift ;;
     --dispatch | --image | --workload | --iodepth | --seconds | --mount-opt)
         [[ $# -ge 2 ]] || usage
         case $1 in
@@ -40,10 +43,12 @@ while [[ $# -gt 0 ]]; do
     *) break ;;
     esac
 done
-[[ $# -eq 1 && $workload =~ ^rand(read|write)$ && $iodepth =~ ^[1-9][0-9]*$ ]] || usage
+[[ $# -eq 1 && $workload =~ ^rand(read|write)$ && $iodepth =~ ^[1-9][0-9]*$ && $seconds =~ ^[1-9][0-9]*$ ]] ||
+    usage
 out=$(realpath -m "$1")
 engine=psync
 [[ $iodepth -gt 1 ]] && engine=io_uring
+[[ $EUID -eq 0 ]] || { echo "needs root (corofuse mount, perf record -a)" >&2; exit 1; }
 export PATH=$HOME/.cargo/bin:$PATH
 for tool in perf jq inferno-collapse-perf inferno-flamegraph; do
     command -v "$tool" >/dev/null || { echo "$tool missing (inferno: cargo install inferno)" >&2; exit 1; }
@@ -57,11 +62,12 @@ rm -f "$out"/{flame.svg,stacks.folded,report.txt,summary.txt,perf.data,perf-stat
 tmp=$(mktemp -d /tmp/corofuse-profile.XXXXXX)
 mnt=$tmp/mnt
 touch "$mnt"
-daemon="" perfs=()
+daemon="" load="" perfs=()
 
 mounted() { awk -v m="$mnt" '$2 == m { found = 1 } END { exit !found }' /proc/mounts; }
 cleanup() {
     local status=$? p i
+    [[ -n $load ]] && kill -TERM "$load" 2>/dev/null
     for p in "${perfs[@]}"; do kill -INT "$p" 2>/dev/null || true; done
     for p in "${perfs[@]}"; do wait "$p" 2>/dev/null || true; done
     if [[ -n $daemon ]] && kill -TERM "$daemon" 2>/dev/null; then
@@ -78,7 +84,8 @@ cleanup() {
     exit "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'echo "$0: interrupted" >&2; exit 130' INT TERM
+trap 'echo "$0: line $LINENO: status $?" >&2' ERR
 
 # The daemon, until it has written its pidfile and the kernel lists the mount.
 rw=()
@@ -107,30 +114,38 @@ snapshot() {
 }
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$daemon/stat"; }
 
-# perf record and perf stat attach now but start disabled (-D -1): the window opens and
-# closes through their control fifos, around the load and nothing else.
+# perf record and perf stat start now but disabled (-D -1): the window opens and closes
+# through their control fifos, around the load and nothing else. perf record samples the
+# whole machine (-a, per-CPU timers) and the daemon's samples are picked out afterwards:
+# sampling the daemon's own threads (-p) arms and disarms a timer at each of its context
+# switches, which on this VM doubles its CPU per request (PROFILING.md). Counting (perf
+# stat -p) costs it next to nothing.
 events=task-clock,context-switches,cpu-migrations
-tp=raw_syscalls:sys_enter,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_writev,syscalls:sys_enter_read
-perf stat -e "$tp" -- true >/dev/null 2>&1 && events+=,$tp
+tp=raw_syscalls:sys_enter,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_writev
+tp+=,syscalls:sys_enter_read,syscalls:sys_enter_readv
+[[ $syscalls == 1 ]] && events+=,$tp
 mkfifo "$tmp"/{rec,stat}.{ctl,ack}
-perf record -g --call-graph fp -p "$daemon" -o "$out/perf.data" -D -1 \
+perf record -a -g --call-graph fp -o "$out/perf.data" -D -1 \
     --control "fifo:$tmp/rec.ctl,$tmp/rec.ack" 2>"$tmp/record.log" &
 perfs+=($!)
 perf stat -e "$events" -x, -o "$out/perf-stat.csv" -p "$daemon" -D -1 \
     --control "fifo:$tmp/stat.ctl,$tmp/stat.ack" 2>/dev/null &
 perfs+=($!)
-exec 3>"$tmp/rec.ctl" 4<"$tmp/rec.ack" 5>"$tmp/stat.ctl" 6<"$tmp/stat.ack"
+# Read-write opens of a fifo never block, so a perf that died early cannot hang us here.
+exec 3<>"$tmp/rec.ctl" 4<>"$tmp/rec.ack" 5<>"$tmp/stat.ctl" 6<>"$tmp/stat.ack"
 control() { # enable|disable, both perfs, waiting for their acks
-    local ack
-    echo "$1" >&3 && read -r -t 20 ack <&4
-    echo "$1" >&5 && read -r -t 20 ack <&6
+    { echo "$1" >&3 && read -r -t 20 _ <&4 && echo "$1" >&5 && read -r -t 20 _ <&6; } ||
+        { echo "perf did not $1:" >&2; cat "$tmp/record.log" >&2; return 1; }
 }
 
 snapshot "$out/stats-before.json"
 cpu0=$(cpu_ticks)
 control enable
 "$bin" bench load --file "$mnt" --rw "$workload" --engine "$engine" --iodepth "$iodepth" \
-    --seconds "$seconds" >"$out/load.json"
+    --seconds "$seconds" >"$out/load.json" &
+load=$! # waited for in the background, so that a signal to this script acts at once
+wait "$load"
+load=""
 control disable
 cpu1=$(cpu_ticks)
 snapshot "$out/stats-after.json"
@@ -140,6 +155,7 @@ perfs=()
 exec 3>&- 4<&- 5>&- 6<&-
 
 # Stop the daemon now (cleanup would too) so that a failure to stop shows up here.
+pid=$daemon
 kill -TERM "$daemon"
 wait "$daemon" || { echo "daemon exited with status $?" >&2; daemon=""; exit 1; }
 daemon=""
@@ -147,15 +163,18 @@ mounted && { echo "$mnt still mounted after the daemon exited" >&2; exit 1; }
 
 # Collapsed stacks (kernel frames marked _[k]) and report.
 title="corofuse $dispatch, $image, $workload $engine iodepth $iodepth, ${seconds}s (daemon only)"
-perf script -i "$out/perf.data" 2>/dev/null | inferno-collapse-perf --kernel >"$out/stacks.folded"
+perf script -i "$out/perf.data" --pid "$pid" 2>/dev/null | inferno-collapse-perf --kernel >"$out/stacks.folded"
 {
+    # The pid sort key keeps entries per thread: perf report --pid drops a merged entry
+    # whenever its first sample came from another process.
+    report=(perf report -i "$out/perf.data" --pid "$pid" --stdio --no-children --percentage relative)
     echo "# $title"
-    perf report -i "$out/perf.data" --stdio --no-children --sort dso,sym -g none \
-        --percent-limit 0.5 2>/dev/null | grep -v '^$' | head -45
+    "${report[@]}" --sort pid,dso,sym -g none --percent-limit 0.5 2>/dev/null |
+        awk 'NF && n++ < 45'
     echo
-    echo "# with callers (-G), entries above 3%"
-    perf report -i "$out/perf.data" --stdio --no-children --sort sym -G \
-        --percent-limit 3 2>/dev/null | grep -v '^$' | grep -v '^#' | head -150
+    echo "# entries above 3%, with their callers (branch percentages relative to the entry)"
+    "${report[@]}" --sort pid,sym -g fractal,5,caller --percent-limit 3 2>/dev/null |
+        awk 'NF && !/^#/ && n++ < 150'
 } >"$out/report.txt"
 
 # Summary: counters per request over the window, then the profile split into kinds of work.
@@ -164,66 +183,54 @@ jq -rn --slurpfile b "$out/stats-before.json" --slurpfile a "$out/stats-after.js
      .runtime.sqes_submitted]) | transpose | map(.[0] - .[1]) | @tsv' >"$tmp/counts"
 read -r requests switches enters sqes <"$tmp/counts"
 tick_us=$((1000000 / $(getconf CLK_TCK)))
-awk -F, -v r="$requests" -v s="$switches" -v e="$enters" -v q="$sqes" \
-    -v cpu=$(((cpu1 - cpu0) * tick_us)) -v load="$(cat "$out/load.json")" -v title="$title" '
+awk -F, -v pid="$pid" -v r="$requests" -v s="$switches" -v e="$enters" -v q="$sqes" \
+    -v cpu=$(((cpu1 - cpu0) * tick_us)) -v load="$(cat "$out/load.json")" -v title="$title" \
+    -v loop="$([[ $dispatch == threads:* ]] && echo 0 || echo 1)" '
     function per(x) { return r > 0 ? x / r : 0 }
+    function rt(name, x) { # runtime counters: the threads dispatch has no loop
+        if (loop) printf "  %-34s %12.3f\n", name, per(x)
+        else printf "  %-34s %12s\n", name, "n/a"
+    }
     $3 != "" { v[$3] = $1 }
     END {
         match(load, /"iops":[0-9.]+/); iops = substr(load, RSTART + 7, RLENGTH - 7)
         print "# " title
+        printf "%-36s %12d\n", "daemon pid (for perf report --pid)", pid
         printf "%-36s %12d\n", "requests (queue.requests)", r
         printf "%-36s %12.0f\n", "load IOPS (bench load)", iops
-        printf "%-36s %12.1f ms\n", "daemon task-clock (perf stat)", v["task-clock"]
         printf "%-36s %12.1f ms\n", "daemon utime+stime (/proc)", cpu / 1000
+        printf "%-36s %12.1f ms\n", "daemon task-clock (perf stat)", v["task-clock"]
         print "per request:"
-        printf "  %-34s %12.2f\n", "CPU us (task-clock)", per(v["task-clock"] * 1000)
         printf "  %-34s %12.2f\n", "CPU us (utime+stime)", per(cpu)
+        printf "  %-34s %12.2f\n", "CPU us (task-clock)", per(v["task-clock"] * 1000)
         printf "  %-34s %12.3f\n", "context switches (perf stat)", per(v["context-switches"])
         printf "  %-34s %12.3f\n", "cpu migrations (perf stat)", per(v["cpu-migrations"])
-        printf "  %-34s %12.3f\n", "coroutine switches (runtime)", per(s)
-        printf "  %-34s %12.3f\n", "io_uring SQEs (runtime)", per(q)
-        printf "  %-34s %12.3f\n", "io_uring_enter (runtime)", per(e)
+        rt("coroutine switches (runtime)", s)
+        rt("io_uring SQEs (runtime)", q)
+        rt("io_uring_enter (runtime)", e)
         if ("raw_syscalls:sys_enter" in v) {
             printf "  %-34s %12.3f\n", "io_uring_enter (tracepoint)", per(v["syscalls:sys_enter_io_uring_enter"])
             printf "  %-34s %12.3f\n", "writev (tracepoint)", per(v["syscalls:sys_enter_writev"])
-            printf "  %-34s %12.3f\n", "read (tracepoint)", per(v["syscalls:sys_enter_read"])
+            printf "  %-34s %12.3f\n", "read + readv (tracepoint)",
+                per(v["syscalls:sys_enter_read"] + v["syscalls:sys_enter_readv"])
             printf "  %-34s %12.3f\n", "all syscalls (tracepoint)", per(v["raw_syscalls:sys_enter"])
         }
-        printf "%.6f %.3f %.3f\n", per(v["task-clock"] * 1000), per(v["context-switches"]), per(s) >"/dev/stderr"
+        printf "%.6f %.2f %s\n", per(cpu), per(v["context-switches"]),
+            loop ? sprintf("%.2f", per(s)) : "n/a" >"/dev/stderr"
     }' "$out/perf-stat.csv" >"$out/summary.txt" 2>"$tmp/per"
 read -r us cs co <"$tmp/per"
 
-# Each sample goes to the first kind its stack matches, kernel rules before user ones.
 {
-    echo "where the daemon's CPU goes: share of perf samples, and share x CPU us/request"
-    awk -v us="$us" '
-        function kind(s) {
-            if (s ~ /^iou-wrk/) return "kernel: io-wq worker threads (punted I/O)"
-            if (s ~ /;(__)?schedule_\[k\]/) return "kernel: scheduler (sleep, preemption, switch)"
-            if (s ~ /fuse_request_end|fuse_aio_complete/) return "kernel: FUSE request end (wakes the client)"
-            if (s ~ /fuse_copy_/) return "kernel: FUSE copy (pin pages, memcpy)"
-            if (s ~ /fuse_dev_(do_)?write/) return "kernel: FUSE reply write, other"
-            if (s ~ /fuse_dev_(do_)?read|fuse_dev_poll/) return "kernel: FUSE request read, other"
-            if (s ~ /shmem_file_|filemap_|generic_perform_write|_copy_(to|from)_iter|copy_page_(to|from)_iter/) return "kernel: image I/O (page cache, tmpfs)"
-            if (s ~ /perf_syscall_|perf_trace_|perf_tp_event|syscall_trace_enter/) return "kernel: perf syscall tracepoints (overhead)"
-            if (s ~ /io_uring_enter/) return "kernel: io_uring_enter, other"
-            if (s ~ /sys_writev|do_writev/) return "kernel: writev, other"
-            if (s ~ /exc_page_fault/) return "kernel: page faults"
-            if (s ~ /_\[k\]$/) return "kernel: syscall entry/exit, interrupts, other"
-            if (s ~ /clock_gettime|Instant>::(now|elapsed)|Timespec|Accounting::record|Queue::account/) return "user: clocks and --stats accounting"
-            if (s ~ /stack_init_trampoline/) return "user: request coroutines, other"
-            return "user: loop or worker threads, outside coroutines"
-        }
-        { n = $NF; sub(/ [0-9]+$/, ""); total += n; by[kind($0)] += n }
-        END {
-            for (k in by)
-                printf "%7.1f%%  %6.2f us  %s\n", 100 * by[k] / total, us * by[k] / total, k | "sort -rn"
-        }' "$out/stacks.folded"
+    # Frame-pointer unwinding crosses from a coroutine's stack into the loop that resumed it.
+    awk '{ n = $NF; all += n } /stack_init_trampoline/ { co += n; if (/Inner::run_task;/) up += n }
+        END { printf "samples on a coroutine stack: %.1f%%, of which %.1f%% unwind into Inner::run_task\n",
+                     all ? 100 * co / all : 0, co ? 100 * up / co : 0 }' "$out/stacks.folded"
+    awk -v us="$us" -f benches/perf/kinds.awk "$out/stacks.folded"
 } >>"$out/summary.txt"
 cat "$out/summary.txt"
 
 # Kernel frames orange, Rust (names with ::) yellow, libc and the rest red.
 inferno-flamegraph --colors java --countname "ns of CPU" --title "$title" \
-    --subtitle "$(printf 'per request: %.2f us CPU, %.2f context switches, %.2f coroutine switches' "$us" "$cs" "$co")" \
+    --subtitle "$(printf 'per request: %.2f us CPU, %s context switches, %s coroutine switches' "$us" "$cs" "$co")" \
     <"$out/stacks.folded" >"$out/flame.svg" 2>/dev/null
 echo "flame graph: $out/flame.svg; report: $out/report.txt"
