@@ -194,7 +194,7 @@ impl Offsets {
             next_seq: 0,
             blocks: spec.blocks,
             bs: spec.bs,
-            random: spec.rw != Rw::Write,
+            random: spec.rw.random(),
         }
     }
 
@@ -243,9 +243,11 @@ mod tests {
 
     #[test]
     fn sequential_offsets_wrap() {
-        let mut o = Offsets::new(&spec(Rw::Write, 3));
-        let got: Vec<u64> = (0..5).map(|_| o.next() / 4096).collect();
-        assert_eq!(got, [0, 1, 2, 0, 1]);
+        for rw in [Rw::Write, Rw::Read] {
+            let mut o = Offsets::new(&spec(rw, 3));
+            let got: Vec<u64> = (0..5).map(|_| o.next() / 4096).collect();
+            assert_eq!(got, [0, 1, 2, 0, 1], "{rw:?}");
+        }
     }
 
     #[test]
