@@ -39,7 +39,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use affinity::{Cpus, Placement};
-use workload::{ExportKind, Server, WORKLOADS};
+use workload::{ExportKind, Server};
 
 #[derive(clap::Args)]
 #[command(
@@ -174,10 +174,7 @@ fn plan(args: &LabArgs) -> Result<matrix::Plan, String> {
         Some(e) => vec![e],
         None => vec![ExportKind::Null, ExportKind::File],
     };
-    let workloads = WORKLOADS
-        .into_iter()
-        .filter(|w| args.workloads.is_empty() || args.workloads.iter().any(|n| n == w.name))
-        .collect();
+    let workloads = workload::select(&args.workloads);
     let mount_opts: Vec<String> = args
         .mount_opts
         .iter()

@@ -153,61 +153,16 @@ pub const NAMES: [&str; ALL.len()] = {
     names
 };
 
-/// The matrix as the lab's command line selects from it:
-/// `WORKLOADS.into_iter().filter(|w| no --workload given || w.name is one given)`.
-/// It indexes and iterates like [`ALL`]; only [`Selection::filter`] knows the default.
-pub const WORKLOADS: Matrix = Matrix(ALL);
-
-/// See [`WORKLOADS`].
-pub struct Matrix([Workload; ALL.len()]);
-
-impl std::ops::Deref for Matrix {
-    type Target = [Workload; ALL.len()];
-
-    fn deref(&self) -> &Self::Target {
-        &self.0
+/// The workloads the lab runs: those named with `--workload`, in table order, or the
+/// default matrix (the first [`DEFAULT_COUNT`]) when none is named.
+pub fn select<S: AsRef<str>>(names: &[S]) -> Vec<Workload> {
+    if names.is_empty() {
+        return ALL[..DEFAULT_COUNT].to_vec();
     }
-}
-
-impl IntoIterator for Matrix {
-    type Item = Workload;
-    type IntoIter = Selection;
-
-    fn into_iter(self) -> Selection {
-        Selection(self.0.into_iter())
-    }
-}
-
-/// Every workload, in table order; [`Selection::filter`] applies the default.
-pub struct Selection(std::array::IntoIter<Workload, { ALL.len() }>);
-
-impl Iterator for Selection {
-    type Item = Workload;
-
-    fn next(&mut self) -> Option<Workload> {
-        self.0.next()
-    }
-}
-
-impl Selection {
-    /// The workloads `keep` accepts; but when `keep` also accepts a workload that no
-    /// `--workload` can name (its name is empty), nothing was named, and the result is
-    /// the default matrix (the first [`DEFAULT_COUNT`]), not all of them.
-    ///
-    /// Why here: the lab's command line (`bench/mod.rs`) selects with
-    /// `filter(|w| names.is_empty() || names.contains(w.name))`, written when every
-    /// workload was a default one. This keeps that line right for opt-in workloads;
-    /// an explicit default filter there would make this shim unnecessary.
-    pub fn filter<P: FnMut(&Workload) -> bool>(self, mut keep: P) -> std::vec::IntoIter<Workload> {
-        let nameless = Workload { name: "", ..ALL[0] };
-        let nothing_named = keep(&nameless);
-        let chosen: Vec<Workload> = if nothing_named {
-            self.take(DEFAULT_COUNT).collect()
-        } else {
-            Iterator::filter(self, |w| keep(w)).collect()
-        };
-        chosen.into_iter()
-    }
+    ALL.iter()
+        .filter(|w| names.iter().any(|n| n.as_ref() == w.name))
+        .copied()
+        .collect()
 }
 
 /// What the daemon exports.
@@ -256,27 +211,22 @@ mod tests {
     #[test]
     fn names_match_and_labels_read_well() {
         assert_eq!(NAMES.len(), ALL.len());
-        for (w, n) in WORKLOADS.iter().zip(NAMES) {
+        for (w, n) in ALL.iter().zip(NAMES) {
             assert_eq!(w.name, n);
         }
         let mut unique = NAMES.to_vec();
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), NAMES.len(), "names are unique");
-        assert_eq!(WORKLOADS[0].label(), "randread 4k psync qd1");
-        assert_eq!(WORKLOADS[4].label(), "write 1m io_uring qd4");
-        assert_eq!(WORKLOADS[5].label(), "read 4k psync qd1");
-        assert_eq!(WORKLOADS[8].label(), "write 4k io_uring qd64");
-        assert_eq!(WORKLOADS[9].label(), "randwrite 1m io_uring qd16");
+        assert_eq!(ALL[0].label(), "randread 4k psync qd1");
+        assert_eq!(ALL[4].label(), "write 1m io_uring qd4");
+        assert_eq!(ALL[5].label(), "read 4k psync qd1");
+        assert_eq!(ALL[8].label(), "write 4k io_uring qd64");
+        assert_eq!(ALL[9].label(), "randwrite 1m io_uring qd16");
     }
 
-    /// What the lab's command line does with `--workload` (see `bench/mod.rs`).
     fn select(names: &[&str]) -> Vec<&'static str> {
-        WORKLOADS
-            .into_iter()
-            .filter(|w| names.is_empty() || names.contains(&w.name))
-            .map(|w| w.name)
-            .collect::<Vec<_>>()
+        super::select(names).into_iter().map(|w| w.name).collect()
     }
 
     #[test]
@@ -289,7 +239,6 @@ mod tests {
         );
         assert_eq!(select(&["seqread-psync-qd1"]), ["seqread-psync-qd1"]);
         assert_eq!(select(&NAMES), NAMES, "naming all of them runs all of them");
-        assert_eq!(WORKLOADS.into_iter().count(), ALL.len());
     }
 
     #[test]

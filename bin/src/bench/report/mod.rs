@@ -175,7 +175,7 @@ pub(crate) mod sample {
     use super::*;
     use crate::bench::load::LoadResult;
     use crate::bench::stats::PerRequest;
-    use crate::bench::workload::WORKLOADS;
+    use crate::bench::workload::ALL as WORKLOADS;
 
     fn run(iops: f64, per_request: bool) -> Run {
         Run {
