@@ -2,6 +2,7 @@
 
 use std::io;
 
+use crate::abi::FUSE_DIRECT_IO_ALLOW_MMAP;
 use crate::dev::{FuseDev, Received};
 use crate::init::{negotiate, InitConfig, InitReply, Negotiated};
 use crate::{reply, Operation, Request};
@@ -29,6 +30,13 @@ pub fn handshake(dev: &FuseDev, config: &InitConfig) -> io::Result<Negotiated> {
         match answer {
             InitReply::Accepted { negotiated, .. } => {
                 log::info!("FUSE session: {negotiated}");
+                if !negotiated.has(FUSE_DIRECT_IO_ALLOW_MMAP) {
+                    log::warn!(
+                        "this kernel (FUSE 7.{}) does not offer DIRECT_IO_ALLOW_MMAP: \
+                         shared mappings of the exported file fail with ENODEV",
+                        negotiated.kernel_minor
+                    );
+                }
                 return Ok(negotiated);
             }
             InitReply::Retry { .. } => continue,
