@@ -6,23 +6,27 @@
 //! 6.1); where it reports nothing (tmpfs here, older kernels) we assume 4096 for both,
 //! which covers 512- and 4096-byte devices.
 //!
-//! A request that fits goes to the kernel with the caller's buffers. Any other goes through
-//! a pooled bounce buffer ([`BouncePool`]) over the aligned span that covers it, in chunks
-//! of one buffer:
+//! A request that fits goes to the kernel with the caller's buffers (the FUSE transports put
+//! WRITE data and READ replies on a page boundary, so aligned requests always fit). Any
+//! other goes through a pooled bounce buffer ([`BouncePool`]) over the span that covers
+//! it, in chunks of one buffer:
 //! - reads read the span and copy out the requested bytes;
-//! - writes first read the partial blocks at either end (read-modify-write), copy the
-//!   caller's bytes in, and write the span. The caller must hold the backend's serial lock,
-//!   or two writes into different bytes of one block could undo each other. A padded write
-//!   past the end of the file grows it to the padded end; the caller passes the size to
-//!   keep and the file is truncated back to it.
+//! - a write whose offset and length are aligned, but whose memory is not, is copied into
+//!   the bounce buffer and written: its span is its own bytes, and nothing is read;
+//! - any other write is a read-modify-write ([`Direct::is_rmw`]): the partial blocks at
+//!   either end are read, the caller's bytes copied in, and the span written. The caller
+//!   must hold the span exclusively (`range_lock`), or a write landing in one of those
+//!   blocks meanwhile would be undone. A padded write past the end of the file grows it to
+//!   the padded end; the caller passes the size to keep and the file is truncated back to it.
 //!
-//! Bounce arithmetic uses `unit = max(memory, offset)` alignment, so every block boundary
+//! RMW arithmetic uses `unit = max(memory, offset)` alignment, so every block boundary
 //! inside a bounce buffer is also a valid buffer address.
 
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::ops::Deref;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::pool::BouncePool;
 use crate::sys::{self, IOV_MAX};
@@ -44,6 +48,11 @@ pub(crate) struct Direct {
     /// Whether `mem` and `off` came from statx (else [`FALLBACK_ALIGN`]).
     pub(crate) reported: bool,
     pub(crate) pool: BouncePool,
+    /// Transfers that went through a bounce buffer: reads, writes bounced for memory
+    /// alignment only, read-modify-writes.
+    pub(crate) bounced_reads: AtomicU64,
+    pub(crate) bounced_writes: AtomicU64,
+    pub(crate) rmw_writes: AtomicU64,
 }
 
 impl Direct {
@@ -60,11 +69,35 @@ impl Direct {
             off,
             reported: found.is_some(),
             pool,
+            bounced_reads: AtomicU64::new(0),
+            bounced_writes: AtomicU64::new(0),
+            rmw_writes: AtomicU64::new(0),
         }
     }
 
     fn unit(&self) -> u64 {
         self.mem.max(self.off) as u64
+    }
+
+    /// Whether a write of `[pos, end)` must read-modify-write: it starts or ends inside a
+    /// logical block.
+    pub(crate) fn is_rmw(&self, pos: u64, end: u64) -> bool {
+        let off = self.off as u64;
+        pos % off != 0 || end % off != 0
+    }
+
+    /// The start of the RMW block (`unit`) that holds byte `pos`.
+    pub(crate) fn block_start(&self, pos: u64) -> u64 {
+        pos / self.unit() * self.unit()
+    }
+
+    /// The blocks a transfer of `[pos, end)` moves: its own bytes when they are aligned,
+    /// else the `unit`-aligned span that covers them.
+    pub(crate) fn span(&self, pos: u64, end: u64) -> (u64, u64) {
+        if !self.is_rmw(pos, end) {
+            return (pos, end);
+        }
+        (self.block_start(pos), end.next_multiple_of(self.unit()))
     }
 
     /// Whether a transfer at `pos` from/to the iovecs at logical byte `skip` of `bufs` can
@@ -81,12 +114,6 @@ impl Direct {
         bufs[idx..].iter().take(IOV_MAX).all(|b| ok(b))
     }
 
-    /// The aligned span `[start, end)` covering `len` bytes at `pos`.
-    fn span(&self, pos: u64, len: usize) -> (u64, u64) {
-        let unit = self.unit();
-        (pos / unit * unit, (pos + len as u64).next_multiple_of(unit))
-    }
-
     /// Reads `bufs` from logical byte `skip` on, at file offset `pos`, through a bounce
     /// buffer. Returns the bytes copied out: all of them unless the file ends first.
     pub(crate) fn read(
@@ -98,7 +125,8 @@ impl Direct {
         pos: u64,
     ) -> io::Result<usize> {
         let want_end = pos + (iov::total(bufs) - skip) as u64;
-        let (start, end) = self.span(pos, (want_end - pos) as usize);
+        let (start, end) = self.span(pos, want_end);
+        self.bounced_reads.fetch_add(1, Ordering::Relaxed);
         let mut bounce = self.pool.take();
         let (mut at, mut done) = (start, 0);
         while at < end {
@@ -123,7 +151,8 @@ impl Direct {
 
     /// Writes `bufs` from logical byte `skip` on, at file offset `pos`, through a bounce
     /// buffer; then truncates the file back to `keep` bytes if the padding grew it past
-    /// that. The caller holds the backend's serial lock. Returns the bytes written (all of them).
+    /// that. For a read-modify-write the caller holds the span exclusively, and the size
+    /// lock if the span ends past `keep`. Returns the bytes written (all of them).
     pub(crate) fn write(
         &self,
         cx: &Ctx<'_>,
@@ -134,7 +163,12 @@ impl Direct {
         keep: u64,
     ) -> io::Result<usize> {
         let want = iov::total(bufs) - skip;
-        let (_, end) = self.span(pos, want);
+        let (_, end) = self.span(pos, pos + want as u64);
+        let counter = match self.is_rmw(pos, pos + want as u64) {
+            true => &self.rmw_writes,
+            false => &self.bounced_writes,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         let written = self.write_span(cx, file, bufs, skip, pos);
         let trimmed = if end > keep {
             cx.ftruncate(file, keep)
@@ -154,7 +188,7 @@ impl Direct {
         pos: u64,
     ) -> io::Result<()> {
         let want_end = pos + (iov::total(bufs) - skip) as u64;
-        let (start, end) = self.span(pos, (want_end - pos) as usize);
+        let (start, end) = self.span(pos, want_end);
         let mut bounce = self.pool.take();
         let mut at = start;
         while at < end {

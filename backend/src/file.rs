@@ -10,17 +10,24 @@
 //! - The size is cached in an atomic, updated by resize and by writes that extend.
 //!
 //! # Concurrency
-//! Any number of requests may run at once. One lock ([`Serial`]) orders:
-//! - everything that changes the size (writes and write_zeroes that extend, resize), so
-//!   that the cached size is the file's, and an `ftruncate` (resize, a sparse extension,
-//!   trimming an O_DIRECT padded write) can never cut off another request's data;
-//! - in O_DIRECT mode, also read-modify-write cycles (unaligned writes), discard and
-//!   write_zeroes, so that a read-modify-write never puts back bytes that another request
-//!   changed in the same block.
+//! Any number of requests may run at once; nothing locks the whole image but a size change.
+//! - The size lock ([`Serial`]) orders everything that changes the size: writes and
+//!   write_zeroes that extend, resize, and O_DIRECT writes whose padded span passes the end
+//!   (they grow the file until trimmed back). So the cached size is the file's, and an
+//!   `ftruncate` (resize, a sparse extension, trimming a padded write) can never cut off
+//!   another request's data.
+//! - In O_DIRECT mode, block-range locks ([`RangeLocks`]) order each read-modify-write
+//!   (a write that starts or ends inside a logical block) against the requests that touch
+//!   the same blocks, and nothing else: modifications hold their blocks shared, an RMW
+//!   holds them exclusively, and resize holds everything from the smaller size on
+//!   exclusively. Aligned writes only register their span; they never wait for each other.
+//! - Reads take nothing. Buffered mode has no RMW of ours (the page cache does it), so it
+//!   takes no range lock either.
 //!
-//! Reads, and writes inside the file that need no bounce, never take it.
+//! Lock order: the size lock, then a range.
 //!
 //! [`Serial`]: crate::serial::Serial
+//! [`RangeLocks`]: crate::range_lock::RangeLocks
 
 use std::fs::{self, File};
 use std::io::{self, IoSlice, IoSliceMut, Seek, SeekFrom};
@@ -32,8 +39,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 mod zeroes;
 
 use crate::direct::Direct;
+use crate::range_lock::{Mode, RangeGuard, RangeLocks, Span};
 use crate::serial::{Serial, SerialGuard};
-use crate::{checked_end, iov, sys, BlockBackend, Ctx, Extent, OpenOptions};
+use crate::{checked_end, iov, sys, BackendStats, BlockBackend, Ctx, Extent, OpenOptions};
 
 /// A raw image file.
 ///
@@ -49,6 +57,7 @@ pub struct FileBackend {
     writable: bool,
     direct: Option<Direct>,
     serial: Serial,
+    ranges: RangeLocks,
     can_zero_range: AtomicBool,
     can_punch: AtomicBool,
     can_allocate: AtomicBool,
@@ -59,8 +68,15 @@ pub struct FileBackend {
     inline_io: bool,
 }
 
-/// The serial lock, if this request took it.
+/// The size lock, if this request took it.
 type Guard<'a> = Option<SerialGuard<'a>>;
+
+/// What a modifying request holds while it runs: the size lock if it may change the size,
+/// and in O_DIRECT mode its blocks.
+pub(crate) struct Held<'a> {
+    _size: Guard<'a>,
+    _blocks: Option<RangeGuard<'a>>,
+}
 
 impl FileBackend {
     /// Opens the image at `path`. Errors name the path: "cannot open image /x: No such file
@@ -80,6 +96,7 @@ impl FileBackend {
             writable: opts.writable,
             direct,
             serial: Serial::default(),
+            ranges: RangeLocks::default(),
             can_zero_range: AtomicBool::new(true),
             can_punch: AtomicBool::new(true),
             can_allocate: AtomicBool::new(true),
@@ -95,6 +112,22 @@ impl FileBackend {
     /// Bounce buffers allocated so far (O_DIRECT); stops growing in steady state.
     pub fn bounce_buffers_allocated(&self) -> u64 {
         self.direct.as_ref().map_or(0, |d| d.pool.allocated())
+    }
+
+    /// Times a request waited for blocks that an overlapping request held (O_DIRECT).
+    pub fn range_waits(&self) -> u64 {
+        self.ranges.waits()
+    }
+
+    /// Holds the blocks of `[offset, end)` exclusively, as a stalled read-modify-write
+    /// would, until the guard drops: for tests that show which requests wait for one.
+    #[doc(hidden)]
+    pub fn hold_blocks_for_test(&self, cx: &Ctx<'_>, offset: u64, end: u64) -> impl Drop + '_ {
+        let (start, end) = self
+            .direct
+            .as_ref()
+            .map_or((offset, end), |d| d.span(offset, end));
+        self.ranges.lock(cx, Span { start, end }, Mode::Exclusive)
     }
 
     fn check_writable(&self) -> io::Result<()> {
@@ -113,9 +146,39 @@ impl FileBackend {
         }
     }
 
-    /// Takes the serial lock if `needed` (see the module's concurrency rules).
+    /// Takes the size lock if `needed` (see the module's concurrency rules).
     fn lock_if<'s>(&'s self, cx: &Ctx<'_>, needed: bool) -> Guard<'s> {
         needed.then(|| self.serial.lock(cx))
+    }
+
+    /// Takes what a write (or write_zeroes, which may fall back to writing) of
+    /// `[offset, end)` needs (module docs): the size lock when its span ends past the size;
+    /// in O_DIRECT mode its blocks, exclusively for a read-modify-write.
+    fn hold<'s>(&'s self, cx: &Ctx<'_>, offset: u64, end: u64) -> Held<'s> {
+        let (span, mode) = match &self.direct {
+            Some(d) if d.is_rmw(offset, end) => (d.span(offset, end), Mode::Exclusive),
+            Some(d) => (d.span(offset, end), Mode::Shared),
+            None => ((offset, end), Mode::Shared),
+        };
+        loop {
+            let size = self.lock_if(cx, span.1 > self.len());
+            let blocks = self.direct.as_ref().map(|_| {
+                let span = Span {
+                    start: span.0,
+                    end: span.1,
+                };
+                self.ranges.lock(cx, span, mode)
+            });
+            // Without the size lock, a resize may have shrunk the image while we waited for
+            // the blocks: then this request changes the size too, and must hold that lock.
+            if size.is_none() && span.1 > self.len() {
+                continue;
+            }
+            return Held {
+                _size: size,
+                _blocks: blocks,
+            };
+        }
     }
 
     /// One read attempt into `bufs` from logical byte `skip` on; 0 at end of file.
@@ -141,18 +204,16 @@ impl FileBackend {
     }
 
     /// One write attempt from `bufs` from logical byte `skip` on, where the whole request
-    /// ends at `end`. Bouncing takes the lock into `guard` if it is not held yet.
-    fn write_some<'s>(
-        &'s self,
+    /// ends at `end`. The caller holds what [`FileBackend::hold`] gives.
+    fn write_some(
+        &self,
         cx: &Ctx<'_>,
         bufs: &[IoSlice<'_>],
         skip: usize,
         pos: u64,
         end: u64,
-        guard: &mut Guard<'s>,
     ) -> io::Result<usize> {
         if let Some(d) = self.direct.as_ref().filter(|d| !d.fits(bufs, skip, pos)) {
-            guard.get_or_insert_with(|| self.serial.lock(cx));
             return d.write(cx, &self.file, bufs, skip, pos, self.len().max(end));
         }
         let cx = self.io_ctx(cx);
@@ -162,19 +223,13 @@ impl FileBackend {
         }
     }
 
-    /// Writes all of `bufs` at `offset` (the lock, if needed, is in `guard`).
-    fn write_all<'s>(
-        &'s self,
-        cx: &Ctx<'_>,
-        bufs: &[IoSlice<'_>],
-        offset: u64,
-        guard: &mut Guard<'s>,
-    ) -> io::Result<()> {
+    /// Writes all of `bufs` at `offset`; the caller holds what [`FileBackend::hold`] gives.
+    fn write_all(&self, cx: &Ctx<'_>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         let total = iov::total(bufs);
         let end = checked_end(offset, total as u64)?;
         let mut done = 0;
         while done < total {
-            match self.write_some(cx, bufs, done, offset + done as u64, end, guard)? {
+            match self.write_some(cx, bufs, done, offset + done as u64, end)? {
                 0 => return Err(io::ErrorKind::WriteZero.into()),
                 n => done += n,
             }
@@ -243,8 +298,8 @@ impl BlockBackend for FileBackend {
         if end == offset {
             return Ok(()); // nothing to write: must not extend
         }
-        let mut guard = self.lock_if(cx, end > self.len());
-        self.write_all(cx, bufs, offset, &mut guard)
+        let _held = self.hold(cx, offset, end);
+        self.write_all(cx, bufs, offset)
     }
 
     fn flush(&self, cx: &Ctx<'_>) -> io::Result<()> {
@@ -253,12 +308,16 @@ impl BlockBackend for FileBackend {
 
     fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.check_writable()?;
-        checked_end(offset, len)?;
-        let _guard = self.lock_if(cx, self.direct.is_some());
-        match len {
-            0 => Ok(()),
-            _ => cx.fallocate(&self.file, zeroes::PUNCH, offset, len),
+        let end = checked_end(offset, len)?;
+        if len == 0 {
+            return Ok(());
         }
+        // KEEP_SIZE: the blocks only, never the size.
+        let _blocks = self.direct.as_ref().map(|d| {
+            let (start, end) = d.span(offset, end);
+            self.ranges.lock(cx, Span { start, end }, Mode::Shared)
+        });
+        cx.fallocate(&self.file, zeroes::PUNCH, offset, len)
     }
 
     fn write_zeroes(&self, cx: &Ctx<'_>, offset: u64, len: u64, may_unmap: bool) -> io::Result<()> {
@@ -267,10 +326,10 @@ impl BlockBackend for FileBackend {
         if len == 0 {
             return Ok(()); // nothing to zero: must not extend
         }
-        let mut guard = self.lock_if(cx, self.direct.is_some() || end > self.len());
+        let _held = self.hold(cx, offset, end);
         let size = self.len();
         if offset < size.min(end) {
-            self.zero_inside(cx, offset, size.min(end) - offset, may_unmap, &mut guard)?;
+            self.zero_inside(cx, offset, size.min(end) - offset, may_unmap)?;
         }
         if end > size {
             self.zero_extend(cx, offset.max(size), end, may_unmap)?;
@@ -281,7 +340,19 @@ impl BlockBackend for FileBackend {
 
     fn resize(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
         self.check_writable()?;
-        let _guard = self.lock_if(cx, true);
+        let _size = self.lock_if(cx, true);
+        // Everything from the smaller size on: no RMW may write back a block there meanwhile.
+        let _blocks = self.direct.as_ref().map(|d| {
+            let start = d.block_start(self.len().min(new_len));
+            self.ranges.lock(
+                cx,
+                Span {
+                    start,
+                    end: u64::MAX,
+                },
+                Mode::Exclusive,
+            )
+        });
         cx.ftruncate(&self.file, new_len)?;
         self.len.store(new_len, Ordering::Release);
         Ok(())
@@ -327,5 +398,17 @@ impl BlockBackend for FileBackend {
         };
         let ro = if self.writable { "" } else { ", read-only" };
         format!("file:{} ({mode}{ro})", self.path.display())
+    }
+
+    fn stats(&self) -> BackendStats {
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let direct = self.direct.as_ref();
+        BackendStats {
+            bounced_reads: direct.map_or(0, |d| count(&d.bounced_reads)),
+            bounced_writes: direct.map_or(0, |d| count(&d.bounced_writes)),
+            rmw_writes: direct.map_or(0, |d| count(&d.rmw_writes)),
+            bounce_buffers_allocated: self.bounce_buffers_allocated(),
+            range_waits: self.ranges.waits(),
+        }
     }
 }

@@ -35,8 +35,9 @@
 //!
 //! Layout: `file` (with its write_zeroes strategy in `file/zeroes`) and `null`, one backend
 //! each; `ctx` (how calls reach the kernel); `direct` and `pool` (O_DIRECT alignment and
-//! bounce buffers); `serial` (a lock for every context); `iov` (iovec helpers); `sys` (all
-//! the unsafe code: raw syscalls).
+//! bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
+//! ranges, so that an O_DIRECT read-modify-write waits only for requests on its blocks);
+//! `iov` (iovec helpers); `sys` (all the unsafe code: raw syscalls).
 #![warn(missing_docs)]
 
 use std::io::{self, IoSlice, IoSliceMut};
@@ -48,6 +49,7 @@ mod file;
 mod iov;
 mod null;
 mod pool;
+mod range_lock;
 mod serial;
 mod sys;
 
@@ -103,6 +105,27 @@ pub trait BlockBackend: Send + Sync {
 
     /// One line for logs, e.g. "file:/img (direct, alignment 512/512)".
     fn describe(&self) -> String;
+
+    /// What the backend did beyond plain transfers (zero where it never does such things).
+    fn stats(&self) -> BackendStats {
+        BackendStats::default()
+    }
+}
+
+/// The costly paths a backend took, for `--stats`: each is a copy, an extra read or a wait
+/// that plain transfers do not pay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendStats {
+    /// O_DIRECT reads that went through a bounce buffer (unaligned offset, length or memory).
+    pub bounced_reads: u64,
+    /// O_DIRECT writes copied to a bounce buffer only because their memory was unaligned.
+    pub bounced_writes: u64,
+    /// O_DIRECT read-modify-writes: writes that start or end inside a logical block.
+    pub rmw_writes: u64,
+    /// Bounce buffers allocated (stops growing in steady state).
+    pub bounce_buffers_allocated: u64,
+    /// Times a request waited for blocks that an overlapping request held.
+    pub range_waits: u64,
 }
 
 /// Whether a run of bytes is stored data or a hole.

@@ -1,14 +1,14 @@
 //! A lock that works in every [`Ctx`]: coroutines wait by yielding to their loop, threads by
 //! sleeping on a condition variable.
 //!
-//! The file backend holds it, in O_DIRECT mode only, around read-modify-write cycles and
-//! around anything that changes the file size (see `file.rs`). A std `Mutex` cannot be
+//! The file backend holds it around anything that changes the file size (see `file.rs`);
+//! block ranges have their own locks (`range_lock.rs`). A std `Mutex` cannot be
 //! used directly: its holder suspends on I/O while holding it, and another coroutine of the
 //! same thread blocking on it would stop the loop for good.
 //!
 //! A waiting coroutine calls `yield_now` in a loop, so its loop keeps turning (and reaping
-//! completions) until the holder lets go. That spins, but only while another request is in
-//! a bounced write, which needs unaligned I/O on an O_DIRECT image.
+//! completions) until the holder lets go. That spins, but only while another request changes
+//! the size, which a fixed-size export never does.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 

@@ -103,6 +103,8 @@ pub struct Stats<'a> {
     pub dispatch: String,
     pub runtime: CounterSnapshot,
     pub queue: QueueStats,
+    /// Bounces, read-modify-writes and waits for blocks in the backend.
+    pub backend: backend::BackendStats,
     /// Heap allocations made by the whole process so far (see `alloc_count`).
     pub allocations: u64,
     /// Per-opcode accounting (see `fuse::server::accounting`).
@@ -145,7 +147,8 @@ impl Serving {
         ops: &BTreeMap<String, OpReport>,
     ) {
         if let Some(path) = &self.args.stats {
-            write_stats(path, &self.args, runtime, queue, ops);
+            let backend = self.export.backend().stats();
+            write_stats(path, &self.args, runtime, queue, backend, ops);
         }
     }
 }
@@ -212,6 +215,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
     }
+    let backend = Arc::clone(export.backend());
     let serving = Serving {
         args: args.clone(),
         export,
@@ -225,7 +229,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
-        write_stats(path, args, served.runtime, served.queue, &served.ops);
+        let backend = backend.stats();
+        write_stats(path, args, served.runtime, served.queue, backend, &served.ops);
     }
     served.result?;
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
@@ -238,6 +243,7 @@ fn write_stats(
     args: &Args,
     runtime: CounterSnapshot,
     queue: QueueStats,
+    backend: backend::BackendStats,
     ops: &BTreeMap<String, OpReport>,
 ) {
     let stats = Stats {
@@ -245,6 +251,7 @@ fn write_stats(
         dispatch: args.dispatch.to_string(),
         runtime,
         queue,
+        backend,
         allocations: crate::alloc_count::allocations(),
         ops,
     };

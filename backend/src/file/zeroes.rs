@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use libc::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
 
-use super::{FileBackend, Guard};
+use super::FileBackend;
 use crate::{iov, BlockBackend, Ctx};
 
 /// Deallocate, keep the size: discard, and write_zeroes where unmapping is allowed.
@@ -49,13 +49,12 @@ impl FileBackend {
     }
 
     /// Zeroes `[off, off + len)`, all inside the file (see [`FileBackend`]'s order).
-    pub(super) fn zero_inside<'s>(
-        &'s self,
+    pub(super) fn zero_inside(
+        &self,
         cx: &Ctx<'_>,
         off: u64,
         len: u64,
         may_unmap: bool,
-        guard: &mut Guard<'s>,
     ) -> io::Result<()> {
         if may_unmap && self.try_fallocate(cx, &self.can_punch, PUNCH, off, len)? {
             return Ok(());
@@ -67,7 +66,7 @@ impl FileBackend {
         if !may_unmap && self.try_fallocate(cx, &self.can_punch, PUNCH, off, len)? {
             return self.reallocate(cx, off, len);
         }
-        self.write_zero_bytes(cx, off, len, guard)
+        self.write_zero_bytes(cx, off, len)
     }
 
     /// Allocates a range just punched; the zeroes are already there, so failing to
@@ -93,14 +92,9 @@ impl FileBackend {
         cx.ftruncate(&self.file, end)
     }
 
-    /// The last resort: writes zero bytes, up to 1 MiB per call, with no allocation.
-    fn write_zero_bytes<'s>(
-        &'s self,
-        cx: &Ctx<'_>,
-        mut off: u64,
-        len: u64,
-        guard: &mut Guard<'s>,
-    ) -> io::Result<()> {
+    /// The last resort: writes zero bytes, up to 1 MiB per call, with no allocation. The
+    /// caller holds the range exclusively if it is unaligned (the edges are RMWs).
+    fn write_zero_bytes(&self, cx: &Ctx<'_>, mut off: u64, len: u64) -> io::Result<()> {
         let end = off + len;
         let zeroes = &ZEROES.0[..];
         let mut iov = [IoSlice::new(&[]); 16];
@@ -111,7 +105,7 @@ impl FileBackend {
                 *slot = IoSlice::new(&zeroes[..n.min(zeroes.len())]);
                 n -= slot.len();
             }
-            self.write_all(cx, &iov[..used], off, guard)?;
+            self.write_all(cx, &iov[..used], off)?;
             off += iov::total(&iov[..used]) as u64;
         }
         Ok(())

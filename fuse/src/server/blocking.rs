@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use backend::Ctx;
 
 use super::accounting::{Accounting, OpReport, Sample};
-use super::buffers::Buffers;
-use super::dispatch::{serve_request, split_request, QueueStats, Served};
+use super::buffers::RequestBuf;
+use super::dispatch::{serve_request, QueueStats, Served};
 use crate::decode::header_of;
 use crate::dev::{FuseDev, Received};
 use crate::export::Export;
@@ -122,15 +122,13 @@ fn work(
 ) -> (QueueStats, Accounting) {
     let account = shared.is_some();
     let mut accounting = Accounting::default();
-    let buffers = Buffers::new(max_write);
-    let (mut head, mut big) = (buffers.heads.take(), buffers.bigs.take());
+    let mut buf = RequestBuf::new(max_write);
     let mut stats = QueueStats {
-        heads_allocated: 1,
-        bigs_allocated: 1,
+        buffers_allocated: 1,
         ..QueueStats::default()
     };
     while !stop.load(Ordering::SeqCst) {
-        let n = match dev.read_split(head.bytes_mut(), big.bytes_mut()) {
+        let n = match dev.read(buf.read_area()) {
             Ok(Received::Request(n)) => n,
             Ok(Received::Retry) => continue,
             Ok(Received::Unmounted) => break,
@@ -141,9 +139,9 @@ fn work(
         };
         stats.requests += 1;
         let started = account.then(Instant::now);
-        let opcode = header_of(head.bytes()).map_or(0, |h| h.opcode);
-        let (head_part, tail, data) = split_request(head.bytes(), big.bytes_mut(), n);
-        let served = serve_request(export, &Ctx::Blocking, head_part, tail, data, |reply| {
+        let opcode = header_of(buf.request(n)).map_or(0, |h| h.opcode);
+        let (request, data) = buf.parts(n);
+        let served = serve_request(export, &Ctx::Blocking, request, &[], data, |reply| {
             dev.writev(&reply.io_slices())
         });
         stats.record(&served);

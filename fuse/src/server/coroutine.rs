@@ -4,8 +4,9 @@
 //! A queue keeps `readers` reads outstanding. When a read completes, its coroutine spawns
 //! a replacement reader and then *becomes* the request's coroutine: it decodes, runs
 //! [`Export::handle`] with [`Ctx::Coroutine`] (suspending on the backend's io_uring
-//! operations), writes the reply, gives its buffers back and ends. So each request costs
-//! one pooled spawn and no hand-off of buffers.
+//! operations), writes the reply, gives its buffer back and ends. So each request costs
+//! one pooled spawn and no hand-off of buffers. The buffer puts WRITE data and READ
+//! replies on a page boundary ([`super::buffers`]), so O_DIRECT images need no bounce.
 //!
 //! /dev/fuse is opened `O_NONBLOCK` (required for io_uring reads): a read that finds no
 //! request completes with `EAGAIN`, and the reader then waits for `POLLIN` through the ring
@@ -17,7 +18,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::io::{self, IoSliceMut};
+use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,9 +27,8 @@ use backend::Ctx;
 use runtime::{Co, CoStats, TaskId, WaitQueue};
 
 use super::accounting::{Accounting, OpReport, Sample};
-use super::buffers::{Big, Buffers, Head};
-use super::dispatch::{serve_request, split_request, QueueStats, Served};
-use crate::abi::FUSE_READ;
+use super::buffers::{Buffers, RequestBuf};
+use super::dispatch::{serve_request, QueueStats, Served};
 use crate::decode::header_of;
 use crate::dev::{classify_read, FuseDev, Received};
 use crate::export::Export;
@@ -141,8 +141,7 @@ impl Queue {
     /// What the queue did so far.
     pub fn stats(&self) -> QueueStats {
         let mut stats = *self.stats.borrow();
-        stats.heads_allocated = self.buffers.heads.allocated();
-        stats.bigs_allocated = self.buffers.bigs.allocated();
+        stats.buffers_allocated = self.buffers.requests.allocated();
         stats
     }
 
@@ -152,8 +151,8 @@ impl Queue {
     }
 
     /// Starts timing a request whose read just completed, if accounting is on.
-    fn clock(&self, co: &Co<'_>, head: &Head) -> Option<RequestClock> {
-        let opcode = header_of(head.bytes())?.opcode;
+    fn clock(&self, co: &Co<'_>, buf: &RequestBuf, n: usize) -> Option<RequestClock> {
+        let opcode = header_of(buf.request(n))?.opcode;
         self.config.account.then(|| RequestClock::start(co, opcode))
     }
 
@@ -183,9 +182,8 @@ impl Queue {
         if self.config.inline {
             return self.inline_reader(co);
         }
-        let mut head = self.buffers.heads.take();
-        let mut big = self.buffers.bigs.take();
-        let received = self.receive(co, &mut head, &mut big);
+        let mut buf = self.buffers.requests.take();
+        let received = self.receive(co, &mut buf);
         self.readers.borrow_mut().retain(|&id| id != co.id());
         self.live_readers.set(self.live_readers.get() - 1);
         match received {
@@ -196,36 +194,32 @@ impl Queue {
                         log::error!("cannot start a /dev/fuse reader: {e}");
                     }
                 }
-                let clock = self.clock(co, &head);
-                let served = self.serve(co, &head, big, n);
+                let clock = self.clock(co, &buf, n);
+                let (request, data) = buf.parts(n);
+                let served = self.dispatch(co, &Ctx::Coroutine(co), request, data);
                 self.account(co, clock, &served);
                 self.in_flight.set(self.in_flight.get() - 1);
             }
-            Ok(None) => {
-                self.stopping.set(true);
-                self.buffers.bigs.give(big);
-            }
+            Ok(None) => self.stopping.set(true),
             Err(e) => {
                 log::error!("reading /dev/fuse: {e}; this queue stops");
                 self.stopping.set(true);
-                self.buffers.bigs.give(big);
             }
         }
-        self.buffers.heads.give(head);
+        self.buffers.requests.give(buf);
         if self.is_finished() {
             self.finished.wake_all(co);
         }
     }
 
     fn inline_reader(self: Rc<Self>, co: &Co<'_>) {
-        let mut head = self.buffers.heads.take();
-        let mut big = self.buffers.bigs.take();
+        let mut buf = self.buffers.requests.take();
         loop {
-            match self.receive(co, &mut head, &mut big) {
+            match self.receive(co, &mut buf) {
                 Ok(Some(n)) => {
-                    let clock = self.clock(co, &head);
-                    let (head_part, tail, data) = split_request(head.bytes(), big.bytes_mut(), n);
-                    let served = self.dispatch(co, &Ctx::Blocking, head_part, tail, data);
+                    let clock = self.clock(co, &buf, n);
+                    let (request, data) = buf.parts(n);
+                    let served = self.dispatch(co, &Ctx::Blocking, request, data);
                     self.account(co, clock, &served);
                 }
                 Ok(None) => break,
@@ -238,22 +232,17 @@ impl Queue {
         self.stopping.set(true);
         self.readers.borrow_mut().clear();
         self.live_readers.set(self.live_readers.get() - 1);
-        self.buffers.heads.give(head);
-        self.buffers.bigs.give(big);
+        self.buffers.requests.give(buf);
         self.finished.wake_all(co);
     }
 
     /// Reads one request; `None` once the queue stops or the file system is unmounted.
-    fn receive(&self, co: &Co<'_>, head: &mut Head, big: &mut Big) -> io::Result<Option<usize>> {
+    fn receive(&self, co: &Co<'_>, buf: &mut RequestBuf) -> io::Result<Option<usize>> {
         loop {
             if self.stopping.get() {
                 return Ok(None);
             }
-            let mut iov = [
-                IoSliceMut::new(head.bytes_mut()),
-                IoSliceMut::new(big.bytes_mut()),
-            ];
-            let result = co.readv(&self.dev, &mut iov);
+            let result = co.read(&self.dev, buf.read_area());
             if matches!(&result, Err(e) if e.raw_os_error() == Some(libc::ECANCELED)) {
                 return Ok(None);
             }
@@ -282,35 +271,9 @@ impl Queue {
         }
     }
 
-    /// Serves one request of `n` bytes. The big buffer goes back to the pool at once unless
-    /// the request uses it: as the rest of a large WRITE, or for READ data.
-    fn serve(&self, co: &Co<'_>, head: &Head, mut big: Big, n: usize) -> Served {
-        let in_head = n.min(head.bytes().len());
-        let served = if n > in_head {
-            let tail = &big.bytes()[..n - in_head];
-            self.dispatch(co, &Ctx::Coroutine(co), head.bytes(), tail, &mut [])
-        } else if header_of(head.bytes()).is_some_and(|h| h.opcode == FUSE_READ) {
-            let head = &head.bytes()[..n];
-            self.dispatch(co, &Ctx::Coroutine(co), head, &[], big.bytes_mut())
-        } else {
-            self.buffers.bigs.give(big);
-            let head = &head.bytes()[..n];
-            return self.dispatch(co, &Ctx::Coroutine(co), head, &[], &mut []);
-        };
-        self.buffers.bigs.give(big);
-        served
-    }
-
     /// Runs one request with `cx` and replies (through the ring or with `writev(2)`).
-    fn dispatch(
-        &self,
-        co: &Co<'_>,
-        cx: &Ctx<'_>,
-        head: &[u8],
-        tail: &[u8],
-        data: &mut [u8],
-    ) -> Served {
-        let served = serve_request(&self.export, cx, head, tail, data, |reply| {
+    fn dispatch(&self, co: &Co<'_>, cx: &Ctx<'_>, request: &[u8], data: &mut [u8]) -> Served {
+        let served = serve_request(&self.export, cx, request, &[], data, |reply| {
             let slices = reply.io_slices();
             if self.config.ring_replies && !self.config.inline {
                 co.writev(&self.dev, &slices)

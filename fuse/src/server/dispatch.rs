@@ -23,7 +23,8 @@ pub enum Served {
 }
 
 /// Decodes the request in `head` (+ `tail`), runs it with `cx`, and sends its reply with
-/// `send` (a writev of the reply's iovecs). READ data goes into `data`.
+/// `send` (a writev of the reply's iovecs). READ data goes into `data` (page-aligned: see
+/// [`super::buffers`]).
 pub fn serve_request(
     export: &Export,
     cx: &Ctx<'_>,
@@ -66,22 +67,6 @@ fn deliver(reply: &Reply<'_>, send: impl FnOnce(&Reply<'_>) -> io::Result<usize>
     }
 }
 
-/// The three parts of a request of `n` bytes read into `head` and then `big`: the head
-/// part, the tail part (the rest of a large WRITE, in `big`), and the buffer for READ data
-/// (`big`, when the request did not spill into it).
-pub fn split_request<'a>(
-    head: &'a [u8],
-    big: &'a mut [u8],
-    n: usize,
-) -> (&'a [u8], &'a [u8], &'a mut [u8]) {
-    if n > head.len() {
-        let big: &'a [u8] = big;
-        (head, &big[..n - head.len()], Default::default())
-    } else {
-        (&head[..n], &[], big)
-    }
-}
-
 /// What a queue did (for `--stats`).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct QueueStats {
@@ -95,10 +80,8 @@ pub struct QueueStats {
     pub malformed: u64,
     /// Reads that found no request (`EAGAIN`) and waited for `POLLIN`.
     pub empty_reads: u64,
-    /// In-place buffers allocated (high-water mark of requests in flight plus readers).
-    pub heads_allocated: u64,
-    /// Large buffers allocated.
-    pub bigs_allocated: u64,
+    /// Request buffers allocated (high-water mark of requests in flight plus readers).
+    pub buffers_allocated: u64,
 }
 
 impl QueueStats {
@@ -119,7 +102,6 @@ impl QueueStats {
         self.replies_gone += other.replies_gone;
         self.malformed += other.malformed;
         self.empty_reads += other.empty_reads;
-        self.heads_allocated += other.heads_allocated;
-        self.bigs_allocated += other.bigs_allocated;
+        self.buffers_allocated += other.buffers_allocated;
     }
 }
