@@ -29,7 +29,7 @@ pub fn corofuse() -> &'static Path {
 }
 
 /// `target/<profile>`: the parent of the `deps/` directory holding this test binary.
-fn profile_dir() -> PathBuf {
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary in a directory");
     let dir = if deps.file_name().is_some_and(|n| n == "deps") {

@@ -1,4 +1,5 @@
-//! Page-aligned buffers for O_DIRECT, and deterministic byte patterns.
+//! Page-aligned buffers for O_DIRECT, deterministic byte patterns, and the seeds of
+//! randomised tests.
 
 use std::alloc::{self, Layout};
 use std::ops::{Deref, DerefMut};
@@ -85,6 +86,66 @@ impl Rng {
     /// A number in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
+    }
+}
+
+/// The environment variable that fixes the seed of randomised tests ([`Seed`]).
+pub const SEED_ENV: &str = "COROFUSE_TEST_SEED";
+
+/// The seed of a randomised test: `$COROFUSE_TEST_SEED` (decimal or `0x` hex) if set,
+/// else a fresh one per run (from the clock), so that runs cover different sequences. If
+/// the test panics while this is alive, dropping it prints the seed and how to re-run with
+/// it. Keep it alive for the whole test: `let seed = Seed::choose();` first.
+#[derive(Debug)]
+pub struct Seed(u64);
+
+impl Seed {
+    /// Chooses the seed (see [`Seed`]); panics on a value of [`SEED_ENV`] it cannot parse.
+    pub fn choose() -> Seed {
+        if let Some(value) = std::env::var(SEED_ENV)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+        {
+            let v = value.trim();
+            let parsed = match v.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => v.parse(),
+            };
+            return Seed(parsed.unwrap_or_else(|e| panic!("{SEED_ENV}={value:?}: {e}")));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // Tests start in parallel: mix in the thread's id so that two get different seeds.
+        let thread = format!("{:?}", std::thread::current().id());
+        let salt = thread
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+        Seed(Rng::new(now.as_nanos() as u64 ^ salt.rotate_left(32)).next_u64())
+    }
+
+    /// The seed.
+    pub fn value(&self) -> u64 {
+        self.0
+    }
+
+    /// A generator seeded with it.
+    pub fn rng(&self) -> Rng {
+        Rng::new(self.0)
+    }
+}
+
+impl Drop for Seed {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let thread = std::thread::current();
+            crate::require::note(&format!(
+                "{} failed with seed {:#x}: re-run with {SEED_ENV}={:#x}",
+                thread.name().unwrap_or("the test"),
+                self.0,
+                self.0
+            ));
+        }
     }
 }
 

@@ -27,13 +27,14 @@
 //! Layout: [`bin`] finds (and builds) the binary, [`require`] probes and skips visibly,
 //! [`dispatch`] names the modes and makes one test per mode, [`export`] is the daemon
 //! guard, [`mountinfo`] reads /proc/self/mountinfo, [`sandbox`] holds per-test files,
-//! [`buf`] has aligned buffers and patterns, [`diag`] describes a hung daemon, [`sys`] the
-//! syscalls.
+//! [`buf`] has aligned buffers, patterns and test seeds, [`mapping`] mmap(2) of a file,
+//! [`diag`] describes a hung daemon, [`sys`] the syscalls.
 //!
 //! Knobs: `COROFUSE_BIN=/path` tests that binary instead of building `target/<profile>/
 //! corofuse`; `COROFUSE_TEST_LOG=debug` sets the daemons' `RUST_LOG` (default `info`), and
 //! a failing test shows the daemon's stderr; `COROFUSE_TEST_DISPATCH=inline` (or
-//! `coroutine`, `threads`, `threads:N`, comma-separated) runs only those modes.
+//! `coroutine`, `threads`, `threads:N`, comma-separated) runs only those modes;
+//! `COROFUSE_TEST_SEED=N` replays a randomised test (a failing one prints its seed).
 #![warn(missing_docs)]
 
 pub mod bin;
@@ -41,6 +42,7 @@ pub mod buf;
 pub mod diag;
 pub mod dispatch;
 pub mod export;
+pub mod mapping;
 pub mod mountinfo;
 pub mod require;
 pub mod sandbox;
@@ -49,9 +51,10 @@ pub mod sys;
 use std::fmt::Debug;
 use std::io;
 
-pub use buf::{assert_bytes_eq, pattern, AlignedBuf, Rng};
+pub use buf::{assert_bytes_eq, pattern, AlignedBuf, Rng, Seed};
 pub use dispatch::Dispatch;
 pub use export::MountedExport;
+pub use mapping::{Access, Mapping, Sharing};
 pub use sandbox::{open_direct, open_rw, Sandbox};
 
 /// KiB.

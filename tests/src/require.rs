@@ -34,6 +34,21 @@ pub fn tool_missing(tool: &str) -> Option<String> {
     (!found).then(|| format!("`{tool}` is not installed (.ci/run installs it)"))
 }
 
+/// Why this kernel cannot do `what`, if it is older than Linux `major.minor` (by
+/// /proc/sys/kernel/osrelease; a release that does not parse counts as new enough).
+pub fn kernel_older_than(major: u32, minor: u32, what: &str) -> Option<String> {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let release = release.trim();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>());
+    let (Some(Ok(have_major)), Some(Ok(have_minor))) = (numbers.next(), numbers.next()) else {
+        return None;
+    };
+    ((have_major, have_minor) < (major, minor))
+        .then(|| format!("Linux {release} is older than {major}.{minor}, which {what} needs"))
+}
+
 fn effective_caps() -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
     let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
@@ -76,5 +91,17 @@ macro_rules! require_tool {
                 return;
             }
         )+
+    };
+}
+
+/// Returns from the calling test, saying why, if the kernel is older than `major.minor`,
+/// which `what` needs.
+#[macro_export]
+macro_rules! require_kernel {
+    ($major:expr, $minor:expr, $what:expr) => {
+        if let Some(why) = $crate::require::kernel_older_than($major, $minor, $what) {
+            $crate::require::report_skip(&why);
+            return;
+        }
     };
 }

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
+/// statfs(2)'s `f_type` of ramfs (linux/magic.h; the libc crate does not name it).
+const RAMFS_MAGIC: u64 = 0x8584_58f6;
+
 /// A temp directory removed at the end of the test.
 pub struct Sandbox {
     dir: TempDir,
@@ -29,6 +32,50 @@ impl Sandbox {
             fields.next() == Some("/dev/shm") && fields.next() == Some("tmpfs")
         });
         tmpfs.then(|| Self::new_in(shm))
+    }
+
+    /// A directory on a disk-backed file system, for an image that must live on real
+    /// storage: O_DIRECT there reaches the device, with the device's alignment rules (512
+    /// bytes on a virtio disk), where on tmpfs it is a copy to or from the page cache that
+    /// statx reports no alignment for. Tried in order: /var/tmp
+    /// (the FHS place for temp files that need not fit in memory, where /tmp may be
+    /// tmpfs), then the build's `target/` directory (always on the disk the sources are
+    /// on). A candidate counts if statfs(2) says it is not tmpfs or ramfs and a file there
+    /// opens with O_DIRECT. Otherwise `Err` says why each was refused: a test should
+    /// skip, visibly, with that.
+    pub fn on_real_fs() -> Result<Sandbox, String> {
+        let mut candidates = vec![PathBuf::from("/var/tmp")];
+        if let Some(target) = crate::bin::profile_dir().parent() {
+            candidates.push(target.to_path_buf());
+        }
+        let mut refused = Vec::new();
+        for dir in candidates {
+            match Self::real_fs_at(&dir) {
+                Ok(sandbox) => return Ok(sandbox),
+                Err(why) => refused.push(format!("{}: {why}", dir.display())),
+            }
+        }
+        Err(format!(
+            "no disk-backed directory for the image ({})",
+            refused.join("; ")
+        ))
+    }
+
+    fn real_fs_at(dir: &Path) -> Result<Sandbox, String> {
+        let magic = crate::sys::fs_type(dir).map_err(|e| format!("statfs: {e}"))?;
+        if magic == libc::TMPFS_MAGIC as u64 || magic == RAMFS_MAGIC {
+            return Err(format!("in memory (f_type {magic:#x})"));
+        }
+        let sandbox = tempfile::Builder::new()
+            .prefix("corofuse-test-")
+            .tempdir_in(dir)
+            .map(|dir| Sandbox { dir })
+            .map_err(|e| format!("cannot create a directory: {e}"))?;
+        let probe = sandbox.path("o_direct-probe");
+        File::create(&probe).map_err(|e| format!("cannot create a file: {e}"))?;
+        open_direct(&probe, true).map_err(|e| format!("no O_DIRECT: {e}"))?;
+        fs::remove_file(&probe).map_err(|e| format!("remove the probe: {e}"))?;
+        Ok(sandbox)
     }
 
     fn new_in(parent: impl AsRef<Path>) -> Sandbox {

@@ -1,5 +1,6 @@
 //! The few raw syscalls the tests need, each behind a safe function. All the crate's
-//! unsafe code is here (plus the aligned allocation in [`crate::buf`]).
+//! unsafe code is here (plus the aligned allocation in [`crate::buf`] and the memory
+//! mappings in [`crate::mapping`]).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -70,4 +71,23 @@ pub fn truncate(path: &Path, len: u64) -> io::Result<()> {
     let path = c_path(path)?;
     // SAFETY: `path` is a NUL-terminated string that outlives the call.
     syscall!(unsafe { libc::truncate(path.as_ptr(), len as i64) }).map(drop)
+}
+
+/// `statfs(2)`'s `f_type` for the file system holding `path` (e.g. `libc::TMPFS_MAGIC`).
+pub fn fs_type(path: &Path) -> io::Result<u64> {
+    let path = c_path(path)?;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` has room for the
+    // struct statfs(2) fills in.
+    syscall!(unsafe { libc::statfs(path.as_ptr(), st.as_mut_ptr()) })?;
+    // SAFETY: statfs(2) succeeded, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_type as u64)
+}
+
+/// The size of a memory page (`sysconf(_SC_PAGESIZE)`).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf(3) takes a plain integer and touches no memory of ours.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).expect("sysconf(_SC_PAGESIZE) fails")
 }
