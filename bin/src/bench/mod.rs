@@ -23,6 +23,7 @@ mod affinity;
 mod child;
 mod daemon;
 mod env;
+mod fill;
 mod fio;
 mod interrupt;
 mod lab;
