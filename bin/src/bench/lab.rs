@@ -1,5 +1,6 @@
 //! The lab's scratch space: one directory on tmpfs holding the mount point, the raw
-//! image, pidfiles, statistics and logs, removed when the lab ends.
+//! image of the `file` row, pidfiles, statistics and logs, removed when the lab ends.
+//! (The image on real storage is elsewhere and kept: [`super::storage`].)
 //!
 //! Why tmpfs: the file export should measure the daemon, not a disk; an image in RAM
 //! makes the backend nearly free, like CONTEXT.md's reference runs. The image is filled
@@ -13,7 +14,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::workload::EXPORT_SIZE;
+use super::export::EXPORT_SIZE;
 use super::{fill, mountinfo};
 
 const PREFIX: &str = "corofuse-bench-";
