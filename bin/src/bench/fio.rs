@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::load::LoadResult;
-use super::workload::{Workload, EXPORT_SIZE};
+use super::workload::Workload;
 use super::{child, interrupt};
 
 /// An error saying how to install fio, unless it runs.
@@ -24,9 +24,11 @@ pub fn version() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Runs one workload against `file` for `seconds`, pinned to `cpu` if given.
+/// Runs one workload against the first `size` bytes of `file` for `seconds`, pinned to
+/// `cpu` if given.
 pub fn run(
     file: &Path,
+    size: u64,
     w: &Workload,
     seconds: f64,
     cpu: Option<usize>,
@@ -34,7 +36,7 @@ pub fn run(
     err: &Path,
 ) -> Result<LoadResult, String> {
     let mut cmd = Command::new("fio");
-    cmd.args(args(file, w, seconds));
+    cmd.args(args(file, size, w, seconds));
     let mut c = child::spawn_load(&mut cmd, cpu, out, err)?
         .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
     let timeout = Duration::from_secs_f64(seconds + 60.0);
@@ -48,7 +50,7 @@ pub fn run(
     parse(&stdout)
 }
 
-fn args(file: &Path, w: &Workload, seconds: f64) -> Vec<String> {
+fn args(file: &Path, size: u64, w: &Workload, seconds: f64) -> Vec<String> {
     vec![
         "--name=corofuse-bench".into(),
         format!("--filename={}", file.display()),
@@ -59,7 +61,7 @@ fn args(file: &Path, w: &Workload, seconds: f64) -> Vec<String> {
         format!("--iodepth={}", w.iodepth),
         "--time_based".into(),
         format!("--runtime={}ms", (seconds * 1000.0).round() as u64),
-        format!("--size={EXPORT_SIZE}"),
+        format!("--size={size}"),
         "--norandommap".into(),
         "--randrepeat=0".into(),
         "--lat_percentiles=1".into(),
@@ -200,13 +202,14 @@ mod tests {
 
     #[test]
     fn command_line() {
-        let a = args(Path::new("/m"), &WORKLOADS[4], 2.5);
+        let a = args(Path::new("/m"), 1 << 30, &WORKLOADS[4], 2.5);
         for want in [
             "--rw=write",
             "--bs=1048576",
             "--ioengine=io_uring",
             "--iodepth=4",
             "--runtime=2500ms",
+            "--size=1073741824",
             "--direct=1",
             "--output-format=json",
         ] {

@@ -1,7 +1,8 @@
 //! Ctrl-C, SIGTERM and SIGHUP during a lab run: remember them, never die of them.
 //!
-//! Why: the lab owns mounts, daemons and a 1 GiB image on tmpfs. Dying on a signal would
-//! leave them behind, so the handler only sets a flag; every wait loop polls
+//! Why: the lab owns mounts, daemons, a 1 GiB image on tmpfs, and possibly a storage
+//! image half written (removed unless complete). Dying on a signal would leave them
+//! behind, so the handler only sets a flag; every wait loop polls
 //! [`requested`] and returns an error, and the guards' `Drop` impls clean up on the way
 //! out. Children get `PR_SET_PDEATHSIG` ([`die_with_parent`]) in case the lab itself is
 //! killed with SIGKILL.

@@ -1,5 +1,6 @@
 //! The lab's scratch space: one directory on tmpfs holding the mount point, the raw
-//! image, pidfiles, statistics and logs, removed when the lab ends.
+//! image of the `file` row, pidfiles, statistics and logs, removed when the lab ends.
+//! (The image on real storage is elsewhere and kept: [`super::storage`].)
 //!
 //! Why tmpfs: the file export should measure the daemon, not a disk; an image in RAM
 //! makes the backend nearly free, like CONTEXT.md's reference runs. The image is filled
@@ -11,11 +12,10 @@
 //! (their PID is gone and nothing is mounted in them).
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::workload::EXPORT_SIZE;
-use super::{interrupt, mountinfo};
+use super::export::EXPORT_SIZE;
+use super::{fill, mountinfo};
 
 const PREFIX: &str = "corofuse-bench-";
 
@@ -60,25 +60,16 @@ impl Lab {
         self.image.as_deref()
     }
 
-    /// Writes a 1 GiB image of non-zero pseudo-random data.
+    /// Writes a 1 GiB image of non-zero pseudo-random data ([`fill`]).
     pub fn create_image(&mut self) -> Result<(), String> {
         let path = self.dir.join("image.raw");
-        check_space(&self.dir, EXPORT_SIZE)?;
-        let mut f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut block = vec![0u8; 1 << 20];
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for (i, word) in block.chunks_exact_mut(8).enumerate() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            word.copy_from_slice(&(x | 0x0101_0101_0101_0101 | i as u64).to_le_bytes());
-        }
-        for mib in 0..EXPORT_SIZE >> 20 {
-            interrupt::check()?;
-            block[..8].copy_from_slice(&(mib | 1 << 63).to_le_bytes());
-            f.write_all(&block)
-                .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        }
+        check_space(
+            &self.dir,
+            EXPORT_SIZE,
+            "free some space, use --dir, or run only the null export (--only null)",
+        )?;
+        let f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        fill::write_image(&f, &path, EXPORT_SIZE)?;
         self.image = Some(path);
         Ok(())
     }
@@ -101,7 +92,8 @@ impl Drop for Lab {
     }
 }
 
-fn check_space(dir: &Path, need: u64) -> Result<(), String> {
+/// An error naming `hint` unless `dir`'s file system has `need` bytes (and 64 MiB) free.
+pub fn check_space(dir: &Path, need: u64, hint: &str) -> Result<(), String> {
     let c =
         std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: statvfs is plain data, filled by the call.
@@ -113,8 +105,7 @@ fn check_space(dir: &Path, need: u64) -> Result<(), String> {
     let free = st.f_bavail as u64 * st.f_frsize as u64;
     if free < need + (64 << 20) {
         return Err(format!(
-            "{} has {} MiB free, the image needs {} MiB: free some space, use --dir, \
-             or run only the null export (--only null)",
+            "{} has {} MiB free, the image needs {} MiB: {hint}",
             dir.display(),
             free >> 20,
             need >> 20

@@ -6,7 +6,9 @@
 //! to back for each cell, alternating which goes first. A fresh daemon per run keeps
 //! runs independent (no state carried from a previous workload) and gives clean
 //! statistics, which are still taken as the difference of two SIGUSR1 snapshots around
-//! the load so that mounting and opening are not counted.
+//! the load so that mounting and opening are not counted. Every run on the image on real
+//! storage starts with the image out of the page cache ([`storage::evict`]), and the
+//! `device` row runs the load on the image itself, with no daemon.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,27 +16,16 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::affinity::{self, Placement};
+use super::affinity;
 use super::daemon::{self, Daemon, Paths};
+use super::export::{ExportKind, Server};
 use super::lab::Lab;
 use super::load::LoadResult;
+use super::plan::Plan;
 use super::stats::{self, PerRequest};
-use super::workload::{ExportKind, Server, Workload, EXPORT_SIZE};
+use super::storage::{self, Image};
+use super::workload::Workload;
 use super::{child, fio, interrupt, qsd};
-
-/// What to run, resolved from the command line.
-pub struct Plan {
-    pub seconds: f64,
-    pub trials: usize,
-    pub exports: Vec<ExportKind>,
-    pub workloads: Vec<Workload>,
-    pub servers: Vec<Server>,
-    pub mount_opts: Vec<String>,
-    pub placement: Option<Placement>,
-    pub fio: bool,
-    /// `--ring-replies` is among the mount options: replies are not syscalls.
-    pub ring_replies: bool,
-}
 
 /// One run of one cell.
 #[derive(Clone, Debug, Serialize)]
@@ -54,42 +45,65 @@ pub struct Cell {
     pub runs: Vec<Run>,
 }
 
-/// Runs the plan; `lab` already holds the image if a file export is planned.
-pub fn run(plan: &Plan, lab: &Lab) -> Result<Vec<Cell>, String> {
-    let mut cells = Vec::new();
-    for &export in &plan.exports {
-        for &workload in &plan.workloads {
-            for &server in &plan.servers {
-                cells.push(Cell {
-                    export,
-                    workload,
-                    server,
-                    runs: Vec::new(),
-                });
-            }
+/// Runs the plan; `lab` already holds the tmpfs image if the `file` row is planned,
+/// and `storage` is the image on real storage if a storage row is.
+pub fn run(plan: &Plan, lab: &Lab, storage: Option<&Image>) -> Result<Vec<Cell>, String> {
+    // One group per (export, workload): its servers run back to back.
+    let mut groups: Vec<Vec<Cell>> = Vec::new();
+    for row in &plan.rows {
+        for &workload in &row.workloads {
+            let servers = row.export.servers(plan.compare_qsd);
+            groups.push(
+                servers
+                    .into_iter()
+                    .map(|server| Cell {
+                        export: row.export,
+                        workload,
+                        server,
+                        runs: Vec::new(),
+                    })
+                    .collect(),
+            );
         }
     }
-    let total = cells.len() * plan.trials;
+    let total = plan.runs();
     let mut step = 0;
     for trial in 0..plan.trials {
-        let per_cell = plan.servers.len();
-        for group in cells.chunks_mut(per_cell) {
+        for group in &mut groups {
+            let n = group.len();
             let order: Vec<usize> = if trial % 2 == 0 {
-                (0..per_cell).collect()
+                (0..n).collect()
             } else {
-                (0..per_cell).rev().collect()
+                (0..n).rev().collect()
             };
             for i in order {
                 step += 1;
                 let cell = &mut group[i];
                 progress_start(step, total, cell, trial, plan.trials);
-                let run = run_one(plan, lab, cell).inspect_err(|_| eprintln!("failed"))?;
+                let run = run_one(plan, lab, storage, cell).inspect_err(|_| eprintln!("failed"))?;
                 progress_end(&run);
                 cell.runs.push(run);
             }
         }
     }
-    Ok(cells)
+    Ok(groups.into_iter().flatten().collect())
+}
+
+/// The image behind a row (`None` for null).
+fn image_of<'a>(
+    export: ExportKind,
+    lab: &'a Lab,
+    storage: Option<&'a Image>,
+) -> Result<Option<&'a Path>, String> {
+    Ok(match export {
+        ExportKind::Null => None,
+        ExportKind::File => Some(lab.image().ok_or("the file row needs the tmpfs image")?),
+        ExportKind::Device | ExportKind::Disk | ExportKind::DiskDirect => Some(
+            storage
+                .map(|s| s.path.as_path())
+                .ok_or("the storage rows need the image on real storage")?,
+        ),
+    })
 }
 
 fn progress_start(step: usize, total: usize, c: &Cell, trial: usize, trials: usize) {
@@ -113,9 +127,23 @@ fn progress_end(r: &Run) {
     );
 }
 
-/// One run: start the daemon, snapshot, load, snapshot, stop.
-fn run_one(plan: &Plan, lab: &Lab, cell: &Cell) -> Result<Run, String> {
-    let mut daemon = start(plan, lab, cell)?;
+/// One run: start the daemon, snapshot, load, snapshot, stop. On the device row: only
+/// the load, on the image itself.
+fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Result<Run, String> {
+    let image = image_of(cell.export, lab, storage)?;
+    if let Some(path) = image.filter(|_| cell.export.on_storage()) {
+        storage::evict(path)?;
+    }
+    let size = cell.export.size();
+    if !cell.export.mounted() {
+        let target = image.ok_or("the device row needs an image")?;
+        return Ok(Run {
+            load: load(plan, lab, target, size, &cell.workload)?,
+            daemon_cpu_pct: None,
+            per_request: None,
+        });
+    }
+    let mut daemon = start(plan, lab, cell, image)?;
     if let Some(p) = plan.placement {
         affinity::pin_process(daemon.pid(), p.daemon)?;
     }
@@ -127,7 +155,7 @@ fn run_one(plan: &Plan, lab: &Lab, cell: &Cell) -> Result<Run, String> {
     };
     let cpu0 = daemon.cpu_seconds();
     let started = Instant::now();
-    let load = load(plan, lab, &cell.workload)?;
+    let load = load(plan, lab, &lab.mountpoint(), size, &cell.workload)?;
     let wall = started.elapsed().as_secs_f64();
     let cpu1 = daemon.cpu_seconds();
     let after = if corofuse {
@@ -148,7 +176,7 @@ fn run_one(plan: &Plan, lab: &Lab, cell: &Cell) -> Result<Run, String> {
     })
 }
 
-fn start(plan: &Plan, lab: &Lab, cell: &Cell) -> Result<Daemon, String> {
+fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Daemon, String> {
     let mountpoint = lab.mountpoint();
     let (pidfile, log, stats) = (
         lab.file("pid"),
@@ -162,20 +190,23 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell) -> Result<Daemon, String> {
         log: &log,
         stats: corofuse.then_some(stats.as_path()),
     };
-    let image = match cell.export {
-        ExportKind::Null => None,
-        ExportKind::File => Some(lab.image().ok_or("the file export needs the image")?),
-    };
     let cmd = match cell.server {
         Server::Corofuse => {
             let spec = image.map_or_else(|| "null:1G".to_string(), |p| p.display().to_string());
-            daemon::corofuse_command(&spec, &paths, &plan.mount_opts)?
+            let mut extra = Vec::new();
+            if cell.export == ExportKind::DiskDirect {
+                extra.push("--direct".to_string());
+            }
+            extra.extend(plan.mount_opts.iter().cloned());
+            daemon::corofuse_command(&spec, &paths, &extra)?
         }
-        Server::Qsd => qsd::command(cell.export, image.unwrap_or(Path::new("")), &paths),
+        Server::Qsd => qsd::command(cell.export, image.unwrap_or(Path::new("")), &paths)?,
+        Server::Bare => return Err("the device row has no daemon".into()),
     };
     let name = match cell.server {
         Server::Corofuse => "corofuse mount",
         Server::Qsd => qsd::PROGRAM,
+        Server::Bare => "no daemon",
     };
     Daemon::start(cmd, name, &paths).map_err(|e| {
         if corofuse && !plan.mount_opts.is_empty() {
@@ -189,18 +220,25 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell) -> Result<Daemon, String> {
     })
 }
 
-fn load(plan: &Plan, lab: &Lab, w: &Workload) -> Result<LoadResult, String> {
+/// Runs the load (built-in or fio, O_DIRECT) on `target`, over its first `size` bytes.
+fn load(
+    plan: &Plan,
+    lab: &Lab,
+    target: &Path,
+    size: u64,
+    w: &Workload,
+) -> Result<LoadResult, String> {
     let (out, err) = (lab.file("load.out"), lab.file("load.err"));
     let cpu = plan.placement.map(|p| p.load);
     if plan.fio {
-        return fio::run(&lab.mountpoint(), w, plan.seconds, cpu, &out, &err);
+        return fio::run(target, size, w, plan.seconds, cpu, &out, &err);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("bench")
         .arg("load")
         .arg("--file")
-        .arg(lab.mountpoint())
+        .arg(target)
         .args(["--rw", w.rw.name(), "--engine", w.engine.name()])
         .args([
             "--bs",
@@ -209,7 +247,7 @@ fn load(plan: &Plan, lab: &Lab, w: &Workload) -> Result<LoadResult, String> {
             &w.iodepth.to_string(),
         ])
         .args(["--seconds", &plan.seconds.to_string()])
-        .args(["--size", &EXPORT_SIZE.to_string()]);
+        .args(["--size", &size.to_string()]);
     let mut c = child::spawn_load(&mut cmd, cpu, &out, &err)?
         .map_err(|e| format!("cannot start the load: {e}"))?;
     let timeout = Duration::from_secs_f64(plan.seconds + 60.0);

@@ -1,20 +1,26 @@
 //! `corofuse bench`: the measurement lab. With no subcommand it mounts its own exports
-//! (null:1G and a 1 GiB raw image on tmpfs), drives each with a matrix of workloads from
-//! a separate process, and reports IOPS, bandwidth, latency and what each request cost
-//! the daemon (coroutine switches, SQEs, `io_uring_enter` calls, syscalls, CPU).
+//! (null:1G, a 1 GiB raw image on tmpfs, and a 2 GiB pre-filled image on real storage,
+//! buffered and with O_DIRECT), drives each with a matrix of workloads from a separate
+//! process, runs the same workloads straight on the storage image as their ceiling, and
+//! reports IOPS, bandwidth, latency, the ratio to that ceiling, and what each request
+//! cost the daemon (coroutine switches, SQEs, `io_uring_enter` calls, syscalls, CPU).
 //!
 //! Why a lab inside the binary: the figures that matter (CONTEXT.md) are ratios within
 //! one run on one noisy machine, so the comparison (corofuse vs qemu-storage-daemon,
-//! built-in load vs fio, one placement vs another) must be one command that anyone can
-//! rerun, with nothing to set up but root and /dev/fuse, and that never leaves a mount,
-//! a daemon or a 1 GiB file behind.
+//! an export vs the disk under it, built-in load vs fio, one placement vs another) must
+//! be one command that anyone can rerun, with nothing to set up but root and /dev/fuse,
+//! and that never leaves a mount, a daemon or a stray image behind. The one file it
+//! keeps on purpose is the storage image, reused by the next run ([`storage`]).
 //!
 //! Layout, one job per file:
-//! - [`workload`]: the matrix's names; [`load`] (hidden `bench load`): the load
-//!   generator, with [`runtime::histogram`];
-//! - [`lab`](mod@lab): scratch directory and image; [`daemon`]: start, stats, stop of one export
-//!   daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio driver;
-//!   [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
+//! - [`export`]: the rows and who serves them; [`workload`]: the matrix's workloads;
+//!   [`plan`]: the command line resolved into rows and workloads; [`load`] (hidden
+//!   `bench load`): the load generator, with [`runtime::histogram`];
+//! - [`lab`](mod@lab): scratch directory and tmpfs image; [`storage`]: the image on real
+//!   storage (checked, filled, kept, evicted); [`fill`]: what both images hold;
+//!   [`daemon`]: start, stats, stop of one export daemon; [`qsd`]: qemu-storage-daemon's
+//!   command line; [`fio`]: the fio driver; [`child`], [`interrupt`], [`mountinfo`],
+//!   [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
 //!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`.
@@ -23,37 +29,58 @@ mod affinity;
 mod child;
 mod daemon;
 mod env;
+mod export;
+mod fill;
 mod fio;
 mod interrupt;
 mod lab;
 mod load;
 mod matrix;
 mod mountinfo;
+mod plan;
 mod qsd;
 mod report;
 mod stats;
 pub mod stats_cmd;
+mod storage;
 mod workload;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use affinity::{Cpus, Placement};
-use workload::{ExportKind, Server};
+use affinity::Cpus;
+use export::{ExportKind, STORAGE_SIZE};
 
 #[derive(clap::Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "With no subcommand: run the lab (needs root and /dev/fuse). It mounts \
-    null:1G and a 1 GiB raw image on tmpfs with `corofuse mount`, one fresh daemon per \
-    run, and drives each with these workloads from a separate process (O_DIRECT):\n  \
+    after_help = "With no subcommand: run the lab (needs root and /dev/fuse). Its rows \
+    (--only):\n  \
+    null          null:1G, the daemon's own cost\n  \
+    file          a 1 GiB raw image on tmpfs (--dir)\n  \
+    device        a 2 GiB pre-filled image on real storage (--storage-dir), loaded \
+    straight with O_DIRECT, no FUSE: the ceiling of the next two\n  \
+    disk          that image exported buffered (corofuse mount -w IMG)\n  \
+    disk-direct   that image exported with O_DIRECT (corofuse mount -w --direct IMG)\n\
+    Each export runs on a fresh daemon; the load runs in a separate process with \
+    O_DIRECT:\n  \
     randread-psync-qd1, randwrite-psync-qd1   4 KiB, one blocking I/O at a time\n  \
     randread-uring-qd64, randwrite-uring-qd64 4 KiB, io_uring, 64 in flight\n  \
     write1m-uring-qd4                         1 MiB sequential writes, io_uring, 4 in flight\n\
-    The table gives IOPS, MB/s, mean and p99 latency, the daemon's CPU, and from its \
-    --stats: coroutine switches, io_uring SQEs, io_uring_enter calls and syscalls per \
-    request. Progress goes to stderr. Ctrl-C stops the lab and cleans up.\n\n\
+    By default null and file run these five and the three storage rows all but \
+    randwrite-psync-qd1: 22 runs, about 75 s. --workload NAME runs exactly the named \
+    workloads on every row; --only null,file leaves the storage rows out (~35 s).\n\n\
+    The storage image is written once (about a second at 2 GB/s, 10-15 s on a hard \
+    disk) and kept as DIR/corofuse-bench.raw with a .filled marker, reused while its \
+    size matches; --refill-image writes it again, rm -r DIR removes it. tmpfs and \
+    ramfs are refused. Every run on it starts with it out of the page cache.\n\n\
+    The table gives IOPS, the ratio to the device row (vs device), MB/s, mean and p99 \
+    latency, the daemon's CPU, and from its --stats: coroutine switches, io_uring SQEs, \
+    io_uring_enter calls and syscalls per request. With --compare-qsd, \
+    qemu-storage-daemon runs every export too (aio=io_uring; cache.direct=on for \
+    disk-direct). Progress goes to stderr. Ctrl-C stops the lab and cleans up.\n\n\
     Examples:\n  corofuse bench\n  corofuse bench --compare-qsd --trials 3 --seconds 5 --svg /tmp/bench.svg\n  \
+    corofuse bench --only disk-direct --storage-dir /mnt/nvme/bench --workload randwrite-uring-qd64\n  \
     corofuse bench --only null --workload randread-psync-qd1 --cpus same --mount-opt \"--poll-us 50\""
 )]
 pub struct Args {
@@ -81,10 +108,12 @@ struct LabArgs {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     trials: u32,
-    /// Only this export
-    #[arg(long, value_enum)]
-    only: Option<ExportKind>,
-    /// Only this workload (repeatable; default: all five)
+    /// Only these rows (repeatable or comma-separated). disk and disk-direct bring the
+    /// device row along: it is their ceiling. Default: all five
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "ROW")]
+    only: Vec<ExportKind>,
+    /// Only this workload, on every row (repeatable; default: the five, four on the
+    /// storage rows)
     #[arg(long = "workload", value_name = "NAME",
           value_parser = clap::builder::PossibleValuesParser::new(workload::NAMES))]
     workloads: Vec<String>,
@@ -108,9 +137,16 @@ struct LabArgs {
     /// Also write a bar chart of IOPS per workload as SVG
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
-    /// Where the lab's scratch directory (mount point, 1 GiB image) goes
+    /// Where the lab's scratch directory (mount point, the file row's 1 GiB image) goes
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
     dir: PathBuf,
+    /// Directory on the file system the storage rows measure (not tmpfs). The 2 GiB image
+    /// written there is kept for the next runs
+    #[arg(long, value_name = "DIR", default_value = storage::DEFAULT_DIR)]
+    storage_dir: PathBuf,
+    /// Write the storage image again even if a filled one is kept
+    #[arg(long)]
+    refill_image: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -123,9 +159,7 @@ pub fn run(args: Args) -> Result<(), String> {
 
 fn lab(args: &LabArgs) -> Result<(), String> {
     let started = Instant::now();
-    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err("--seconds must be a positive number".into());
-    }
+    let plan = plan::build(args)?;
     check_privileges()?;
     let mut environment = env::Environment::probe();
     if args.fio {
@@ -134,9 +168,20 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     if args.compare_qsd {
         environment.qsd_version = Some(qsd::version()?);
     }
-    let plan = plan(args)?;
     interrupt::install()?;
-    let runs = plan.exports.len() * plan.workloads.len() * plan.servers.len() * plan.trials;
+    let storage = if plan.on_storage() {
+        let image = storage::prepare(&args.storage_dir, STORAGE_SIZE, args.refill_image)?;
+        if image.reused {
+            eprintln!(
+                "reusing {} (filled by an earlier run; --refill-image writes it again)",
+                image.path.display()
+            );
+        }
+        Some(image)
+    } else {
+        None
+    };
+    let runs = plan.runs();
     eprintln!(
         "corofuse bench: {runs} runs of {} s (about {:.0} s with setup); Ctrl-C stops and cleans up",
         plan.seconds,
@@ -145,13 +190,13 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     eprintln!("measuring the one-way coroutine switch (runtime_switch micro-benchmark) ...");
     let switch_ns = env::one_way_switch_ns()?;
     let mut lab = lab::Lab::new(&args.dir)?;
-    if plan.exports.contains(&ExportKind::File) {
+    if plan.exports().contains(&ExportKind::File) {
         eprintln!("writing a 1 GiB image in {} ...", lab.dir().display());
         lab.create_image()?;
     }
-    let cells = matrix::run(&plan, &lab)?;
+    let cells = matrix::run(&plan, &lab, storage.as_ref())?;
     drop(lab);
-    let report = report::Report::new(environment, options(args, &plan), switch_ns, cells);
+    let report = report::Report::new(environment, options(args, &plan), switch_ns, storage, cells);
     if let Some(path) = &args.svg {
         std::fs::write(path, report::svg::render(&report))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -169,42 +214,24 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn plan(args: &LabArgs) -> Result<matrix::Plan, String> {
-    let exports = match args.only {
-        Some(e) => vec![e],
-        None => vec![ExportKind::Null, ExportKind::File],
-    };
-    let workloads = workload::select(&args.workloads);
-    let mount_opts: Vec<String> = args
-        .mount_opts
+fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
+    // Every workload some row ran, in table order.
+    let workloads = workload::ALL
         .iter()
-        .flat_map(|o| o.split_whitespace().map(String::from))
+        .filter(|w| {
+            plan.rows
+                .iter()
+                .any(|r| r.workloads.iter().any(|x| x.name == w.name))
+        })
+        .map(|w| w.name)
         .collect();
-    let mut servers = vec![Server::Corofuse];
-    if args.compare_qsd {
-        servers.push(Server::Qsd);
-    }
-    Ok(matrix::Plan {
-        seconds: args.seconds,
-        trials: args.trials as usize,
-        exports,
-        workloads,
-        servers,
-        ring_replies: mount_opts.iter().any(|o| o == "--ring-replies"),
-        mount_opts,
-        placement: args.cpus.map(Placement::choose).transpose()?,
-        fio: args.fio,
-    })
-}
-
-fn options(args: &LabArgs, plan: &matrix::Plan) -> report::Options {
     report::Options {
         seconds: plan.seconds,
         trials: plan.trials,
         load: if plan.fio { "fio" } else { "builtin" },
         compare_qsd: args.compare_qsd,
-        exports: plan.exports.clone(),
-        workloads: plan.workloads.iter().map(|w| w.name).collect(),
+        exports: plan.exports(),
+        workloads,
         mount_opts: plan.mount_opts.clone(),
         cpus: args.cpus,
         placement: plan.placement,

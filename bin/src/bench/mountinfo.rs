@@ -1,5 +1,6 @@
-//! Is a path a mount point right now? Read from /proc/self/mountinfo, the kernel's own
-//! list (a pidfile only says that the daemon got far enough to write it).
+//! Is a path a mount point right now, and which file system holds a path? Read from
+//! /proc/self/mountinfo, the kernel's own list (a pidfile only says that the daemon got
+//! far enough to write it).
 
 use std::ffi::CString;
 use std::io;
@@ -15,6 +16,37 @@ pub fn fstype_at(path: &Path) -> Option<String> {
 /// Whether a FUSE filesystem (`fuse`, `fuse.NAME`, `fuseblk`) is mounted on `path`.
 pub fn fuse_mounted(path: &Path) -> bool {
     fstype_at(path).is_some_and(|t| t.starts_with("fuse"))
+}
+
+/// The file system holding `path` (which must exist): its type and source, e.g.
+/// ("ext4", "/dev/vda"), from the mount whose mount point is the longest prefix.
+pub fn fs_of(path: &Path) -> Option<(String, String)> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    fs_in(&text, &path)
+}
+
+fn fs_in(mountinfo: &str, path: &Path) -> Option<(String, String)> {
+    let mut best: Option<(usize, String, String)> = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(point), Some(fstype), Some(source)) =
+            (fields.get(4), fields.get(sep + 1), fields.get(sep + 2))
+        else {
+            continue;
+        };
+        let point = unescape(point);
+        let point = Path::new(std::ffi::OsStr::from_bytes(&point));
+        let depth = point.components().count();
+        // Later lines are mounted on top of earlier ones: `>=` lets them win.
+        if path.starts_with(point) && best.as_ref().is_none_or(|b| depth >= b.0) {
+            best = Some((depth, fstype.to_string(), source.to_string()));
+        }
+    }
+    best.map(|(_, t, s)| (t, s))
 }
 
 fn fstype_in(mountinfo: &str, path: &[u8]) -> Option<String> {
@@ -77,5 +109,24 @@ mod tests {
         assert_eq!(fstype_in(SAMPLE, b"/tmp/a b").as_deref(), Some("fuse"));
         assert_eq!(fstype_in(SAMPLE, b"/dev/shm/corofuse-bench-7"), None);
         assert_eq!(fstype_in(SAMPLE, b"/").as_deref(), Some("ext4"));
+    }
+
+    #[test]
+    fn finds_the_file_system_holding_a_path() {
+        let fs = |p: &str| fs_in(SAMPLE, Path::new(p)).map(|(t, s)| format!("{t} {s}"));
+        assert_eq!(
+            fs("/var/tmp/corofuse-bench").as_deref(),
+            Some("ext4 /dev/vda")
+        );
+        assert_eq!(
+            fs("/dev/shm/corofuse-bench-7/mnt").as_deref(),
+            Some("fuse.corofuse null:1G")
+        );
+        assert_eq!(fs("/tmp/a b/c").as_deref(), Some("fuse f"));
+        assert_eq!(
+            fs("/tmp/a bc").as_deref(),
+            Some("ext4 /dev/vda"),
+            "components, not string prefixes"
+        );
     }
 }

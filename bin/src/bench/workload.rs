@@ -6,11 +6,15 @@
 //! large-request path (spill-over buffers, `max_write`). Reads and writes differ in where
 //! the payload is copied.
 //!
-//! Five more are opt-in (`--workload NAME`), so the default run stays ~30 s: sequential
+//! Five more are opt-in (`--workload NAME`), so the default run stays short: sequential
 //! 4 KiB reads and writes at psync iodepth 1 and io_uring iodepth 64, which complete the
 //! matrix QEMU's coroutine series measured (null/file x read/write x sequential/random x
 //! the two engines), and 1 MiB random writes at iodepth 16, the vectored write path
 //! (virtiofsd's pwritev lesson, CONTEXT.md).
+//!
+//! The rows on real storage run four of the five by default ([`STORAGE_DEFAULT`]): each
+//! of their workloads costs three runs (device, buffered, direct), and iodepth 1 is
+//! covered by the reads, whose round trip through a disk is what differs from tmpfs.
 
 use serde::Serialize;
 
@@ -153,9 +157,22 @@ pub const NAMES: [&str; ALL.len()] = {
     names
 };
 
-/// The workloads the lab runs: those named with `--workload`, in table order, or the
-/// default matrix (the first [`DEFAULT_COUNT`]) when none is named.
-pub fn select<S: AsRef<str>>(names: &[S]) -> Vec<Workload> {
+/// What the rows on real storage run when no `--workload` is given: the default five
+/// but randwrite-psync-qd1.
+pub const STORAGE_DEFAULT: [&str; 4] = [
+    "randread-psync-qd1",
+    "randread-uring-qd64",
+    "randwrite-uring-qd64",
+    "write1m-uring-qd4",
+];
+
+/// The workloads a row runs: those named with `--workload`, in table order, or when
+/// none is named the default matrix (the first [`DEFAULT_COUNT`]), or
+/// [`STORAGE_DEFAULT`] for a row on real storage.
+pub fn select<S: AsRef<str>>(names: &[S], on_storage: bool) -> Vec<Workload> {
+    if names.is_empty() && on_storage {
+        return select(&STORAGE_DEFAULT, false);
+    }
     if names.is_empty() {
         return ALL[..DEFAULT_COUNT].to_vec();
     }
@@ -164,45 +181,6 @@ pub fn select<S: AsRef<str>>(names: &[S]) -> Vec<Workload> {
         .copied()
         .collect()
 }
-
-/// What the daemon exports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ExportKind {
-    /// null:1G: reads return zeroes, writes are dropped (the daemon's own cost).
-    Null,
-    /// A 1 GiB raw image on tmpfs, filled with non-zero data.
-    File,
-}
-
-impl ExportKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ExportKind::Null => "null",
-            ExportKind::File => "file",
-        }
-    }
-}
-
-/// Who serves the export.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Server {
-    Corofuse,
-    Qsd,
-}
-
-impl Server {
-    pub fn name(self) -> &'static str {
-        match self {
-            Server::Corofuse => "corofuse",
-            Server::Qsd => "qsd",
-        }
-    }
-}
-
-/// Size of both exports: 1 GiB.
-pub const EXPORT_SIZE: u64 = 1 << 30;
 
 #[cfg(test)]
 mod tests {
@@ -226,7 +204,10 @@ mod tests {
     }
 
     fn select(names: &[&str]) -> Vec<&'static str> {
-        super::select(names).into_iter().map(|w| w.name).collect()
+        super::select(names, false)
+            .into_iter()
+            .map(|w| w.name)
+            .collect()
     }
 
     #[test]
@@ -239,6 +220,28 @@ mod tests {
         );
         assert_eq!(select(&["seqread-psync-qd1"]), ["seqread-psync-qd1"]);
         assert_eq!(select(&NAMES), NAMES, "naming all of them runs all of them");
+    }
+
+    #[test]
+    fn storage_rows_default_to_four_and_follow_named_workloads() {
+        let storage = |names: &[&str]| -> Vec<&str> {
+            super::select(names, true)
+                .into_iter()
+                .map(|w| w.name)
+                .collect()
+        };
+        assert_eq!(storage(&[]), STORAGE_DEFAULT);
+        for name in STORAGE_DEFAULT {
+            assert!(
+                NAMES[..DEFAULT_COUNT].contains(&name),
+                "{name} is a default"
+            );
+        }
+        assert_eq!(
+            storage(&["randwrite-psync-qd1"]),
+            ["randwrite-psync-qd1"],
+            "a named workload runs on every row"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The lab's results: medians per cell, ratios against qsd, and the three renderings
-//! (aligned table on stdout, one JSON document with `--json`, a bar chart with `--svg`).
+//! The lab's results: medians per cell, ratios against qsd and against the device row
+//! (the ceiling of the rows on real storage), and the three renderings (aligned table on
+//! stdout, one JSON document with `--json`, a bar chart with `--svg`).
 //!
 //! Why one [`Report`] value for all three: they must agree, and the JSON one is the
 //! complete record (environment, options, every run), from which the others can be
@@ -12,8 +13,9 @@ use serde::Serialize;
 
 use super::affinity::{Cpus, Placement};
 use super::env::Environment;
+use super::export::{ExportKind, Server};
 use super::matrix::{Cell, Run};
-use super::workload::{ExportKind, Server};
+use super::storage::Image;
 
 /// The command-line choices that shaped the numbers.
 #[derive(Debug, Serialize)]
@@ -69,6 +71,9 @@ pub struct CellReport {
     pub median: Summary,
     /// Set on corofuse cells when qsd ran the same cell.
     pub vs_qsd: Option<Ratios>,
+    /// IOPS over the device row's for the same workload: set on the exports of the
+    /// image on real storage when the device row ran that workload.
+    pub vs_device: Option<f64>,
     pub runs: Vec<Run>,
 }
 
@@ -78,11 +83,19 @@ pub struct Report {
     pub options: Options,
     /// One-way switch (half a `runtime_switch` round trip), measured at start.
     pub switch_one_way_ns: f64,
+    /// The image on real storage, when a storage row ran.
+    pub storage: Option<Image>,
     pub cells: Vec<CellReport>,
 }
 
 impl Report {
-    pub fn new(env: Environment, options: Options, switch_ns: f64, cells: Vec<Cell>) -> Report {
+    pub fn new(
+        env: Environment,
+        options: Options,
+        switch_ns: f64,
+        storage: Option<Image>,
+        cells: Vec<Cell>,
+    ) -> Report {
         let mut out: Vec<CellReport> = cells
             .into_iter()
             .map(|c| CellReport {
@@ -92,6 +105,7 @@ impl Report {
                 server: c.server,
                 median: summarise(&c.runs, switch_ns),
                 vs_qsd: None,
+                vs_device: None,
                 runs: c.runs,
             })
             .collect();
@@ -106,14 +120,28 @@ impl Report {
                 _ => None,
             };
             out[i].vs_qsd = ratios;
+            out[i].vs_device = vs_device(&out, &out[i]);
         }
         Report {
             environment: env,
             options,
             switch_one_way_ns: switch_ns,
+            storage,
             cells: out,
         }
     }
+}
+
+/// `cell`'s IOPS over those of the device row for the same workload, for an export of
+/// the image on real storage (NaN when the device row did no I/O).
+fn vs_device(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
+    if !(cell.export.on_storage() && cell.export.mounted()) {
+        return None;
+    }
+    let device = cells
+        .iter()
+        .find(|d| d.export == ExportKind::Device && d.workload == cell.workload)?;
+    Some(ratios(&cell.median, &device.median).iops)
 }
 
 fn ratios(a: &Summary, b: &Summary) -> Ratios {
@@ -202,15 +230,36 @@ pub(crate) mod sample {
         }
     }
 
+    /// null and file, three workloads each, three runs per cell.
     pub fn report(compare: bool) -> Report {
+        with_exports(compare, &[ExportKind::Null, ExportKind::File])
+    }
+
+    /// The same with the storage rows too (device 40k IOPS, disk 30k, disk-direct 20k).
+    pub fn with_storage(compare: bool) -> Report {
+        with_exports(compare, &ExportKind::ALL)
+    }
+
+    fn with_exports(compare: bool, exports: &[ExportKind]) -> Report {
         let mut cells = Vec::new();
-        for export in [ExportKind::Null, ExportKind::File] {
+        for &export in exports {
             for w in &WORKLOADS[..3] {
-                let base = if export == ExportKind::Null {
-                    120_000.0
-                } else {
-                    60_000.0
+                let base = match export {
+                    ExportKind::Null => 120_000.0,
+                    ExportKind::File => 60_000.0,
+                    ExportKind::Device => 40_000.0,
+                    ExportKind::Disk => 30_000.0,
+                    ExportKind::DiskDirect => 20_000.0,
                 };
+                if export == ExportKind::Device {
+                    cells.push(Cell {
+                        export,
+                        workload: *w,
+                        server: Server::Bare,
+                        runs: vec![run(base, false); 3],
+                    });
+                    continue;
+                }
                 cells.push(Cell {
                     export,
                     workload: *w,
@@ -236,13 +285,21 @@ pub(crate) mod sample {
             trials: 3,
             load: "builtin",
             compare_qsd: compare,
-            exports: vec![ExportKind::Null, ExportKind::File],
+            exports: exports.to_vec(),
             workloads: WORKLOADS[..3].iter().map(|w| w.name).collect(),
             mount_opts: vec![],
             cpus: None,
             placement: None,
         };
-        Report::new(Environment::probe(), options, 20.0, cells)
+        let storage = exports.contains(&ExportKind::Device).then(|| Image {
+            path: "/var/tmp/corofuse-bench/corofuse-bench.raw".into(),
+            size: 2 << 30,
+            fs_type: "ext4".into(),
+            fs_source: "/dev/vda".into(),
+            reused: false,
+            fill_seconds: Some(1.4),
+        });
+        Report::new(Environment::probe(), options, 20.0, storage, cells)
     }
 }
 
@@ -279,5 +336,74 @@ mod tests {
         let json = serde_json::to_value(&r).expect("serialises");
         assert_eq!(json["cells"][0]["vs_qsd"]["iops"], 2.0);
         assert!(json["environment"]["kernel"].is_string());
+        assert!(
+            r.cells.iter().all(|c| c.vs_device.is_none()),
+            "no storage rows"
+        );
+        assert!(json["storage"].is_null());
+    }
+
+    #[test]
+    fn storage_rows_are_divided_by_the_device_row() {
+        let r = sample::with_storage(true);
+        let find = |e: ExportKind, s: Server| {
+            r.cells
+                .iter()
+                .find(|c| c.export == e && c.server == s && c.workload == "randread-psync-qd1")
+                .expect("cell")
+        };
+        let device = find(ExportKind::Device, Server::Bare);
+        assert_eq!(device.vs_device, None, "the ceiling itself");
+        assert!(device.vs_qsd.is_none());
+        assert_eq!(
+            find(ExportKind::Disk, Server::Corofuse).vs_device,
+            Some(0.75)
+        );
+        assert_eq!(
+            find(ExportKind::DiskDirect, Server::Corofuse).vs_device,
+            Some(0.5)
+        );
+        assert_eq!(
+            find(ExportKind::DiskDirect, Server::Qsd).vs_device,
+            Some(0.25)
+        );
+        assert_eq!(find(ExportKind::File, Server::Corofuse).vs_device, None);
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(json["storage"]["fs_type"], "ext4");
+        assert!(json["cells"]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .any(|c| c["export"] == "disk-direct" && c["vs_device"] == 0.5));
+    }
+
+    #[test]
+    fn ratio_to_a_device_row_that_did_nothing_is_not_a_number() {
+        let mut r = sample::with_storage(false);
+        for c in r
+            .cells
+            .iter_mut()
+            .filter(|c| c.export == ExportKind::Device)
+        {
+            c.median.iops = 0.0;
+        }
+        let disk = r
+            .cells
+            .iter()
+            .find(|c| c.export == ExportKind::Disk)
+            .expect("disk");
+        assert!(vs_device(&r.cells, disk)
+            .expect("has a device row")
+            .is_nan());
+        let only_disk: Vec<_> = r
+            .cells
+            .drain(..)
+            .filter(|c| c.export == ExportKind::Disk)
+            .collect();
+        assert_eq!(
+            vs_device(&only_disk, &only_disk[0]),
+            None,
+            "no device row ran"
+        );
     }
 }

@@ -2,14 +2,15 @@
 //!
 //! Why by hand: one chart type, a few dozen elements; a plotting crate would bring more
 //! code than this file. One group of bars per workload, one bar per (export, server) in
-//! a fixed colour (corofuse dark, qsd light; blue for null, orange for file), the value
+//! a fixed colour (corofuse dark, qsd light; blue for null, orange for file, green for
+//! disk, purple for disk-direct, grey for the device row), the value
 //! printed on each bar so that small bars (1 MiB writes) stay readable, a y axis with
 //! round ticks, and a legend.
 
 use std::fmt::Write;
 
 use super::Report;
-use crate::bench::workload::{ExportKind, Server};
+use crate::bench::export::{ExportKind, Server};
 
 const BAR: f64 = 30.0;
 const GAP: f64 = 36.0;
@@ -24,6 +25,12 @@ fn colour(export: ExportKind, server: Server) -> &'static str {
         (ExportKind::Null, Server::Qsd) => "#9ec3ea",
         (ExportKind::File, Server::Corofuse) => "#d9670b",
         (ExportKind::File, Server::Qsd) => "#f7bf86",
+        (ExportKind::Disk, Server::Corofuse) => "#2e8b3e",
+        (ExportKind::Disk, Server::Qsd) => "#a6d9ae",
+        (ExportKind::DiskDirect, Server::Corofuse) => "#7a3fa8",
+        (ExportKind::DiskDirect, Server::Qsd) => "#cdb0e6",
+        // The device row, and pairs the lab never runs.
+        _ => "#888888",
     }
 }
 
@@ -272,6 +279,12 @@ mod tests {
             let bars = svg.matches("<title>").count();
             assert_eq!(bars, if compare { 12 } else { 6 });
         }
+        let svg = render(&sample::with_storage(true));
+        balanced(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
+        for want in ["device no FUSE", "disk corofuse", "disk-direct qsd"] {
+            assert!(svg.contains(want), "{want} missing");
+        }
+        assert_eq!(svg.matches("<title>").count(), 3 * (4 * 2 + 1));
         assert!(balanced("<a><b></a></b>").is_err());
         assert!(balanced("<a>").is_err());
     }

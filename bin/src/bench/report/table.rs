@@ -2,9 +2,11 @@
 //!
 //! Why plain text: it is what people paste into an issue or BENCHMARKS.md; columns are
 //! right-aligned numbers so that magnitudes line up, and values a server does not report
-//! are "-" rather than a misleading zero.
+//! are "-" rather than a misleading zero. With the rows on real storage, a "vs device"
+//! column puts each export's IOPS beside its ceiling.
 
 use super::{CellReport, Report};
+use crate::bench::export::ExportKind;
 
 /// Column-aligned text: the first `left` columns are left-aligned, the rest right-aligned.
 pub struct Table {
@@ -107,21 +109,63 @@ fn header(r: &Report) -> String {
          co ns/req = sw/req x {:.1} ns: an ESTIMATE from the runtime_switch \
          micro-benchmark (one-way switch = half its round trip), not a measurement here.\n\
          sys/req = io_uring_enter calls + one writev per reply (unless --ring-replies) \
-         + /dev/fuse reads when counted.\n",
-        o.seconds, e.kernel, e.cpus, e.cpu_model, e.corofuse_version, r.switch_one_way_ns
+         + /dev/fuse reads when counted.\n{}",
+        o.seconds,
+        e.kernel,
+        e.cpus,
+        e.cpu_model,
+        e.corofuse_version,
+        r.switch_one_way_ns,
+        storage_header(r)
     )
 }
 
+/// What the storage rows ran on, and how to read "vs device".
+fn storage_header(r: &Report) -> String {
+    let Some(s) = &r.storage else {
+        return String::new();
+    };
+    let history = match s.fill_seconds {
+        Some(t) => format!("written by this run in {t:.1} s"),
+        None => "kept from an earlier run (--refill-image writes it again)".into(),
+    };
+    format!(
+        "storage rows: {} ({} MiB, {} on {}), {history}; each run starts with it out of \
+         the page cache.\n\
+         device = the load straight on that file with O_DIRECT, no FUSE: the ceiling. \
+         vs device = IOPS / the device row's, same workload; disk (buffered) can pass \
+         1.00x where the page cache serves it.\n",
+        s.path.display(),
+        s.size >> 20,
+        s.fs_type,
+        s.fs_source
+    )
+}
+
+/// Which optional columns the table has.
+#[derive(Clone, Copy)]
+struct Columns {
+    compare: bool,
+    trials: bool,
+    device: bool,
+}
+
 fn table(r: &Report) -> Table {
-    let compare = r.options.compare_qsd;
-    let trials = r.options.trials > 1;
+    let cols = Columns {
+        compare: r.options.compare_qsd,
+        trials: r.options.trials > 1,
+        device: r.cells.iter().any(|c| c.export.on_storage()),
+    };
     let mut headers = vec!["export", "workload"];
-    if compare {
+    if cols.compare {
         headers.push("server");
     }
     headers.push("IOPS");
-    if trials {
+    if cols.trials {
         headers.push("IOPS min-max");
+    }
+    if cols.device {
+        headers.push("vs device");
     }
     headers.extend([
         "MB/s",
@@ -140,11 +184,14 @@ fn table(r: &Report) -> Table {
         .cells
         .chunk_by(|a, b| a.export == b.export && a.workload == b.workload)
     {
-        rows.extend(group.iter().map(|c| row(c, compare, trials)));
+        rows.extend(group.iter().map(|c| row(c, cols)));
         if let Some(v) = group.iter().find_map(|c| c.vs_qsd) {
             let mut ratio_row = vec![String::new(), String::new(), "corofuse/qsd".into()];
             ratio_row.push(ratio(v.iops));
-            if trials {
+            if cols.trials {
+                ratio_row.push(String::new());
+            }
+            if cols.device {
                 ratio_row.push(String::new());
             }
             ratio_row.extend([ratio(v.mb_s), ratio(v.mean_us), ratio(v.p99_us)]);
@@ -154,19 +201,27 @@ fn table(r: &Report) -> Table {
     Table {
         headers: headers.into_iter().map(String::from).collect(),
         rows,
-        left: if compare { 3 } else { 2 },
+        left: if cols.compare { 3 } else { 2 },
     }
 }
 
-fn row(c: &CellReport, compare: bool, trials: bool) -> Vec<String> {
+fn row(c: &CellReport, cols: Columns) -> Vec<String> {
     let m = &c.median;
     let mut row = vec![c.export.name().to_string(), c.label.clone()];
-    if compare {
+    if cols.compare {
         row.push(c.server.name().into());
     }
     row.push(format!("{:.0}", m.iops));
-    if trials {
+    if cols.trials {
         row.push(format!("{:.0}-{:.0}", m.iops_min, m.iops_max));
+    }
+    if cols.device {
+        row.push(match (c.export, c.vs_device) {
+            (ExportKind::Device, _) => "ceiling".into(),
+            (_, Some(v)) => ratio(v),
+            (e, None) if e.on_storage() => "-".into(),
+            _ => String::new(),
+        });
     }
     row.extend([
         num(m.mb_s),
@@ -271,5 +326,35 @@ mod tests {
         // qsd reports no per-request counters.
         assert!(lines[2].trim_end().ends_with("-"), "{}", lines[2]);
         assert_eq!(lines.len(), 1 + 6 * 3);
+        assert!(!text.contains("vs device") && !text.contains("storage rows"));
+    }
+
+    #[test]
+    fn renders_storage_rows_beside_their_ceiling() {
+        let text = render(&sample::with_storage(true));
+        assert!(
+            text.contains("storage rows: /var/tmp/corofuse-bench/corofuse-bench.raw (2048 MiB, ext4 on /dev/vda), written by this run in 1.4 s"),
+            "{text}"
+        );
+        let lines = check_alignment(&text);
+        assert!(lines[0].contains("vs device"), "{}", lines[0]);
+        let find = |export: &str, server: &str| {
+            lines
+                .iter()
+                .find(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.first() == Some(&export) && l.contains(server)
+                })
+                .unwrap_or_else(|| panic!("no {export} {server} row in\n{text}"))
+        };
+        assert!(find("device", "no FUSE").contains("ceiling"));
+        assert!(find("disk", "corofuse").contains("0.75x"));
+        assert!(find("disk-direct", "qsd").contains("0.25x"));
+        // null and file rows leave the column empty: their IOPS is followed by MB/s.
+        let null = find("null", "corofuse");
+        assert!(!null.contains('x'), "{null}");
+        // 3 workloads: null, file, disk and disk-direct with corofuse, qsd and a ratio
+        // row each, device with one row.
+        assert_eq!(lines.len(), 1 + 4 * 3 * 3 + 3);
     }
 }

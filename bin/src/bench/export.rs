@@ -1,0 +1,138 @@
+//! The lab's rows: what is exported, where its bytes live, and who serves it.
+//!
+//! Why these five: `null` is the daemon's own cost (no backend), `file` a raw image on
+//! tmpfs (a backend that is nearly free), and the three storage rows are what users run:
+//! one image, pre-filled, on a real file system ([`super::storage`]), exported buffered
+//! (`disk`, `corofuse mount -w IMG`) and with O_DIRECT (`disk-direct`, `mount -w
+//! --direct IMG`), plus `device`, the same workload with O_DIRECT straight on the same
+//! image file with no FUSE at all: the ceiling every storage figure is divided by.
+
+use serde::Serialize;
+
+/// What the daemon exports (or, for `device`, what the load opens itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExportKind {
+    /// null:1G: reads return zeroes, writes are dropped (the daemon's own cost).
+    Null,
+    /// A 1 GiB raw image on tmpfs, filled with non-zero data.
+    File,
+    /// No FUSE: the load opens the image on real storage itself, with O_DIRECT (the
+    /// ceiling of the two rows below).
+    Device,
+    /// The image on real storage, exported buffered (page cache).
+    Disk,
+    /// The image on real storage, exported with O_DIRECT (`--direct`, qsd
+    /// `cache.direct=on`).
+    DiskDirect,
+}
+
+impl ExportKind {
+    /// Table order.
+    pub const ALL: [ExportKind; 5] = [
+        ExportKind::Null,
+        ExportKind::File,
+        ExportKind::Device,
+        ExportKind::Disk,
+        ExportKind::DiskDirect,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportKind::Null => "null",
+            ExportKind::File => "file",
+            ExportKind::Device => "device",
+            ExportKind::Disk => "disk",
+            ExportKind::DiskDirect => "disk-direct",
+        }
+    }
+
+    /// Whether its bytes are the image on real storage (`--storage-dir`).
+    pub fn on_storage(self) -> bool {
+        matches!(
+            self,
+            ExportKind::Device | ExportKind::Disk | ExportKind::DiskDirect
+        )
+    }
+
+    /// Whether a FUSE export sits between the load and the bytes.
+    pub fn mounted(self) -> bool {
+        self != ExportKind::Device
+    }
+
+    /// Bytes the load spreads its I/O over.
+    pub fn size(self) -> u64 {
+        if self.on_storage() {
+            STORAGE_SIZE
+        } else {
+            EXPORT_SIZE
+        }
+    }
+
+    /// Who runs this row: the device row has no server; the others run corofuse, and
+    /// qemu-storage-daemon too with `--compare-qsd`.
+    pub fn servers(self, compare_qsd: bool) -> Vec<Server> {
+        if !self.mounted() {
+            return vec![Server::Bare];
+        }
+        let mut servers = vec![Server::Corofuse];
+        if compare_qsd {
+            servers.push(Server::Qsd);
+        }
+        servers
+    }
+}
+
+/// Who serves the export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Server {
+    Corofuse,
+    Qsd,
+    /// Nobody: the load opens the image itself (the device row).
+    Bare,
+}
+
+impl Server {
+    pub fn name(self) -> &'static str {
+        match self {
+            Server::Corofuse => "corofuse",
+            Server::Qsd => "qsd",
+            Server::Bare => "no FUSE",
+        }
+    }
+}
+
+/// Size of the null export and of the tmpfs image: 1 GiB.
+pub const EXPORT_SIZE: u64 = 1 << 30;
+
+/// Size of the image on real storage: 2 GiB. Larger than the caches that could still
+/// answer O_DIRECT I/O (a drive's DRAM, most RAID controllers' write cache), small
+/// enough to fill in about a second at 2 GB/s (10-15 s on a hard disk), once: the image
+/// is kept for the next runs.
+pub const STORAGE_SIZE: u64 = 2 << 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_and_their_servers() {
+        let storage: Vec<_> = ExportKind::ALL
+            .iter()
+            .filter(|e| e.on_storage())
+            .map(|e| e.name())
+            .collect();
+        assert_eq!(storage, ["device", "disk", "disk-direct"]);
+        assert_eq!(ExportKind::Device.servers(true), [Server::Bare]);
+        assert_eq!(
+            ExportKind::DiskDirect.servers(true),
+            [Server::Corofuse, Server::Qsd]
+        );
+        assert_eq!(ExportKind::Null.servers(false), [Server::Corofuse]);
+        assert_eq!(ExportKind::Disk.size(), STORAGE_SIZE);
+        assert_eq!(ExportKind::File.size(), EXPORT_SIZE);
+        let json = serde_json::to_string(&ExportKind::DiskDirect).expect("serialises");
+        assert_eq!(json, "\"disk-direct\"", "JSON and --only spell it alike");
+    }
+}

@@ -1,0 +1,212 @@
+//! From the command line to what the lab runs: which rows (exports), which workloads on
+//! each, and who serves each; checked before anything is mounted or written.
+//!
+//! Why a separate step: the rules have grown past one line each (the storage rows run a
+//! shorter default list, and a storage export never runs without its `device` ceiling),
+//! and they are easier to trust with tests that need no root and no mount.
+
+use super::affinity::Placement;
+use super::export::ExportKind;
+use super::workload::{self, Workload};
+use super::LabArgs;
+
+/// What to run, resolved from the command line.
+pub struct Plan {
+    pub seconds: f64,
+    pub trials: usize,
+    /// The rows in table order, each with the workloads it runs.
+    pub rows: Vec<Row>,
+    pub compare_qsd: bool,
+    pub mount_opts: Vec<String>,
+    pub placement: Option<Placement>,
+    pub fio: bool,
+    /// `--ring-replies` is among the mount options: replies are not syscalls.
+    pub ring_replies: bool,
+}
+
+/// One export and its workloads.
+pub struct Row {
+    pub export: ExportKind,
+    pub workloads: Vec<Workload>,
+}
+
+impl Plan {
+    pub fn exports(&self) -> Vec<ExportKind> {
+        self.rows.iter().map(|r| r.export).collect()
+    }
+
+    /// Whether some row needs the image on real storage.
+    pub fn on_storage(&self) -> bool {
+        self.rows.iter().any(|r| r.export.on_storage())
+    }
+
+    /// Runs in all, over every trial.
+    pub fn runs(&self) -> usize {
+        let per_trial: usize = self
+            .rows
+            .iter()
+            .map(|r| r.workloads.len() * r.export.servers(self.compare_qsd).len())
+            .sum();
+        per_trial * self.trials
+    }
+}
+
+pub fn build(args: &LabArgs) -> Result<Plan, String> {
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err("--seconds must be a positive number".into());
+    }
+    let rows = exports(&args.only)
+        .into_iter()
+        .map(|export| Row {
+            export,
+            workloads: workload::select(&args.workloads, export.on_storage()),
+        })
+        .collect();
+    let mount_opts: Vec<String> = args
+        .mount_opts
+        .iter()
+        .flat_map(|o| o.split_whitespace().map(String::from))
+        .collect();
+    Ok(Plan {
+        seconds: args.seconds,
+        trials: args.trials as usize,
+        rows,
+        compare_qsd: args.compare_qsd,
+        ring_replies: mount_opts.iter().any(|o| o == "--ring-replies"),
+        mount_opts,
+        placement: args.cpus.map(Placement::choose).transpose()?,
+        fio: args.fio,
+    })
+}
+
+/// The rows for `--only`, in table order: all of them when none is named, and the
+/// `device` row whenever `disk` or `disk-direct` runs (their ratios divide by it).
+pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
+    if only.is_empty() {
+        return ExportKind::ALL.to_vec();
+    }
+    let needs_device = only
+        .iter()
+        .any(|e| matches!(e, ExportKind::Disk | ExportKind::DiskDirect));
+    ExportKind::ALL
+        .into_iter()
+        .filter(|e| only.contains(e) || (*e == ExportKind::Device && needs_device))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::export::Server;
+    use crate::bench::storage;
+    use clap::Parser;
+    use std::path::Path;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LabArgs, String> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .map(|c| c.lab)
+            .map_err(|e| e.to_string())
+    }
+
+    fn plan(args: &[&str]) -> Plan {
+        build(&parse(args).expect("parses")).expect("plans")
+    }
+
+    fn names(plan: &Plan) -> Vec<(&'static str, Vec<&'static str>)> {
+        plan.rows
+            .iter()
+            .map(|r| {
+                (
+                    r.export.name(),
+                    r.workloads.iter().map(|w| w.name).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_runs_every_row_with_its_default_workloads() {
+        let p = plan(&[]);
+        let n = names(&p);
+        let rows: Vec<&str> = n.iter().map(|r| r.0).collect();
+        assert_eq!(rows, ["null", "file", "device", "disk", "disk-direct"]);
+        assert_eq!(n[0].1.len(), workload::DEFAULT_COUNT);
+        for r in &n[2..] {
+            assert_eq!(r.1, workload::STORAGE_DEFAULT, "{}", r.0);
+        }
+        assert!(p.on_storage());
+        assert_eq!(p.runs(), 2 * 5 + 3 * 4);
+        assert_eq!(
+            plan(&["--compare-qsd", "--trials", "3"]).runs(),
+            3 * (2 * 5 * 2 + 4 + 2 * 4 * 2)
+        );
+        let defaults = parse(&[]).expect("parses");
+        assert_eq!(defaults.storage_dir, Path::new(storage::DEFAULT_DIR));
+        assert!(!defaults.refill_image);
+    }
+
+    #[test]
+    fn only_selects_rows_and_storage_exports_bring_their_ceiling() {
+        let rows = |args: &[&str]| -> Vec<&str> {
+            plan(args).rows.iter().map(|r| r.export.name()).collect()
+        };
+        assert_eq!(rows(&["--only", "null"]), ["null"]);
+        assert!(!plan(&["--only", "null,file"]).on_storage());
+        assert_eq!(rows(&["--only", "disk-direct"]), ["device", "disk-direct"]);
+        assert_eq!(
+            rows(&["--only", "disk", "--only", "null"]),
+            ["null", "device", "disk"],
+            "table order, whatever the order given"
+        );
+        assert_eq!(rows(&["--only", "device"]), ["device"]);
+        assert!(parse(&["--only", "tmpfs"]).is_err());
+    }
+
+    #[test]
+    fn named_workloads_run_on_every_row() {
+        let p = plan(&["--workload", "randwrite-psync-qd1", "--only", "file,disk"]);
+        assert_eq!(
+            names(&p),
+            [
+                ("file", vec!["randwrite-psync-qd1"]),
+                ("device", vec!["randwrite-psync-qd1"]),
+                ("disk", vec!["randwrite-psync-qd1"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn servers_per_row() {
+        let p = plan(&["--compare-qsd", "--only", "null,disk"]);
+        let servers: Vec<_> = p
+            .rows
+            .iter()
+            .map(|r| (r.export, r.export.servers(p.compare_qsd)))
+            .collect();
+        assert_eq!(
+            servers,
+            [
+                (ExportKind::Null, vec![Server::Corofuse, Server::Qsd]),
+                (ExportKind::Device, vec![Server::Bare]),
+                (ExportKind::Disk, vec![Server::Corofuse, Server::Qsd]),
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        let e = build(&parse(&["--seconds", "0"]).expect("parses")).err();
+        assert!(e.is_some_and(|e| e.contains("--seconds")));
+        assert!(parse(&["--trials", "0"]).is_err());
+        assert!(parse(&["--workload", "randread"]).is_err());
+        let p = plan(&["--mount-opt", "--readers 4 --ring-replies"]);
+        assert_eq!(p.mount_opts, ["--readers", "4", "--ring-replies"]);
+        assert!(p.ring_replies);
+    }
+}
