@@ -230,7 +230,14 @@ pub fn run(args: &Args) -> Result<(), String> {
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
         let backend = backend.stats();
-        write_stats(path, args, served.runtime, served.queue, backend, &served.ops);
+        write_stats(
+            path,
+            args,
+            served.runtime,
+            served.queue,
+            backend,
+            &served.ops,
+        );
     }
     served.result?;
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;

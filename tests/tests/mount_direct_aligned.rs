@@ -13,7 +13,15 @@ use corofuse_tests::{
 };
 
 const LEN: u64 = 8 * MIB;
-const SIZES: [u64; 7] = [4 * KIB, 8 * KIB, 12 * KIB, 64 * KIB, 128 * KIB, 512 * KIB, MIB];
+const SIZES: [u64; 7] = [
+    4 * KIB,
+    8 * KIB,
+    12 * KIB,
+    64 * KIB,
+    128 * KIB,
+    512 * KIB,
+    MIB,
+];
 
 dispatch_tests!(mount_direct_aligned_io_is_never_bounced);
 fn mount_direct_aligned_io_is_never_bounced(mode: Dispatch) {
@@ -52,11 +60,19 @@ fn mount_direct_aligned_io_is_never_bounced(mode: Dispatch) {
             .unwrap_or_else(|| panic!("no backend.{name} in {backend}"))
     };
     assert_eq!(
-        (count("bounced_writes"), count("bounced_reads"), count("rmw_writes")),
+        (
+            count("bounced_writes"),
+            count("bounced_reads"),
+            count("rmw_writes")
+        ),
         (0, 0, 1),
         "{mode}: aligned transfers bounced: {backend}"
     );
-    assert_eq!(count("range_waits"), 0, "{mode}: one client, nothing to wait for");
+    assert_eq!(
+        count("range_waits"),
+        0,
+        "{mode}: one client, nothing to wait for"
+    );
 }
 
 fn backend_stats(path: &Path) -> serde_json::Value {
