@@ -14,6 +14,7 @@ use fuse::export::{Export, ExportOptions};
 use fuse::init::InitConfig;
 use fuse::mount::MountOptions;
 use fuse::server::accounting::OpReport;
+use fuse::server::FileSystem;
 use fuse::server::{handshake, QueueConfig, QueueStats};
 use runtime::CounterSnapshot;
 use serde::Serialize;
@@ -191,11 +192,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         },
     ));
     let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
-    let init = InitConfig {
+    let init = export.init_config(InitConfig {
         max_background: 256,
         congestion_threshold: 192,
         ..InitConfig::new().with_system_limits()
-    };
+    });
     let mount_options = MountOptions {
         fsname: args.image.clone(),
         allow_other: args.allow_other,
@@ -207,7 +208,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
     log::info!(
         "exporting {} on {} ({} dispatch)",
-        export.backend().describe(),
+        export.describe(),
         mount.path().display(),
         args.dispatch
     );

@@ -8,7 +8,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use backend::Ctx;
-use fuse::server::Queue;
+use fuse::export::Export;
+use fuse::server::{FileSystem, Queue};
 use runtime::{Co, Config, Runtime};
 
 use crate::mount::{Served, Serving};
@@ -51,7 +52,7 @@ fn flatten(result: io::Result<io::Result<()>>) -> Result<(), String> {
 }
 
 /// The main coroutine: serve until the queue ends, then flush.
-fn run_queue(co: &Co<'_>, queue: &Rc<Queue>, serving: &Rc<Serving>) -> io::Result<()> {
+fn run_queue(co: &Co<'_>, queue: &Rc<Queue<Export>>, serving: &Rc<Serving>) -> io::Result<()> {
     queue.start(co)?;
     let watcher = {
         let (queue, serving) = (Rc::clone(queue), Rc::clone(serving));
@@ -59,13 +60,13 @@ fn run_queue(co: &Co<'_>, queue: &Rc<Queue>, serving: &Rc<Serving>) -> io::Resul
     };
     queue.wait_finished(co);
     co.cancel_io(watcher)?;
-    let disk = serving.export.backend();
-    log::info!("no request left in flight; flushing {}", disk.describe());
-    disk.flush(&Ctx::Coroutine(co))
+    let fs = &serving.export;
+    log::info!("no request left in flight; flushing {}", fs.describe());
+    fs.flush(&Ctx::Coroutine(co))
 }
 
 /// Reads signals through the ring: SIGUSR1 writes the stats, SIGINT/SIGTERM stop the queue.
-fn watch_signals(co: &Co<'_>, queue: &Queue, serving: &Serving) {
+fn watch_signals(co: &Co<'_>, queue: &Queue<Export>, serving: &Serving) {
     let mut info = [0u8; 128];
     loop {
         match co.read(&serving.signals, &mut info) {

@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use backend::Ctx;
 use fuse::server::blocking::Workers;
+use fuse::server::FileSystem;
 use runtime::CounterSnapshot;
 
 use crate::mount::{Served, Serving};
@@ -39,10 +40,10 @@ pub fn serve(serving: Serving, threads: usize) -> Served {
         }
     }
     let (queue, accounting) = workers.stop();
-    let disk = serving.export.backend();
-    log::info!("no request left in flight; flushing {}", disk.describe());
+    let fs = &serving.export;
+    log::info!("no request left in flight; flushing {}", fs.describe());
     Served {
-        result: disk.flush(&Ctx::Blocking).map_err(|e| e.to_string()),
+        result: fs.flush(&Ctx::Blocking).map_err(|e| e.to_string()),
         runtime: CounterSnapshot::default(),
         queue,
         ops: accounting.report(),

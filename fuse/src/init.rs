@@ -42,18 +42,14 @@ const MIN_MAX_WRITE: u32 = 4096;
 
 /// Flags a single-file export asks for by default:
 /// parallel reads (ASYNC_READ), large writes (BIG_WRITES + MAX_PAGES),
-/// parallel lookups (PARALLEL_DIROPS), several requests in flight per
-/// O_DIRECT call (ASYNC_DIO), and shared mappings of our `FOPEN_DIRECT_IO`
-/// file (DIRECT_IO_ALLOW_MMAP, 7.39+: the kernel then writes back dirty
-/// mapped pages before each direct read or write and drops them after a
-/// direct write, so mappings and read/write stay coherent). No locks, no
-/// caching modes, no splice.
-pub const DEFAULT_FLAGS: u64 = FUSE_ASYNC_READ
-    | FUSE_BIG_WRITES
-    | FUSE_MAX_PAGES
-    | FUSE_PARALLEL_DIROPS
-    | FUSE_ASYNC_DIO
-    | FUSE_DIRECT_IO_ALLOW_MMAP;
+/// parallel lookups (PARALLEL_DIROPS), and several requests in flight per
+/// O_DIRECT call (ASYNC_DIO). No locks, no caching modes, no splice. A file
+/// system adds its own wishes (`FileSystem::init_config`): the image export
+/// asks for DIRECT_IO_ALLOW_MMAP (7.39+), with which the kernel allows shared
+/// mappings of a `FOPEN_DIRECT_IO` file, writes dirty mapped pages back before
+/// each direct read or write and drops them after a direct write.
+pub const DEFAULT_FLAGS: u64 =
+    FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_PARALLEL_DIROPS | FUSE_ASYNC_DIO;
 
 /// Smallest buffer a read of /dev/fuse may offer (kernel `fuse_dev_do_read`):
 /// `max(FUSE_MIN_READ_BUFFER, sizeof(in_header) + sizeof(write_in) + max_write)`.

@@ -31,12 +31,8 @@ fn current_kernel_gets_1_mib_writes_and_default_flags() {
         (out.max_write, out.max_pages, n.max_write),
         (1 << 20, 256, 1 << 20)
     );
-    assert_eq!(
-        u64::from(out.flags),
-        (DEFAULT_FLAGS | FUSE_INIT_EXT) & 0xffff_ffff
-    );
-    assert_eq!(out.flags2, (FUSE_DIRECT_IO_ALLOW_MMAP >> 32) as u32);
-    assert!(n.has(FUSE_DIRECT_IO_ALLOW_MMAP), "shared mappings allowed");
+    assert_eq!(u64::from(out.flags), DEFAULT_FLAGS | FUSE_INIT_EXT);
+    assert_eq!(out.flags2, 0);
     assert_eq!(n.read_buffer_size(), 80 + (1 << 20));
     assert_eq!(out.max_readahead, 128 * 1024);
     assert!(n.has(FUSE_ASYNC_READ | FUSE_BIG_WRITES) && !n.has(FUSE_OVER_IO_URING));
@@ -48,7 +44,7 @@ fn display_is_one_line() {
     assert_eq!(
         n.to_string(),
         "FUSE 7.45 (kernel 7.45): max_write=1048576 max_pages=256 max_readahead=131072 \
-         read_buffer=1048656 flags=ASYNC_READ|BIG_WRITES|ASYNC_DIO|PARALLEL_DIROPS|MAX_PAGES|INIT_EXT|DIRECT_IO_ALLOW_MMAP"
+         read_buffer=1048656 flags=ASYNC_READ|BIG_WRITES|ASYNC_DIO|PARALLEL_DIROPS|MAX_PAGES|INIT_EXT"
     );
 }
 
@@ -63,12 +59,12 @@ fn io_uring_only_when_asked_and_offered() {
         !n.has(FUSE_OVER_IO_URING),
         "6.18 without enable_uring does not offer it"
     );
-    assert_eq!(out.flags2 & (1 << 9), 0);
+    assert_eq!(out.flags2, 0);
     let mut offered = kernel_6_18();
     offered.flags2 |= (FUSE_OVER_IO_URING >> 32) as u32;
     let (out, _, n) = accepted(negotiate(&offered, &config));
     assert!(n.has(FUSE_OVER_IO_URING));
-    assert_eq!(out.flags2 & (1 << 9), 1 << 9);
+    assert_eq!(out.flags2, 1 << 9);
     let (_, _, n) = accepted(negotiate(&offered, &InitConfig::new()));
     assert!(!n.has(FUSE_OVER_IO_URING), "offered but not asked");
 }
@@ -113,11 +109,7 @@ fn kernel_before_7_36_has_no_flags2() {
         (0, 0),
         "flags2 ignored without INIT_EXT"
     );
-    assert_eq!(u64::from(out.flags), DEFAULT_FLAGS & 0xffff_ffff);
-    assert!(
-        !n.has(FUSE_DIRECT_IO_ALLOW_MMAP),
-        "no mmap without INIT_EXT"
-    );
+    assert_eq!(u64::from(out.flags), DEFAULT_FLAGS);
 }
 
 #[test]
@@ -191,4 +183,20 @@ fn buffer_sizes() {
         (1 << 20) + 80 - 4176
     );
     assert_eq!(tail_size(RECOMMENDED_HEAD_SIZE, 0), 8192 - 4176);
+}
+
+#[test]
+fn a_wish_above_bit_31_travels_in_flags2() {
+    let config = InitConfig {
+        flags: DEFAULT_FLAGS | FUSE_DIRECT_IO_ALLOW_MMAP,
+        ..InitConfig::new()
+    };
+    let (out, _, n) = accepted(negotiate(&kernel_6_18(), &config));
+    assert_eq!(out.flags2, (FUSE_DIRECT_IO_ALLOW_MMAP >> 32) as u32);
+    assert!(n.has(FUSE_DIRECT_IO_ALLOW_MMAP));
+    let mut old = kernel_6_18();
+    (old.minor, old.flags, old.flags2) = (31, 0x03ff_fffb & !(FUSE_INIT_EXT as u32), 0xffff);
+    let (out, _, n) = accepted(negotiate(&old, &config));
+    assert_eq!(out.flags2, 0, "no flags2 without INIT_EXT");
+    assert!(!n.has(FUSE_DIRECT_IO_ALLOW_MMAP));
 }

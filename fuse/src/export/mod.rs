@@ -1,9 +1,9 @@
 //! The single-file image export: what each FUSE operation does to a [`BlockBackend`].
 //!
 //! This is the product's semantics, independent of how requests arrive (a coroutine queue
-//! over io_uring, blocking threads, later FUSE over io_uring): a transport decodes a
-//! [`Request`], calls [`Export::handle`] with the [`Ctx`] it runs in, and sends the returned
-//! [`Reply`]. Nothing here allocates: reply arguments live in a [`ReplyArgs`] the caller
+//! over io_uring, blocking threads, later FUSE over io_uring): [`Export`] is a
+//! [`FileSystem`]; a transport decodes a [`Request`], calls [`FileSystem::handle`] with the
+//! [`Ctx`] it runs in, and sends the returned [`Reply`]. Nothing here allocates: reply arguments live in a [`ReplyArgs`] the caller
 //! owns (on its coroutine's stack) and READ data goes into the caller's data buffer.
 //!
 //! Rules, QEMU's FUSE export where they make sense:
@@ -18,12 +18,15 @@
 pub mod attr;
 mod data;
 
+use std::io;
 use std::sync::Arc;
 
 use backend::{BlockBackend, Ctx};
 use zerocopy::FromZeros;
 
 use crate::abi::*;
+use crate::init::InitConfig;
+use crate::server::FileSystem;
 use crate::{Errno, Operation, Reply, Request};
 use attr::Attributes;
 
@@ -93,7 +96,7 @@ impl Export {
     /// Serves one request. `data` is the caller's buffer for READ data (at least the
     /// negotiated `max_read`); `args` holds the reply's argument struct. Returns `None`
     /// for requests that take no reply (FORGET, INTERRUPT, ...).
-    pub fn handle<'b>(
+    pub fn serve<'b>(
         &self,
         cx: &Ctx<'_>,
         req: &Request<'_>,
@@ -176,5 +179,73 @@ impl Export {
         out.st.files = 1;
         out.st.namelen = 255;
         out
+    }
+}
+
+impl FileSystem for Export {
+    type Scratch = ReplyArgs;
+
+    /// The protocol's defaults plus shared mappings: OPEN answers `FOPEN_DIRECT_IO`, and
+    /// without DIRECT_IO_ALLOW_MMAP the kernel refuses `MAP_SHARED` of such a file.
+    fn init_config(&self, mut config: InitConfig) -> InitConfig {
+        config.flags |= FUSE_DIRECT_IO_ALLOW_MMAP;
+        config
+    }
+
+    fn needs_data_buffer(&self, opcode: u32) -> bool {
+        opcode == FUSE_READ
+    }
+
+    fn handle<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        scratch: &'b mut ReplyArgs,
+        data: &'b mut [u8],
+    ) -> Option<Reply<'b>> {
+        self.serve(cx, req, scratch, data)
+    }
+
+    /// fdatasync of the image, whether or not the export is writable.
+    fn flush(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        self.backend.flush(cx)
+    }
+
+    fn describe(&self) -> String {
+        self.backend.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export() -> Export {
+        let disk = backend::open("null:1M", &Default::default()).unwrap();
+        Export::new(disk, ExportOptions::default())
+    }
+
+    #[test]
+    fn asks_for_shared_mappings_at_init() {
+        let config = export().init_config(InitConfig::new());
+        assert_eq!(
+            config.flags,
+            crate::init::DEFAULT_FLAGS | FUSE_DIRECT_IO_ALLOW_MMAP
+        );
+    }
+
+    #[test]
+    fn only_read_replies_need_the_data_buffer() {
+        let e = export();
+        assert!(e.needs_data_buffer(FUSE_READ));
+        for op in [
+            FUSE_WRITE,
+            FUSE_GETATTR,
+            FUSE_SETATTR,
+            FUSE_FALLOCATE,
+            FUSE_LSEEK,
+        ] {
+            assert!(!e.needs_data_buffer(op), "opcode {op}");
+        }
     }
 }

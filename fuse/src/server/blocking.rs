@@ -19,9 +19,9 @@ use backend::Ctx;
 use super::accounting::{Accounting, OpReport, Sample};
 use super::buffers::RequestBuf;
 use super::dispatch::{serve_request, QueueStats, Served};
+use super::FileSystem;
 use crate::decode::header_of;
 use crate::dev::{FuseDev, Received};
-use crate::export::Export;
 
 /// Worker threads serving one session.
 pub struct Workers {
@@ -44,9 +44,9 @@ pub struct Totals {
 impl Workers {
     /// Starts `n` workers, each on a blocking clone of `session`; with `account`, each
     /// times its requests (there is no coroutine to count switches or I/O waits of).
-    pub fn start(
+    pub fn start<F: FileSystem>(
         session: &FuseDev,
-        export: &Arc<Export>,
+        fs: &Arc<F>,
         max_write: u32,
         n: usize,
         account: bool,
@@ -57,10 +57,10 @@ impl Workers {
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
             let dev = session.clone_queue(false)?;
-            let (export, stop, shared) = (Arc::clone(export), Arc::clone(&stop), shared.clone());
+            let (fs, stop, shared) = (Arc::clone(fs), Arc::clone(&stop), shared.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("fuse-worker-{i}"))
-                .spawn(move || work(&dev, &export, max_write, &stop, shared.as_deref()))?;
+                .spawn(move || work(&dev, &*fs, max_write, &stop, shared.as_deref()))?;
             threads.push(thread);
         }
         Ok(Workers {
@@ -113,9 +113,9 @@ impl Workers {
 }
 
 /// One worker: read, serve, reply, until stopped or unmounted.
-fn work(
+fn work<F: FileSystem>(
     dev: &FuseDev,
-    export: &Export,
+    fs: &F,
     max_write: u32,
     stop: &AtomicBool,
     shared: Option<&Mutex<Totals>>,
@@ -141,7 +141,7 @@ fn work(
         let started = account.then(Instant::now);
         let opcode = header_of(buf.request(n)).map_or(0, |h| h.opcode);
         let (request, data) = buf.parts(n);
-        let served = serve_request(export, &Ctx::Blocking, request, &[], data, |reply| {
+        let served = serve_request(fs, &Ctx::Blocking, request, &[], data, |reply| {
             dev.writev(&reply.io_slices())
         });
         stats.record(&served);

@@ -3,7 +3,7 @@
 //!
 //! A queue keeps `readers` reads outstanding. When a read completes, its coroutine spawns
 //! a replacement reader and then *becomes* the request's coroutine: it decodes, runs
-//! [`Export::handle`] with [`Ctx::Coroutine`] (suspending on the backend's io_uring
+//! [`FileSystem::handle`] with [`Ctx::Coroutine`] (suspending on the backend's io_uring
 //! operations), writes the reply, gives its buffer back and ends. So each request costs
 //! one pooled spawn and no hand-off of buffers. The buffer puts WRITE data and READ
 //! replies on a page boundary ([`super::buffers`]), so O_DIRECT images need no bounce.
@@ -29,9 +29,9 @@ use runtime::{Co, CoStats, TaskId, WaitQueue};
 use super::accounting::{Accounting, OpReport, Sample};
 use super::buffers::{Buffers, RequestBuf};
 use super::dispatch::{serve_request, QueueStats, Served};
+use super::FileSystem;
 use crate::decode::header_of;
 use crate::dev::{classify_read, FuseDev, Received};
-use crate::export::Export;
 
 /// How a queue runs.
 #[derive(Clone, Copy, Debug)]
@@ -61,10 +61,10 @@ impl Default for QueueConfig {
     }
 }
 
-/// One /dev/fuse fd served by coroutines of one event loop.
-pub struct Queue {
+/// One /dev/fuse fd served by coroutines of one event loop, for the file system `F`.
+pub struct Queue<F: FileSystem> {
     dev: FuseDev,
-    export: Arc<Export>,
+    fs: Arc<F>,
     config: QueueConfig,
     buffers: Buffers,
     stopping: Cell<bool>,
@@ -77,18 +77,13 @@ pub struct Queue {
     accounting: RefCell<Accounting>,
 }
 
-impl Queue {
+impl<F: FileSystem> Queue<F> {
     /// A queue on `dev` (which must be `O_NONBLOCK`) for requests of at most `max_write`
     /// bytes of data.
-    pub fn new(
-        dev: FuseDev,
-        export: Arc<Export>,
-        max_write: u32,
-        config: QueueConfig,
-    ) -> Rc<Queue> {
+    pub fn new(dev: FuseDev, fs: Arc<F>, max_write: u32, config: QueueConfig) -> Rc<Queue<F>> {
         Rc::new(Queue {
             dev,
-            export,
+            fs,
             config,
             buffers: Buffers::new(max_write),
             stopping: Cell::new(false),
@@ -273,7 +268,7 @@ impl Queue {
 
     /// Runs one request with `cx` and replies (through the ring or with `writev(2)`).
     fn dispatch(&self, co: &Co<'_>, cx: &Ctx<'_>, request: &[u8], data: &mut [u8]) -> Served {
-        let served = serve_request(&self.export, cx, request, &[], data, |reply| {
+        let served = serve_request(&*self.fs, cx, request, &[], data, |reply| {
             let slices = reply.io_slices();
             if self.config.ring_replies && !self.config.inline {
                 co.writev(&self.dev, &slices)

@@ -1,12 +1,12 @@
-//! One request, whatever the transport: decode, run against the export, reply.
+//! One request, whatever the transport: decode, run against the file system, reply.
 
 use std::io;
 
 use backend::Ctx;
 use serde::Serialize;
 
+use super::FileSystem;
 use crate::decode::header_of;
-use crate::export::{Export, ReplyArgs};
 use crate::reply::{classify_write_error, Sent};
 use crate::{Errno, Reply, Request};
 
@@ -23,10 +23,10 @@ pub enum Served {
 }
 
 /// Decodes the request in `head` (+ `tail`), runs it with `cx`, and sends its reply with
-/// `send` (a writev of the reply's iovecs). READ data goes into `data` (page-aligned: see
-/// [`super::buffers`]).
-pub fn serve_request(
-    export: &Export,
+/// `send` (a writev of the reply's iovecs). Reply data (READ) goes into `data`
+/// (page-aligned: see [`super::buffers`]), handed on only to opcodes that need it.
+pub fn serve_request<F: FileSystem>(
+    fs: &F,
     cx: &Ctx<'_>,
     head: &[u8],
     tail: &[u8],
@@ -47,8 +47,12 @@ pub fn serve_request(
         }
     };
     log::trace!("{req}");
-    let mut args = ReplyArgs::default();
-    match export.handle(cx, &req, &mut args, data) {
+    let mut scratch = F::Scratch::default();
+    let data = match fs.needs_data_buffer(req.opcode) {
+        true => data,
+        false => &mut [],
+    };
+    match fs.handle(cx, &req, &mut scratch, data) {
         Some(reply) => deliver(&reply, send),
         None => Served::NoReply,
     }

@@ -1,0 +1,55 @@
+//! The seam between the transports and what they serve: a FUSE file system.
+//!
+//! Every transport (`coroutine` and `inline` in [`super::coroutine`], `threads:N` in
+//! [`super::blocking`]) reads a request, decodes it, and asks a [`FileSystem`] to serve it
+//! with the [`Ctx`] it runs in. The file system returns the reply instead of sending it, so
+//! that each transport sends it its own way (`writev(2)`, an SQE, or, for FUSE over
+//! io_uring, a commit in the request's own ring entry). The image export
+//! ([`crate::export::Export`]) is one; a directory passthrough is the next.
+//!
+//! # Contract
+//! - `handle` never blocks a coroutine's loop: it does all I/O through `cx`.
+//! - The reply borrows only from `scratch` and `data`, both owned by the transport for the
+//!   request's lifetime; nothing is allocated per request.
+//! - `data` is page-aligned and at least `max_write` bytes when
+//!   [`FileSystem::needs_data_buffer`] says the opcode needs it, and empty otherwise.
+//! - `flush` runs once, after the last request, before the transport ends.
+
+use std::io;
+
+use backend::Ctx;
+
+use crate::init::InitConfig;
+use crate::{Reply, Request};
+
+/// A file system that every transport can serve. `Send + Sync`: worker threads and several
+/// queues share one.
+pub trait FileSystem: Send + Sync + 'static {
+    /// Storage for one reply's argument struct, on the serving coroutine's or thread's stack.
+    type Scratch: Default;
+
+    /// What to ask for at INIT, starting from the transport's `config` (flags, limits).
+    fn init_config(&self, config: InitConfig) -> InitConfig {
+        config
+    }
+
+    /// Whether requests of `opcode` need the data buffer for their reply (READ data, a
+    /// directory listing).
+    fn needs_data_buffer(&self, opcode: u32) -> bool;
+
+    /// Serves one decoded request. Returns `None` for requests that take no reply (FORGET,
+    /// INTERRUPT...).
+    fn handle<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        scratch: &'b mut Self::Scratch,
+        data: &'b mut [u8],
+    ) -> Option<Reply<'b>>;
+
+    /// Makes everything written so far durable: called once when serving ends.
+    fn flush(&self, cx: &Ctx<'_>) -> io::Result<()>;
+
+    /// One line for logs, e.g. the image it exports.
+    fn describe(&self) -> String;
+}
