@@ -169,7 +169,7 @@ pub fn pread_4k(iters: u64) -> Duration {
 /// Per-request accounting's own cost: the four clock reads of a request with one I/O
 /// (start, I/O submitted, I/O completed, reply) and one sample recorded.
 pub fn accounting(iters: u64) -> Duration {
-    use fuse::server::accounting::{Accounting, Sample};
+    use transport::accounting::{Accounting, Sample};
     let mut acc = Accounting::default();
     let start = Instant::now();
     for i in 0..iters {

@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use backend::OpenOptions;
-use fuse::export::{Export, ExportOptions};
 use fuse::init::InitConfig;
 use fuse::mount::MountOptions;
-use fuse::server::accounting::OpReport;
-use fuse::server::FileSystem;
-use fuse::server::{handshake, QueueConfig, QueueStats};
+use fuse::session::handshake;
+use image_export::{Export, ExportOptions};
 use runtime::CounterSnapshot;
 use serde::Serialize;
+use transport::accounting::OpReport;
+use transport::FileSystem;
+use transport::{QueueConfig, QueueStats};
 
 use crate::signals::SignalFd;
 use crate::{serve_loop, serve_threads};
@@ -108,7 +109,7 @@ pub struct Stats<'a> {
     pub backend: backend::BackendStats,
     /// Heap allocations made by the whole process so far (see `alloc_count`).
     pub allocations: u64,
-    /// Per-opcode accounting (see `fuse::server::accounting`).
+    /// Per-opcode accounting (see `transport::accounting`).
     pub ops: &'a BTreeMap<String, OpReport>,
 }
 

@@ -8,9 +8,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use backend::Ctx;
-use fuse::export::Export;
-use fuse::server::{FileSystem, Queue};
+use image_export::Export;
 use runtime::{Co, Config, Runtime};
+use transport::{FileSystem, Queue};
 
 use crate::mount::{Served, Serving};
 use crate::signals::SignalFd;

@@ -7,9 +7,9 @@
 use std::os::fd::{AsFd, AsRawFd};
 
 use backend::Ctx;
-use fuse::server::blocking::Workers;
-use fuse::server::FileSystem;
 use runtime::CounterSnapshot;
+use transport::blocking::Workers;
+use transport::FileSystem;
 
 use crate::mount::{Served, Serving};
 use crate::signals::SignalFd;

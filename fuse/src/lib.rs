@@ -1,11 +1,12 @@
-//! The FUSE protocol and its syscalls for exporting one disk image as one
-//! regular file, without libfuse and without an async runtime.
+//! The FUSE kernel protocol and its syscalls, without libfuse and without an
+//! async runtime.
 //!
 //! This crate is pure protocol plus blocking syscalls, so that several
 //! transports (a coroutine loop over io_uring, blocking threads, FUSE over
-//! io_uring) can share it. It starts no threads, never allocates on the
-//! decode/reply path, and never panics on what the kernel sends. It does not
-//! depend on the runtime crate.
+//! io_uring: the `transport` crate) and several file systems (the image
+//! export: `image_export`) can share it. It starts no threads, never allocates
+//! on the decode/reply path, and never panics on what the kernel sends. It
+//! depends on neither the runtime nor a backend: only libc, log and zerocopy.
 //!
 //! ```
 //! use fuse::abi::{fuse_in_header, fuse_read_in, FUSE_READ};
@@ -46,8 +47,7 @@
 //! - [`init`]: INIT negotiation and the buffer sizes it implies.
 //! - [`reply`] / [`errno`]: replies as iovecs, errors as [`Errno`].
 //! - [`abi`]: the kernel structs and constants (ABI 7.45).
-//! - [`export`]: what each operation does to a block backend.
-//! - [`server`]: the handshake and the queues that serve an export.
+//! - [`session`]: the INIT handshake of a mount, on the session fd.
 //!
 //! A minimal blocking server loop:
 //!
@@ -84,13 +84,12 @@ pub mod decode;
 pub mod dev;
 pub mod display;
 pub mod errno;
-pub mod export;
 pub mod flags;
 pub mod init;
 pub mod mount;
 pub mod reply;
 pub mod request;
-pub mod server;
+pub mod session;
 mod sys;
 
 pub use decode::DecodeError;

@@ -455,7 +455,7 @@ mod tests {
         assert!(ops.contains("GETATTR: 3 requests") && ops.contains("no latency figures"));
     }
 
-    /// The shape `fuse::server::accounting::OpReport` serialises to.
+    /// The shape `transport::accounting::OpReport` serialises to.
     #[test]
     fn ops_from_the_server_accounting() {
         let summary = |p50: u64| {

@@ -40,7 +40,7 @@ use std::mem::size_of;
 
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
-use crate::abi::{fuse_in_header, fuse_write_in};
+use fuse::abi::{fuse_in_header, fuse_write_in};
 
 /// Where a WRITE's data starts in the request stream: after the header and `fuse_write_in`.
 pub const WRITE_DATA_AT: usize = size_of::<fuse_in_header>() + size_of::<fuse_write_in>();
@@ -48,8 +48,8 @@ pub const WRITE_DATA_AT: usize = size_of::<fuse_in_header>() + size_of::<fuse_wr
 pub const DATA_ALIGN: usize = 4096;
 /// Offset of the first request byte in a [`RequestBuf`].
 const READ_AT: usize = DATA_ALIGN - WRITE_DATA_AT;
-/// The kernel's smallest read buffer ([`crate::abi::FUSE_MIN_READ_BUFFER`]).
-const MIN_READ: usize = crate::abi::FUSE_MIN_READ_BUFFER;
+/// The kernel's smallest read buffer ([`fuse::abi::FUSE_MIN_READ_BUFFER`]).
+const MIN_READ: usize = fuse::abi::FUSE_MIN_READ_BUFFER;
 
 const _: () = assert!(
     READ_AT % 8 == 0,
@@ -152,7 +152,7 @@ impl Buffers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::init::min_read_buffer;
+    use fuse::init::min_read_buffer;
 
     #[test]
     fn write_data_and_read_replies_start_on_a_page() {

@@ -1,11 +1,11 @@
 //! The seam between the transports and what they serve: a FUSE file system.
 //!
-//! Every transport (`coroutine` and `inline` in [`super::coroutine`], `threads:N` in
-//! [`super::blocking`]) reads a request, decodes it, and asks a [`FileSystem`] to serve it
+//! Every transport (`coroutine` and `inline` in [`crate::coroutine`], `threads:N` in
+//! [`crate::blocking`]) reads a request, decodes it, and asks a [`FileSystem`] to serve it
 //! with the [`Ctx`] it runs in. The file system returns the reply instead of sending it, so
 //! that each transport sends it its own way (`writev(2)`, an SQE, or, for FUSE over
 //! io_uring, a commit in the request's own ring entry). The image export
-//! ([`crate::export::Export`]) is one; a directory passthrough is the next.
+//! (`image_export::Export`) is one; a directory passthrough is the next.
 //!
 //! # Contract
 //! - `handle` never blocks a coroutine's loop: it does all I/O through `cx`.
@@ -19,8 +19,8 @@ use std::io;
 
 use backend::Ctx;
 
-use crate::init::InitConfig;
-use crate::{Reply, Request};
+use fuse::init::InitConfig;
+use fuse::{Reply, Request};
 
 /// A file system that every transport can serve. `Send + Sync`: worker threads and several
 /// queues share one.

@@ -16,9 +16,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use zerocopy::FromZeros;
 
-use super::ExportOptions;
-use crate::abi::*;
-use crate::Errno;
+use crate::ExportOptions;
+use fuse::abi::*;
+use fuse::Errno;
 
 /// How long the kernel may cache attributes. Every change goes through us and returns
 /// fresh attributes, so only `st_blocks` can lag behind by this much.

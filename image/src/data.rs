@@ -4,9 +4,9 @@ use std::io::{IoSlice, IoSliceMut};
 
 use backend::{Ctx, ExtentKind};
 
-use super::Export;
-use crate::abi::*;
-use crate::{Errno, WriteData};
+use crate::Export;
+use fuse::abi::*;
+use fuse::{Errno, WriteData};
 
 const SEEK_DATA: u32 = 3;
 const SEEK_HOLE: u32 = 4;

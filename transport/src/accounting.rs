@@ -14,7 +14,7 @@ use std::time::Duration;
 use runtime::histogram::{Histogram, Summary};
 use serde::Serialize;
 
-use crate::display::opcode_name;
+use fuse::display::opcode_name;
 
 /// Opcodes get their own slot up to this number; higher ones share the last.
 const SLOTS: usize = 64;
@@ -150,7 +150,7 @@ mod tests {
         let mut acc = Accounting::default();
         for i in 1..=100u64 {
             acc.record(&Sample {
-                opcode: crate::abi::FUSE_READ,
+                opcode: fuse::abi::FUSE_READ,
                 wait: Duration::from_nanos(100),
                 io: Duration::from_nanos(1000 * i),
                 total: Duration::from_nanos(1000 * i + 600),
@@ -161,7 +161,7 @@ mod tests {
         }
         let mut other = Accounting::default();
         other.record(&Sample {
-            opcode: crate::abi::FUSE_GETATTR,
+            opcode: fuse::abi::FUSE_GETATTR,
             total: Duration::from_micros(3),
             switches: 2,
             sqes: 1,

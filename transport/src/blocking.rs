@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use backend::Ctx;
 
-use super::accounting::{Accounting, OpReport, Sample};
-use super::buffers::RequestBuf;
-use super::dispatch::{serve_request, QueueStats, Served};
-use super::FileSystem;
-use crate::decode::header_of;
-use crate::dev::{FuseDev, Received};
+use crate::accounting::{Accounting, OpReport, Sample};
+use crate::buffers::RequestBuf;
+use crate::dispatch::{serve_request, QueueStats, Served};
+use crate::FileSystem;
+use fuse::decode::header_of;
+use fuse::dev::{FuseDev, Received};
 
 /// Worker threads serving one session.
 pub struct Workers {

@@ -5,10 +5,10 @@ use std::io;
 use backend::Ctx;
 use serde::Serialize;
 
-use super::FileSystem;
-use crate::decode::header_of;
-use crate::reply::{classify_write_error, Sent};
-use crate::{Errno, Reply, Request};
+use crate::FileSystem;
+use fuse::decode::header_of;
+use fuse::reply::{classify_write_error, Sent};
+use fuse::{Errno, Reply, Request};
 
 /// How one request ended.
 pub enum Served {
@@ -24,7 +24,7 @@ pub enum Served {
 
 /// Decodes the request in `head` (+ `tail`), runs it with `cx`, and sends its reply with
 /// `send` (a writev of the reply's iovecs). Reply data (READ) goes into `data`
-/// (page-aligned: see [`super::buffers`]), handed on only to opcodes that need it.
+/// (page-aligned: see [`crate::buffers`]), handed on only to opcodes that need it.
 pub fn serve_request<F: FileSystem>(
     fs: &F,
     cx: &Ctx<'_>,

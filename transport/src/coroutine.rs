@@ -6,7 +6,7 @@
 //! [`FileSystem::handle`] with [`Ctx::Coroutine`] (suspending on the backend's io_uring
 //! operations), writes the reply, gives its buffer back and ends. So each request costs
 //! one pooled spawn and no hand-off of buffers. The buffer puts WRITE data and READ
-//! replies on a page boundary ([`super::buffers`]), so O_DIRECT images need no bounce.
+//! replies on a page boundary ([`crate::buffers`]), so O_DIRECT images need no bounce.
 //!
 //! /dev/fuse is opened `O_NONBLOCK` (required for io_uring reads): a read that finds no
 //! request completes with `EAGAIN`, and the reader then waits for `POLLIN` through the ring
@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 use backend::Ctx;
 use runtime::{Co, CoStats, TaskId, WaitQueue};
 
-use super::accounting::{Accounting, OpReport, Sample};
-use super::buffers::{Buffers, RequestBuf};
-use super::dispatch::{serve_request, QueueStats, Served};
-use super::FileSystem;
-use crate::decode::header_of;
-use crate::dev::{classify_read, FuseDev, Received};
+use crate::accounting::{Accounting, OpReport, Sample};
+use crate::buffers::{Buffers, RequestBuf};
+use crate::dispatch::{serve_request, QueueStats, Served};
+use crate::FileSystem;
+use fuse::decode::header_of;
+use fuse::dev::{classify_read, FuseDev, Received};
 
 /// How a queue runs.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +45,7 @@ pub struct QueueConfig {
     /// request runs to completion on the loop with blocking syscalls, no coroutine of its
     /// own. For comparison with the default (one coroutine per request).
     pub inline: bool,
-    /// Per-request accounting per opcode ([`super::accounting`]); costs a few clock reads
+    /// Per-request accounting per opcode ([`crate::accounting`]); costs a few clock reads
     /// per request.
     pub account: bool,
 }
@@ -281,7 +281,7 @@ impl<F: FileSystem> Queue<F> {
     }
 }
 
-/// Times one request on its coroutine (see [`super::accounting`]).
+/// Times one request on its coroutine (see [`crate::accounting`]).
 struct RequestClock {
     opcode: u32,
     started: Instant,

@@ -1,5 +1,8 @@
 //! The single-file image export: what each FUSE operation does to a [`BlockBackend`].
 //!
+//! Depends on the protocol (`fuse`), the transports' seam ([`transport::FileSystem`], so
+//! that every transport can serve it) and the backends (`backend`); not on the runtime.
+//!
 //! This is the product's semantics, independent of how requests arrive (a coroutine queue
 //! over io_uring, blocking threads, later FUSE over io_uring): [`Export`] is a
 //! [`FileSystem`]; a transport decodes a [`Request`], calls [`FileSystem::handle`] with the
@@ -14,6 +17,7 @@
 //!   short up to the end and `ENOSPC` beyond it, never silently dropped; likewise only a
 //!   growable export grows by `truncate` (`EFBIG` otherwise) or `fallocate` (`ENOSPC`);
 //! - mode, owner and times are kept in memory (see [`attr`]).
+#![warn(missing_docs)]
 
 pub mod attr;
 mod data;
@@ -24,11 +28,11 @@ use std::sync::Arc;
 use backend::{BlockBackend, Ctx};
 use zerocopy::FromZeros;
 
-use crate::abi::*;
-use crate::init::InitConfig;
-use crate::server::FileSystem;
-use crate::{Errno, Operation, Reply, Request};
 use attr::Attributes;
+use fuse::abi::*;
+use fuse::init::InitConfig;
+use fuse::{Errno, Operation, Reply, Request};
+use transport::FileSystem;
 
 /// How the image is exported.
 #[derive(Clone, Copy, Debug, Default)]
@@ -230,7 +234,7 @@ mod tests {
         let config = export().init_config(InitConfig::new());
         assert_eq!(
             config.flags,
-            crate::init::DEFAULT_FLAGS | FUSE_DIRECT_IO_ALLOW_MMAP
+            fuse::init::DEFAULT_FLAGS | FUSE_DIRECT_IO_ALLOW_MMAP
         );
     }
 

@@ -1,0 +1,32 @@
+//! corofuse's transports: how FUSE requests reach a [`FileSystem`] and how its replies go
+//! back, and the per-request accounting of what that costs.
+//!
+//! Depends on the protocol crate (`fuse`: ABI, decoding, replies, INIT, /dev/fuse), the
+//! coroutine runtime (`runtime`) and, for the execution context that a file system's I/O
+//! runs in ([`backend::Ctx`]), the backend crate; it knows no file system: the image
+//! export (`image_export::Export`) and any other implement [`FileSystem`].
+//!
+//! A *session* is one mount: its INIT handshake happens once, on the session fd, before
+//! any queue starts (`fuse::session::handshake`). A *queue* is one /dev/fuse fd (the
+//! session's, or a clone from `FUSE_DEV_IOC_CLONE`) served by one event loop; every queue
+//! shares the file system. The transports: [`coroutine`] (requests read through the loop's
+//! io_uring, one coroutine per request, or `inline` on the loop) and [`blocking`] (worker
+//! threads, libfuse's model). FUSE over io_uring plugs in beside them, with the same
+//! buffers and [`FileSystem::handle`].
+//!
+//! Layout: [`service`] (the [`FileSystem`] seam), [`dispatch`] (one request: decode,
+//! handle, reply), [`buffers`] (request buffers whose WRITE data and READ replies are
+//! page-aligned), [`coroutine`] and [`blocking`] (the transports), [`accounting`] (per
+//! opcode: wait, I/O, CPU, switches, SQEs, syscalls).
+#![warn(missing_docs)]
+
+pub mod accounting;
+pub mod blocking;
+pub mod buffers;
+pub mod coroutine;
+pub mod dispatch;
+pub mod service;
+
+pub use coroutine::{Queue, QueueConfig};
+pub use dispatch::QueueStats;
+pub use service::FileSystem;
