@@ -63,6 +63,25 @@ pub struct Args {
     /// after a long idle wait, so an idle export burns no CPU
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
     poll_us: u64,
+    /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
+    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    queues: u16,
+    /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    cpus: Option<Cpus>,
+}
+
+/// A `--cpus` list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cpus(Vec<usize>);
+
+fn parse_cpus(text: &str) -> Result<Cpus, String> {
+    let cpus: Result<Vec<usize>, _> = text.split(',').map(|c| c.trim().parse()).collect();
+    match cpus {
+        Ok(cpus) if !cpus.is_empty() => Ok(Cpus(cpus)),
+        _ => Err("expected CPU numbers separated by commas, e.g. 0,1".into()),
+    }
 }
 
 /// How requests are dispatched (`--dispatch`).
@@ -111,6 +130,9 @@ pub struct Stats<'a> {
     pub allocations: u64,
     /// Per-opcode accounting (see `transport::accounting`).
     pub ops: &'a BTreeMap<String, OpReport>,
+    /// Each event loop's own queue statistics, in loop order (`--queues`; empty with
+    /// `threads:N`).
+    pub per_queue: &'a [QueueStats],
 }
 
 /// Everything a serving loop needs once the mount is live.
@@ -141,16 +163,22 @@ impl Serving {
         self.args.poll_us * 1000
     }
 
+    /// The `--cpus` list (empty: no pinning).
+    pub fn cpus(&self) -> &[usize] {
+        self.args.cpus.as_ref().map_or(&[], |c| &c.0)
+    }
+
     /// Writes `--stats`, if asked for.
     pub fn write_stats(
         &self,
         runtime: CounterSnapshot,
         queue: QueueStats,
         ops: &BTreeMap<String, OpReport>,
+        per_queue: &[QueueStats],
     ) {
         if let Some(path) = &self.args.stats {
             let backend = self.export.backend().stats();
-            write_stats(path, &self.args, runtime, queue, backend, ops);
+            write_stats(path, &self.args, (runtime, queue, backend), ops, per_queue);
         }
     }
 }
@@ -161,6 +189,7 @@ pub struct Served {
     pub runtime: CounterSnapshot,
     pub queue: QueueStats,
     pub ops: BTreeMap<String, OpReport>,
+    pub per_queue: Vec<QueueStats>,
 }
 
 impl Served {
@@ -171,6 +200,7 @@ impl Served {
             runtime: CounterSnapshot::default(),
             queue: QueueStats::default(),
             ops: BTreeMap::new(),
+            per_queue: Vec::new(),
         }
     }
 }
@@ -178,6 +208,12 @@ impl Served {
 pub fn run(args: &Args) -> Result<(), String> {
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
+    }
+    let queues = usize::from(args.queues);
+    if let (Dispatch::Threads(n), true) = (args.dispatch, queues > 1) {
+        return Err(format!(
+            "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
+        ));
     }
     let options = OpenOptions {
         writable: args.writable,
@@ -226,20 +262,14 @@ pub fn run(args: &Args) -> Result<(), String> {
         signals,
     };
     let served = match args.dispatch {
-        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving),
+        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving, queues),
         Dispatch::Threads(n) => serve_threads::serve(serving, n),
     };
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
         let backend = backend.stats();
-        write_stats(
-            path,
-            args,
-            served.runtime,
-            served.queue,
-            backend,
-            &served.ops,
-        );
+        let totals = (served.runtime, served.queue, backend);
+        write_stats(path, args, totals, &served.ops, &served.per_queue);
     }
     served.result?;
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
@@ -250,19 +280,22 @@ pub fn run(args: &Args) -> Result<(), String> {
 fn write_stats(
     path: &Path,
     args: &Args,
-    runtime: CounterSnapshot,
-    queue: QueueStats,
-    backend: backend::BackendStats,
+    (runtime, queue, backend): (CounterSnapshot, QueueStats, backend::BackendStats),
     ops: &BTreeMap<String, OpReport>,
+    per_queue: &[QueueStats],
 ) {
     let stats = Stats {
         image: &args.image,
-        dispatch: args.dispatch.to_string(),
+        dispatch: match args.queues {
+            1 => args.dispatch.to_string(),
+            n => format!("{} --queues {n}", args.dispatch),
+        },
         runtime,
         queue,
         backend,
         allocations: crate::alloc_count::allocations(),
         ops,
+        per_queue,
     };
     let json = serde_json::to_string_pretty(&stats).expect("stats serialise");
     if let Err(e) = std::fs::write(path, json + "\n") {

@@ -30,7 +30,7 @@ pub fn serve(serving: Serving, threads: usize) -> Served {
         match wait_signal(&serving.signals, 100) {
             Some(libc::SIGUSR1) => {
                 let (queue, ops) = workers.snapshot();
-                serving.write_stats(CounterSnapshot::default(), queue, &ops);
+                serving.write_stats(CounterSnapshot::default(), queue, &ops, &[]);
             }
             Some(signo) => {
                 log::info!("signal {signo}: finishing the requests in flight, then unmounting");
@@ -47,11 +47,12 @@ pub fn serve(serving: Serving, threads: usize) -> Served {
         runtime: CounterSnapshot::default(),
         queue,
         ops: accounting.report(),
+        per_queue: Vec::new(),
     }
 }
 
 /// The next signal, or `None` after `timeout_ms` without one.
-fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
+pub(crate) fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
     let mut fds = [libc::pollfd {
         fd: signals.as_fd().as_raw_fd(),
         events: libc::POLLIN,

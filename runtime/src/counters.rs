@@ -120,6 +120,26 @@ impl CounterSnapshot {
         serde_json::to_string(self).expect("counters serialise")
     }
 
+    /// Counter-wise sum with another loop's counters (`peak_live` becomes the sum of the
+    /// loops' peaks: an upper bound of the coroutines alive at once across them).
+    pub fn add(&mut self, other: &CounterSnapshot) {
+        self.spawned += other.spawned;
+        self.completed += other.completed;
+        self.panicked += other.panicked;
+        self.live += other.live;
+        self.peak_live += other.peak_live;
+        self.stacks_allocated += other.stacks_allocated;
+        self.stacks_reused += other.stacks_reused;
+        self.resumes += other.resumes;
+        self.suspends += other.suspends;
+        self.switches += other.switches;
+        self.sqes_submitted += other.sqes_submitted;
+        self.enter_calls += other.enter_calls;
+        self.cqes_reaped += other.cqes_reaped;
+        self.poll_hits += other.poll_hits;
+        self.poll_misses += other.poll_misses;
+    }
+
     /// Counter-wise difference `self - earlier` (for `live` and `peak_live`, the later value).
     pub fn since(&self, earlier: &CounterSnapshot) -> CounterSnapshot {
         CounterSnapshot {

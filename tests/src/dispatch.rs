@@ -28,6 +28,8 @@ pub enum Dispatch {
     Inline,
     /// `threads:N`: N worker threads, blocking syscalls.
     Threads(u16),
+    /// `coroutine` on `--queues N` event loops, each with its own clone of the /dev/fuse fd.
+    Queues(u16),
 }
 
 impl Dispatch {
@@ -35,28 +37,49 @@ impl Dispatch {
     /// than the CPUs of a small CI machine, so requests really overlap.
     pub const THREADS: Dispatch = Dispatch::Threads(4);
 
-    /// Every mode, as the generated tests run them.
-    pub const ALL: [Dispatch; 3] = [Dispatch::Coroutine, Dispatch::Inline, Dispatch::THREADS];
+    /// The multi-queue mode the tests use: two loops, as many as a small CI machine has CPUs.
+    pub const QUEUES: Dispatch = Dispatch::Queues(2);
 
-    /// The mode's name, as in the generated test names: `coroutine`, `inline`, `threads`.
+    /// Every mode, as the generated tests run them.
+    pub const ALL: [Dispatch; 4] = [
+        Dispatch::Coroutine,
+        Dispatch::Inline,
+        Dispatch::THREADS,
+        Dispatch::QUEUES,
+    ];
+
+    /// The mode's name, as in the generated test names: `coroutine`, `inline`, `threads`,
+    /// `queues`.
     pub fn name(self) -> &'static str {
         match self {
             Dispatch::Coroutine => "coroutine",
             Dispatch::Inline => "inline",
             Dispatch::Threads(_) => "threads",
+            Dispatch::Queues(_) => "queues",
         }
     }
 
-    /// The argument of `--dispatch`, e.g. `threads:4`.
+    /// The argument of `--dispatch`, e.g. `threads:4` (`coroutine` for the queues mode).
     pub fn arg(self) -> String {
         match self {
             Dispatch::Threads(n) => format!("threads:{n}"),
+            Dispatch::Queues(_) => "coroutine".to_string(),
             mode => mode.name().to_string(),
         }
     }
 
+    /// The daemon's arguments for this mode: `--dispatch MODE` and, for the queues mode,
+    /// `--queues N`.
+    pub fn args(self) -> Vec<String> {
+        let mut args = vec!["--dispatch".to_string(), self.arg()];
+        if let Dispatch::Queues(n) = self {
+            args.extend(["--queues".to_string(), n.to_string()]);
+        }
+        args
+    }
+
     /// Whether the daemon runs the coroutine runtime (and so has runtime counters):
-    /// `coroutine` and `inline` do, `threads:N` does not.
+    /// `coroutine`, `inline` and `queues` do, `threads:N` does not.
     pub fn has_runtime(self) -> bool {
         !matches!(self, Dispatch::Threads(_))
     }
@@ -75,7 +98,7 @@ impl Dispatch {
         let mut chosen = None;
         for item in wanted.split(',').map(str::trim) {
             let mode = parse(item).unwrap_or_else(|| {
-                panic!("{ENV}={wanted:?}: {item:?} is not coroutine, inline, threads or threads:N")
+                panic!("{ENV}={wanted:?}: {item:?} is not coroutine, inline, threads[:N] or queues[:N]")
             });
             if mode.name() == self.name() {
                 // A bare `threads` keeps the default count.
@@ -91,7 +114,7 @@ impl Dispatch {
 
 impl fmt::Display for Dispatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.arg())
+        f.write_str(&self.args()[1..].join(" "))
     }
 }
 
@@ -100,10 +123,15 @@ fn parse(item: &str) -> Option<Dispatch> {
         "coroutine" => Some(Dispatch::Coroutine),
         "inline" => Some(Dispatch::Inline),
         "threads" => Some(Dispatch::THREADS),
-        _ => match item.strip_prefix("threads:")?.parse() {
-            Ok(n) if n > 0 => Some(Dispatch::Threads(n)),
-            _ => None,
-        },
+        "queues" => Some(Dispatch::QUEUES),
+        _ => {
+            let (make, n): (fn(u16) -> Dispatch, _) = match item.split_once(':')? {
+                ("threads", n) => (Dispatch::Threads, n),
+                ("queues", n) => (Dispatch::Queues, n),
+                _ => return None,
+            };
+            n.parse().ok().filter(|&n| n > 0).map(make)
+        }
     }
 }
 
@@ -147,8 +175,11 @@ macro_rules! dispatch_tests {
     (@mode threads) => {
         $crate::dispatch::Dispatch::THREADS
     };
+    (@mode queues) => {
+        $crate::dispatch::Dispatch::QUEUES
+    };
     ($name:ident) => {
-        $crate::dispatch_tests!($name [coroutine, inline, threads]);
+        $crate::dispatch_tests!($name [coroutine, inline, threads, queues]);
     };
     ($name:ident [$($(#[$attr:meta])* $mode:ident),+ $(,)?]) => {
         mod $name {
@@ -173,10 +204,18 @@ mod tests {
         assert_eq!(parse("threads:8"), Some(Dispatch::Threads(8)));
         assert_eq!(parse("threads:0"), None);
         assert_eq!(parse("bogus"), None);
-        let args: Vec<String> = Dispatch::ALL.iter().map(|m| m.arg()).collect();
-        assert_eq!(args, ["coroutine", "inline", "threads:4"]);
+        assert_eq!(parse("queues:3"), Some(Dispatch::Queues(3)));
+        let args: Vec<String> = Dispatch::ALL.iter().map(|m| m.to_string()).collect();
+        assert_eq!(
+            args,
+            ["coroutine", "inline", "threads:4", "coroutine --queues 2"]
+        );
         for mode in Dispatch::ALL {
-            assert_eq!(parse(&mode.arg()), Some(mode));
+            assert_eq!(
+                parse(&format!("{}:{}", mode.name(), 2)).is_some(),
+                mode.name() == "threads" || mode.name() == "queues"
+            );
+            assert_eq!(parse(mode.name()).map(|m| m.name()), Some(mode.name()));
         }
     }
 }

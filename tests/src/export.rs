@@ -73,8 +73,7 @@ impl MountedExport {
             .arg(image.as_ref())
             .arg(&mountpoint)
             .args(args)
-            .arg("--dispatch")
-            .arg(dispatch.arg())
+            .args(dispatch.args())
             .arg("--pidfile")
             .arg(&pidfile);
         command

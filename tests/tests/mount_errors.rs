@@ -166,3 +166,25 @@ fn mount_error_bad_dispatch() {
         );
     }
 }
+
+/// `--queues` is for the loop modes (threads:N has its own queues), takes 1 to 256; `--cpus`
+/// takes a comma-separated list of CPU numbers.
+#[test]
+fn mount_error_bad_queues_or_cpus() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let mnt = sandbox.mountpoint("mnt");
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["--queues", "2", "--dispatch", "threads:2"],
+            &["--queues", "threads:2"],
+        ),
+        (&["--queues", "0"], &["--queues", "0"]),
+        (&["--cpus", "x"], &["--cpus", "x"]),
+        (&["--cpus", ""], &["--cpus"]),
+    ];
+    for (args, words) in cases {
+        assert_setup_error(&sandbox, image.as_os_str(), &mnt, args, words);
+    }
+}

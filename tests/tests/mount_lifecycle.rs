@@ -220,7 +220,7 @@ fn assert_stats_mode(stats: &serde_json::Value, mode: Dispatch) {
         .unwrap_or_else(|| panic!("no \"dispatch\" string in {stats}"));
     let named = dispatch.to_ascii_lowercase().contains(mode.name())
         && match mode {
-            Dispatch::Threads(n) => dispatch.contains(&n.to_string()),
+            Dispatch::Threads(n) | Dispatch::Queues(n) => dispatch.contains(&n.to_string()),
             _ => true,
         };
     assert!(named, "\"dispatch\": {dispatch:?} does not name {mode}");
@@ -262,7 +262,9 @@ fn mount_stats_at_exit(mode: Dispatch) {
     assert!(replies >= 3 * READS, "{replies} replies: {last}");
     let spawned = counter(&last, "runtime", "spawned");
     match mode {
-        Dispatch::Coroutine => assert!(spawned >= requests, "not a coroutine per request: {last}"),
+        Dispatch::Coroutine | Dispatch::Queues(_) => {
+            assert!(spawned >= requests, "not a coroutine per request: {last}")
+        }
         Dispatch::Inline => assert!(spawned < requests, "a coroutine per request: {last}"),
         Dispatch::Threads(_) => {}
     }
@@ -272,6 +274,7 @@ dispatch_tests!(mount_stats_on_sigusr1_and_at_exit [
     coroutine,
     inline,
     threads,
+    queues,
 ]);
 /// SIGUSR1 writes the numbers so far without stopping the daemon; those at exit are no
 /// smaller.

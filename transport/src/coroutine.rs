@@ -145,6 +145,14 @@ impl<F: FileSystem> Queue<F> {
         self.accounting.borrow().report()
     }
 
+    /// A copy of the accounting so far, to merge with other queues' (allocates: for
+    /// snapshots, not per request).
+    pub fn accounting_copy(&self) -> Accounting {
+        let mut copy = Accounting::default();
+        copy.merge(&self.accounting.borrow());
+        copy
+    }
+
     /// Starts timing a request whose read just completed, if accounting is on.
     fn clock(&self, co: &Co<'_>, buf: &RequestBuf, n: usize) -> Option<RequestClock> {
         let opcode = header_of(buf.request(n))?.opcode;

@@ -51,6 +51,11 @@ use std::time::Instant;
 use affinity::Cpus;
 use export::{ExportKind, STORAGE_SIZE};
 
+/// Pins the calling thread to `cpu` (the export's `--cpus` uses the lab's affinity code).
+pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
+    affinity::pin(0, cpu)
+}
+
 #[derive(clap::Args)]
 #[command(
     args_conflicts_with_subcommands = true,
