@@ -2,8 +2,10 @@
 //!
 //! Why a separate process: the load must not share a scheduler position, a signal mask
 //! or a page cache decision with the lab that starts and stops daemons, and it must be
-//! pinnable on its own (`--cpus`). It opens the file with O_DIRECT, runs for `--seconds`,
-//! records every I/O's latency in a preallocated [`Histogram`] and prints one JSON line
+//! pinnable on its own (`--cpus`). It opens the file with O_DIRECT (a character device
+//! such as /dev/zero without: it has no page cache to bypass), runs `--jobs` threads for
+//! `--seconds`, each with its own open file, ring and buffers, records every I/O's
+//! latency in a preallocated [`Histogram`] per job, merges them and prints one JSON line
 //! ([`LoadResult`]) on stdout. Nothing is allocated per I/O.
 
 mod buffer;
@@ -43,6 +45,17 @@ pub struct Args {
     /// Bytes of the file to use (default: its size)
     #[arg(long)]
     size: Option<u64>,
+    /// Threads, each with its own open file, ring and buffers, and `--iodepth` in
+    /// flight (as fio's numjobs); reported together
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    jobs: u32,
+    /// Completions to wait for before resubmitting (io_uring; default iodepth/4, at
+    /// least 1; 0 never sleeps)
+    #[arg(long)]
+    reap_min: Option<u32>,
+    /// Plain reads and writes on the fd (io_uring; default: registered file and buffers)
+    #[arg(long)]
+    no_register: bool,
 }
 
 /// The one line the load prints; the lab parses it back.
@@ -81,6 +94,10 @@ pub struct Spec {
     pub iodepth: usize,
     pub duration: Duration,
     pub blocks: u64,
+    /// io_uring: completions to wait for before resubmitting.
+    pub reap_min: usize,
+    /// io_uring: use a registered file and registered buffers.
+    pub registered: bool,
 }
 
 /// Running totals of one run.
@@ -119,15 +136,20 @@ pub fn run(args: &Args) -> Result<(), String> {
         iodepth: args.iodepth as usize,
         duration: Duration::from_secs_f64(args.seconds),
         blocks,
+        reap_min: args
+            .reap_min
+            .map_or((args.iodepth as usize / 4).max(1), |n| n as usize),
+        registered: !args.no_register,
     };
-    let mut hist = Histogram::new();
+    // Every job opens the file itself (its own FUSE file handle, as fio's jobs).
+    let mut files = vec![file];
+    for _ in 1..args.jobs {
+        files.push(open(args)?);
+    }
     let cpu0 = cpu_seconds();
     let started = std::time::Instant::now();
-    let totals = match args.engine {
-        Engine::Psync => psync::run(&file, &spec, &mut hist),
-        Engine::IoUring => uring::run(&file, &spec, &mut hist),
-    }
-    .map_err(|e| format!("{} on {}: {e}", args.rw.name(), args.file.display()))?;
+    let (totals, hist) = run_jobs(args.engine, &files, &spec)
+        .map_err(|e| format!("{} on {}: {e}", args.rw.name(), args.file.display()))?;
     let seconds = started.elapsed().as_secs_f64();
     let cpu_pct = cpu0
         .zip(cpu_seconds())
@@ -140,11 +162,54 @@ pub fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// One thread per file, all started together; their totals added, histograms merged.
+fn run_jobs(engine: Engine, files: &[File], spec: &Spec) -> std::io::Result<(Totals, Histogram)> {
+    let results: Vec<std::io::Result<(Totals, Histogram)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(job, file)| {
+                s.spawn(move || {
+                    let mut hist = Histogram::new();
+                    let totals = match engine {
+                        Engine::Psync => psync::run(file, spec, job, &mut hist),
+                        Engine::IoUring => uring::run(file, spec, job, &mut hist),
+                    }?;
+                    Ok((totals, hist))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("a load job panicked")))
+            })
+            .collect()
+    });
+    let mut totals = Totals::default();
+    let mut hist = Histogram::new();
+    for r in results {
+        let (t, h) = r?;
+        totals.ops += t.ops;
+        totals.bytes += t.bytes;
+        hist.merge(&h);
+    }
+    Ok((totals, hist))
+}
+
+/// Opens the target with O_DIRECT, or without it if it is a character device
+/// (/dev/zero, /dev/null: no page cache to bypass, and they refuse the flag).
 fn open(args: &Args) -> Result<File, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let char_device = std::fs::metadata(&args.file)
+        .map(|m| m.file_type().is_char_device())
+        .unwrap_or(false);
+    let flags = if char_device { 0 } else { libc::O_DIRECT };
     OpenOptions::new()
         .read(true)
         .write(args.rw.writes())
-        .custom_flags(libc::O_DIRECT)
+        .custom_flags(flags)
         .open(&args.file)
         .map_err(|e| format!("cannot open {} with O_DIRECT: {e}", args.file.display()))
 }
@@ -188,10 +253,14 @@ pub struct Offsets {
 }
 
 impl Offsets {
-    pub fn new(spec: &Spec) -> Offsets {
+    /// Job `job`'s offsets: its own random sequence, and sequential jobs start spread
+    /// over the file.
+    pub fn new(spec: &Spec, job: usize) -> Offsets {
+        let seed = u64::from(std::process::id()) ^ ((job as u64 + 1) << 32);
         Offsets {
-            state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(std::process::id()),
-            next_seq: 0,
+            // xorshift never leaves 0; the constant keeps the state non-zero.
+            state: 0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0xBF58_476D_1CE4_E5B9),
+            next_seq: (job as u64).wrapping_mul(spec.blocks / 8 + 1) % spec.blocks,
             blocks: spec.blocks,
             bs: spec.bs,
             random: spec.rw.random(),
@@ -225,12 +294,14 @@ mod tests {
             iodepth: 1,
             duration: Duration::from_secs(1),
             blocks,
+            reap_min: 1,
+            registered: true,
         }
     }
 
     #[test]
     fn random_offsets_are_aligned_in_range_and_spread() {
-        let mut o = Offsets::new(&spec(Rw::Randread, 1000));
+        let mut o = Offsets::new(&spec(Rw::Randread, 1000), 0);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..10_000 {
             let off = o.next();
@@ -244,7 +315,7 @@ mod tests {
     #[test]
     fn sequential_offsets_wrap() {
         for rw in [Rw::Write, Rw::Read] {
-            let mut o = Offsets::new(&spec(rw, 3));
+            let mut o = Offsets::new(&spec(rw, 3), 0);
             let got: Vec<u64> = (0..5).map(|_| o.next() / 4096).collect();
             assert_eq!(got, [0, 1, 2, 0, 1], "{rw:?}");
         }

@@ -9,12 +9,12 @@ use std::time::Instant;
 use super::{AlignedBuf, Offsets, Spec, Totals};
 use runtime::histogram::Histogram;
 
-pub fn run(file: &File, spec: &Spec, hist: &mut Histogram) -> io::Result<Totals> {
+pub fn run(file: &File, spec: &Spec, job: usize, hist: &mut Histogram) -> io::Result<Totals> {
     let mut buf = AlignedBuf::new(1, spec.bs as usize).map_err(io::Error::other)?;
     buf.fill_pattern();
     let bs = spec.bs as usize;
     let data = &mut buf.slot(0)[..bs];
-    let mut offsets = Offsets::new(spec);
+    let mut offsets = Offsets::new(spec, job);
     let mut totals = Totals::default();
     let start = Instant::now();
     let deadline = start + spec.duration;
