@@ -1,6 +1,9 @@
 //! The lab's rows: what is exported, where its bytes live, and who serves it.
 //!
-//! Why these five: `null` is the daemon's own cost (no backend), `file` a raw image on
+//! Why these six: `local` is the load's own ceiling (the same load, same buffers, same
+//! depth, on /dev/zero for reads and /dev/null for writes: no FUSE and no storage, so
+//! whatever it reaches is what the load can drive, and a FUSE row near it would be
+//! limited by the load, not the daemon), `null` is the daemon's own cost (no backend), `file` a raw image on
 //! tmpfs (a backend that is nearly free), and the three storage rows are what users run:
 //! one image, pre-filled, on a real file system ([`super::storage`]), exported buffered
 //! (`disk`, `corofuse mount -w IMG`) and with O_DIRECT (`disk-direct`, `mount -w
@@ -13,6 +16,10 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExportKind {
+    /// No FUSE, no storage: the load on /dev/zero (reads) or /dev/null (writes), opened
+    /// without O_DIRECT (character devices refuse it and have no page cache): the
+    /// load's own ceiling, for the null and file rows.
+    Local,
     /// null:1G: reads return zeroes, writes are dropped (the daemon's own cost).
     Null,
     /// A 1 GiB raw image on tmpfs, filled with non-zero data.
@@ -29,7 +36,8 @@ pub enum ExportKind {
 
 impl ExportKind {
     /// Table order.
-    pub const ALL: [ExportKind; 5] = [
+    pub const ALL: [ExportKind; 6] = [
+        ExportKind::Local,
         ExportKind::Null,
         ExportKind::File,
         ExportKind::Device,
@@ -39,6 +47,7 @@ impl ExportKind {
 
     pub fn name(self) -> &'static str {
         match self {
+            ExportKind::Local => "local",
             ExportKind::Null => "null",
             ExportKind::File => "file",
             ExportKind::Device => "device",
@@ -57,7 +66,7 @@ impl ExportKind {
 
     /// Whether a FUSE export sits between the load and the bytes.
     pub fn mounted(self) -> bool {
-        self != ExportKind::Device
+        !matches!(self, ExportKind::Device | ExportKind::Local)
     }
 
     /// Bytes the load spreads its I/O over.
@@ -69,7 +78,7 @@ impl ExportKind {
         }
     }
 
-    /// Who runs this row: the device row has no server; the others run corofuse, and
+    /// Who runs this row: the device and local rows have no server; the others run corofuse, and
     /// qemu-storage-daemon too with `--compare-qsd`.
     pub fn servers(self, compare_qsd: bool) -> Vec<Server> {
         if !self.mounted() {
@@ -89,7 +98,7 @@ impl ExportKind {
 pub enum Server {
     Corofuse,
     Qsd,
-    /// Nobody: the load opens the image itself (the device row).
+    /// Nobody: the load opens its target itself (the device and local rows).
     Bare,
 }
 
@@ -103,7 +112,16 @@ impl Server {
     }
 }
 
-/// Size of the null export and of the tmpfs image: 1 GiB.
+/// The local row's target: what the load opens instead of a mount.
+pub fn local_target(writes: bool) -> &'static str {
+    if writes {
+        "/dev/null"
+    } else {
+        "/dev/zero"
+    }
+}
+
+/// Size of the null export and of the tmpfs image (and the local row's offsets): 1 GiB.
 pub const EXPORT_SIZE: u64 = 1 << 30;
 
 /// Size of the image on real storage: 2 GiB. Larger than the caches that could still
@@ -125,6 +143,8 @@ mod tests {
             .collect();
         assert_eq!(storage, ["device", "disk", "disk-direct"]);
         assert_eq!(ExportKind::Device.servers(true), [Server::Bare]);
+        assert_eq!(ExportKind::Local.servers(true), [Server::Bare]);
+        assert!(!ExportKind::Local.on_storage() && !ExportKind::Local.mounted());
         assert_eq!(
             ExportKind::DiskDirect.servers(true),
             [Server::Corofuse, Server::Qsd]

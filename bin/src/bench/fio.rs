@@ -24,19 +24,21 @@ pub fn version() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Runs one workload against the first `size` bytes of `file` for `seconds`, pinned to
-/// `cpu` if given.
+/// Runs one workload with `jobs` fio jobs (reported as one) against the first `size`
+/// bytes of `file` for `seconds`, pinned to `cpu` if given.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     file: &Path,
     size: u64,
     w: &Workload,
+    jobs: u32,
     seconds: f64,
     cpu: Option<usize>,
     out: &Path,
     err: &Path,
 ) -> Result<LoadResult, String> {
     let mut cmd = Command::new("fio");
-    cmd.args(args(file, size, w, seconds));
+    cmd.args(args(file, size, w, jobs, seconds));
     let mut c = child::spawn_load(&mut cmd, cpu, out, err)?
         .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
     let timeout = Duration::from_secs_f64(seconds + 60.0);
@@ -50,13 +52,17 @@ pub fn run(
     parse(&stdout)
 }
 
-fn args(file: &Path, size: u64, w: &Workload, seconds: f64) -> Vec<String> {
-    vec![
+/// A character device (the local row's /dev/zero and /dev/null) refuses O_DIRECT and
+/// has no page cache: fio runs buffered there, as the built-in load does.
+fn args(file: &Path, size: u64, w: &Workload, jobs: u32, seconds: f64) -> Vec<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let char_device = std::fs::metadata(file).is_ok_and(|m| m.file_type().is_char_device());
+    let mut a = vec![
         "--name=corofuse-bench".into(),
         format!("--filename={}", file.display()),
         format!("--rw={}", w.rw.name()),
         format!("--bs={}", w.bs),
-        "--direct=1".into(),
+        format!("--direct={}", u8::from(!char_device)),
         format!("--ioengine={}", w.engine.name()),
         format!("--iodepth={}", w.iodepth),
         "--time_based".into(),
@@ -66,7 +72,12 @@ fn args(file: &Path, size: u64, w: &Workload, seconds: f64) -> Vec<String> {
         "--randrepeat=0".into(),
         "--lat_percentiles=1".into(),
         "--output-format=json".into(),
-    ]
+    ];
+    if jobs > 1 {
+        a.push(format!("--numjobs={jobs}"));
+        a.push("--group_reporting".into());
+    }
+    a
 }
 
 /// Parses fio's JSON output (possibly preceded by warnings) into the load's result.
@@ -202,7 +213,7 @@ mod tests {
 
     #[test]
     fn command_line() {
-        let a = args(Path::new("/m"), 1 << 30, &WORKLOADS[4], 2.5);
+        let a = args(Path::new("/m"), 1 << 30, &WORKLOADS[4], 1, 2.5);
         for want in [
             "--rw=write",
             "--bs=1048576",
@@ -213,6 +224,11 @@ mod tests {
             "--direct=1",
             "--output-format=json",
         ] {
+            assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
+        }
+        assert!(!a.iter().any(|x| x.starts_with("--numjobs")));
+        let a = args(Path::new("/dev/zero"), 1 << 30, &WORKLOADS[2], 2, 1.0);
+        for want in ["--direct=0", "--numjobs=2", "--group_reporting"] {
             assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
         }
     }

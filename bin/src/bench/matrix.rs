@@ -7,8 +7,9 @@
 //! runs independent (no state carried from a previous workload) and gives clean
 //! statistics, which are still taken as the difference of two SIGUSR1 snapshots around
 //! the load so that mounting and opening are not counted. Every run on the image on real
-//! storage starts with the image out of the page cache ([`storage::evict`]), and the
-//! `device` row runs the load on the image itself, with no daemon.
+//! storage starts with the image out of the page cache ([`storage::evict`]), the
+//! `device` row runs the load on the image itself, with no daemon, and the `local` row
+//! on /dev/zero or /dev/null ([`export::local_target`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -18,7 +19,7 @@ use serde::Serialize;
 
 use super::affinity;
 use super::daemon::{self, Daemon, Paths};
-use super::export::{ExportKind, Server};
+use super::export::{self, ExportKind, Server};
 use super::lab::Lab;
 use super::load::LoadResult;
 use super::plan::Plan;
@@ -96,7 +97,7 @@ fn image_of<'a>(
     storage: Option<&'a Image>,
 ) -> Result<Option<&'a Path>, String> {
     Ok(match export {
-        ExportKind::Null => None,
+        ExportKind::Null | ExportKind::Local => None,
         ExportKind::File => Some(lab.image().ok_or("the file row needs the tmpfs image")?),
         ExportKind::Device | ExportKind::Disk | ExportKind::DiskDirect => Some(
             storage
@@ -136,7 +137,10 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
     }
     let size = cell.export.size();
     if !cell.export.mounted() {
-        let target = image.ok_or("the device row needs an image")?;
+        let target = match cell.export {
+            ExportKind::Local => Path::new(export::local_target(cell.workload.rw.writes())),
+            _ => image.ok_or("the device row needs an image")?,
+        };
         return Ok(Run {
             load: load(plan, lab, target, size, &cell.workload)?,
             daemon_cpu_pct: None,
@@ -201,7 +205,7 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
             daemon::corofuse_command(&spec, &paths, &extra)?
         }
         Server::Qsd => qsd::command(cell.export, image.unwrap_or(Path::new("")), &paths)?,
-        Server::Bare => return Err("the device row has no daemon".into()),
+        Server::Bare => return Err("the rows without FUSE have no daemon".into()),
     };
     let name = match cell.server {
         Server::Corofuse => "corofuse mount",
@@ -231,7 +235,7 @@ fn load(
     let (out, err) = (lab.file("load.out"), lab.file("load.err"));
     let cpu = plan.placement.map(|p| p.load);
     if plan.fio {
-        return fio::run(target, size, w, plan.seconds, cpu, &out, &err);
+        return fio::run(target, size, w, plan.jobs, plan.seconds, cpu, &out, &err);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
     let mut cmd = Command::new(exe);
@@ -247,6 +251,7 @@ fn load(
             &w.iodepth.to_string(),
         ])
         .args(["--seconds", &plan.seconds.to_string()])
+        .args(["--jobs", &plan.jobs.to_string()])
         .args(["--size", &size.to_string()]);
     let mut c = child::spawn_load(&mut cmd, cpu, &out, &err)?
         .map_err(|e| format!("cannot start the load: {e}"))?;

@@ -1,7 +1,8 @@
 //! `corofuse bench`: the measurement lab. With no subcommand it mounts its own exports
 //! (null:1G, a 1 GiB raw image on tmpfs, and a 2 GiB pre-filled image on real storage,
 //! buffered and with O_DIRECT), drives each with a matrix of workloads from a separate
-//! process, runs the same workloads straight on the storage image as their ceiling, and
+//! process, runs the same workloads on /dev/zero and /dev/null (the load's own ceiling)
+//! and straight on the storage image (the disk's), and
 //! reports IOPS, bandwidth, latency, the ratio to that ceiling, and what each request
 //! cost the daemon (coroutine switches, SQEs, `io_uring_enter` calls, syscalls, CPU).
 //!
@@ -61,6 +62,9 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     args_conflicts_with_subcommands = true,
     after_help = "With no subcommand: run the lab (needs root and /dev/fuse). Its rows \
     (--only):\n  \
+    local         no FUSE: the same load on /dev/zero (reads) or /dev/null (writes), \
+    without O_DIRECT (they refuse it; no page cache): what the load itself can drive, \
+    the ceiling of null and file (--only local,null)\n  \
     null          null:1G, the daemon's own cost\n  \
     file          a 1 GiB raw image on tmpfs (--dir)\n  \
     device        a 2 GiB pre-filled image on real storage (--storage-dir), loaded \
@@ -72,9 +76,14 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     randread-psync-qd1, randwrite-psync-qd1   4 KiB, one blocking I/O at a time\n  \
     randread-uring-qd64, randwrite-uring-qd64 4 KiB, io_uring, 64 in flight\n  \
     write1m-uring-qd4                         1 MiB sequential writes, io_uring, 4 in flight\n\
-    By default null and file run these five and the three storage rows all but \
-    randwrite-psync-qd1: 22 runs, about 75 s. --workload NAME runs exactly the named \
-    workloads on every row; --only null,file leaves the storage rows out (~35 s).\n\n\
+    By default local, null and file run these five and the three storage rows all but \
+    randwrite-psync-qd1: 27 runs, about 95 s. --workload NAME runs exactly the named \
+    workloads on every row; --only null,file leaves the storage rows out (~50 s).\n\n\
+    The built-in load (io_uring) submits in batches: one io_uring_enter submits every \
+    I/O reaped since the last and waits for iodepth/4 completions (DEFER_TASKRUN), with \
+    a registered file and buffers; --jobs N runs N threads, each with its own file, \
+    ring and iodepth (fio: --numjobs N --group_reporting), reported as one row. \
+    load% is the load's CPU time / wall time.\n\n\
     The storage image is written once (about a second at 2 GB/s, 10-15 s on a hard \
     disk) and kept as DIR/corofuse-bench.raw with a .filled marker, reused while its \
     size matches; --refill-image writes it again, rm -r DIR removes it. tmpfs and \
@@ -132,6 +141,11 @@ struct LabArgs {
     /// Drive the matrix with fio instead of the built-in load
     #[arg(long)]
     fio: bool,
+    /// Load jobs per run, each with the workload's iodepth in flight (built-in: threads
+    /// with their own ring; fio: --numjobs), reported as one row
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    jobs: u32,
     /// Also run qemu-storage-daemon's FUSE export through each cell, interleaved with
     /// corofuse, and print corofuse/qsd ratios
     #[arg(long)]
@@ -234,6 +248,7 @@ fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
         seconds: plan.seconds,
         trials: plan.trials,
         load: if plan.fio { "fio" } else { "builtin" },
+        jobs: plan.jobs,
         compare_qsd: args.compare_qsd,
         exports: plan.exports(),
         workloads,

@@ -20,6 +20,8 @@ pub struct Plan {
     pub mount_opts: Vec<String>,
     pub placement: Option<Placement>,
     pub fio: bool,
+    /// Load jobs (threads or fio jobs), each with `iodepth` in flight.
+    pub jobs: u32,
     /// `--ring-replies` is among the mount options: replies are not syscalls.
     pub ring_replies: bool,
 }
@@ -76,11 +78,13 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
         mount_opts,
         placement: args.cpus.map(Placement::choose).transpose()?,
         fio: args.fio,
+        jobs: args.jobs,
     })
 }
 
-/// The rows for `--only`, in table order: all of them when none is named, and the
-/// `device` row whenever `disk` or `disk-direct` runs (their ratios divide by it).
+/// The rows for `--only`, in table order: all of them when none is named, the `device`
+/// row whenever `disk` or `disk-direct` runs (their ratios divide by it). The `local`
+/// row (the load's own ceiling) runs by default and when named: `--only local,null`.
 pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
     if only.is_empty() {
         return ExportKind::ALL.to_vec();
@@ -135,17 +139,22 @@ mod tests {
         let p = plan(&[]);
         let n = names(&p);
         let rows: Vec<&str> = n.iter().map(|r| r.0).collect();
-        assert_eq!(rows, ["null", "file", "device", "disk", "disk-direct"]);
+        assert_eq!(
+            rows,
+            ["local", "null", "file", "device", "disk", "disk-direct"]
+        );
         assert_eq!(n[0].1.len(), workload::DEFAULT_COUNT);
-        for r in &n[2..] {
+        for r in &n[3..] {
             assert_eq!(r.1, workload::STORAGE_DEFAULT, "{}", r.0);
         }
         assert!(p.on_storage());
-        assert_eq!(p.runs(), 2 * 5 + 3 * 4);
+        assert_eq!(p.runs(), 3 * 5 + 3 * 4);
         assert_eq!(
             plan(&["--compare-qsd", "--trials", "3"]).runs(),
-            3 * (2 * 5 * 2 + 4 + 2 * 4 * 2)
+            3 * (5 + 2 * 5 * 2 + 4 + 2 * 4 * 2)
         );
+        assert_eq!(p.jobs, 1);
+        assert_eq!(plan(&["--jobs", "2"]).jobs, 2);
         let defaults = parse(&[]).expect("parses");
         assert_eq!(defaults.storage_dir, Path::new(storage::DEFAULT_DIR));
         assert!(!defaults.refill_image);
@@ -157,6 +166,7 @@ mod tests {
             plan(args).rows.iter().map(|r| r.export.name()).collect()
         };
         assert_eq!(rows(&["--only", "null"]), ["null"]);
+        assert_eq!(rows(&["--only", "null,local"]), ["local", "null"]);
         assert!(!plan(&["--only", "null,file"]).on_storage());
         assert_eq!(rows(&["--only", "disk-direct"]), ["device", "disk-direct"]);
         assert_eq!(
@@ -183,7 +193,7 @@ mod tests {
 
     #[test]
     fn servers_per_row() {
-        let p = plan(&["--compare-qsd", "--only", "null,disk"]);
+        let p = plan(&["--compare-qsd", "--only", "null,disk,local"]);
         let servers: Vec<_> = p
             .rows
             .iter()
@@ -192,6 +202,7 @@ mod tests {
         assert_eq!(
             servers,
             [
+                (ExportKind::Local, vec![Server::Bare]),
                 (ExportKind::Null, vec![Server::Corofuse, Server::Qsd]),
                 (ExportKind::Device, vec![Server::Bare]),
                 (ExportKind::Disk, vec![Server::Corofuse, Server::Qsd]),

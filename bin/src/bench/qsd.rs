@@ -41,7 +41,7 @@ pub fn blockdev(export: ExportKind, image: &Path) -> Option<String> {
         )),
         ExportKind::File | ExportKind::Disk => Some(file),
         ExportKind::DiskDirect => Some(file + ",cache.direct=on"),
-        ExportKind::Device => None,
+        ExportKind::Device | ExportKind::Local => None,
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Options {
     pub trials: usize,
     /// "builtin" or "fio".
     pub load: &'static str,
+    /// Load jobs per run (threads or fio jobs).
+    pub jobs: u32,
     pub compare_qsd: bool,
     pub exports: Vec<ExportKind>,
     pub workloads: Vec<&'static str>,
@@ -235,7 +237,8 @@ pub(crate) mod sample {
         with_exports(compare, &[ExportKind::Null, ExportKind::File])
     }
 
-    /// The same with the storage rows too (device 40k IOPS, disk 30k, disk-direct 20k).
+    /// The same with the local row (400k IOPS) and the storage rows too (device 40k
+    /// IOPS, disk 30k, disk-direct 20k).
     pub fn with_storage(compare: bool) -> Report {
         with_exports(compare, &ExportKind::ALL)
     }
@@ -245,13 +248,14 @@ pub(crate) mod sample {
         for &export in exports {
             for w in &WORKLOADS[..3] {
                 let base = match export {
+                    ExportKind::Local => 400_000.0,
                     ExportKind::Null => 120_000.0,
                     ExportKind::File => 60_000.0,
                     ExportKind::Device => 40_000.0,
                     ExportKind::Disk => 30_000.0,
                     ExportKind::DiskDirect => 20_000.0,
                 };
-                if export == ExportKind::Device {
+                if !export.mounted() {
                     cells.push(Cell {
                         export,
                         workload: *w,
@@ -284,6 +288,7 @@ pub(crate) mod sample {
             seconds: 3.0,
             trials: 3,
             load: "builtin",
+            jobs: 1,
             compare_qsd: compare,
             exports: exports.to_vec(),
             workloads: WORKLOADS[..3].iter().map(|w| w.name).collect(),

@@ -281,10 +281,15 @@ mod tests {
         }
         let svg = render(&sample::with_storage(true));
         balanced(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
-        for want in ["device no FUSE", "disk corofuse", "disk-direct qsd"] {
+        for want in [
+            "local no FUSE",
+            "device no FUSE",
+            "disk corofuse",
+            "disk-direct qsd",
+        ] {
             assert!(svg.contains(want), "{want} missing");
         }
-        assert_eq!(svg.matches("<title>").count(), 3 * (4 * 2 + 1));
+        assert_eq!(svg.matches("<title>").count(), 3 * (4 * 2 + 2));
         assert!(balanced("<a><b></a></b>").is_err());
         assert!(balanced("<a>").is_err());
     }

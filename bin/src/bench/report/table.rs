@@ -87,6 +87,11 @@ fn header(r: &Report) -> String {
     } else {
         "built-in load"
     };
+    let load = if o.jobs > 1 {
+        format!("{load}, {} jobs", o.jobs)
+    } else {
+        load.to_string()
+    };
     let trials = if o.trials > 1 {
         format!("median of {} interleaved trials", o.trials)
     } else {
@@ -104,7 +109,10 @@ fn header(r: &Report) -> String {
     format!(
         "corofuse bench: {load} (O_DIRECT), {} s per run, {trials}; placement: {placement}\n\
          kernel {}, {} CPUs ({}), corofuse {}, extra mount options: {opts}\n\
-         cpu% = daemon CPU time / wall time (100 = one CPU). Per-request columns: the \
+         local = the same load on /dev/zero (reads) or /dev/null (writes), no FUSE: what \
+         the load itself can drive, the ceiling of null and file.\n\
+         cpu% = daemon CPU time / wall time (100 = one CPU); load% = the load's. \
+         Per-request columns: the \
          daemon's --stats, SIGUSR1 before and after the load, differenced.\n\
          co ns/req = sw/req x {:.1} ns: an ESTIMATE from the runtime_switch \
          micro-benchmark (one-way switch = half its round trip), not a measurement here.\n\
@@ -172,6 +180,7 @@ fn table(r: &Report) -> Table {
         "mean us",
         "p99 us",
         "cpu%",
+        "load%",
         "sw/req",
         "co ns/req",
         "sqe/req",
@@ -228,6 +237,7 @@ fn row(c: &CellReport, cols: Columns) -> Vec<String> {
         num(m.mean_us),
         num(m.p99_us),
         opt(m.daemon_cpu_pct),
+        opt(m.load_cpu_pct),
         opt(m.switches_per_request),
         opt(m.coroutine_ns_per_request),
         opt(m.sqes_per_request),
@@ -353,8 +363,14 @@ mod tests {
         // null and file rows leave the column empty: their IOPS is followed by MB/s.
         let null = find("null", "corofuse");
         assert!(!null.contains('x'), "{null}");
+        // The local row has no ratio to the device row.
+        let local = find("local", "no FUSE");
+        assert!(
+            !local.contains('x') && !local.contains("ceiling"),
+            "{local}"
+        );
         // 3 workloads: null, file, disk and disk-direct with corofuse, qsd and a ratio
-        // row each, device with one row.
-        assert_eq!(lines.len(), 1 + 4 * 3 * 3 + 3);
+        // row each, local and device with one row.
+        assert_eq!(lines.len(), 1 + 4 * 3 * 3 + 3 + 3);
     }
 }
