@@ -78,7 +78,7 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     write1m-uring-qd4                         1 MiB sequential writes, io_uring, 4 in flight\n\
     By default local, null and file run these five and the three storage rows all but \
     randwrite-psync-qd1: 27 runs, about 95 s. --workload NAME runs exactly the named \
-    workloads on every row; --only null,file leaves the storage rows out (~50 s).\n\n\
+    workloads on every row; --only null,file leaves the storage rows out (~35 s).\n\n\
     The built-in load (io_uring) submits in batches: one io_uring_enter submits every \
     I/O reaped since the last and waits for iodepth/4 completions (DEFER_TASKRUN), with \
     a registered file and buffers; --jobs N runs N threads, each with its own file, \
