@@ -70,7 +70,31 @@ pub struct Args {
     /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     cpus: Option<Cpus>,
+    /// How requests reach the loops: `dev` (reads of /dev/fuse) or `uring` (FUSE over
+    /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
+    /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...)
+    #[arg(long, default_value = "dev", value_parser = ["dev", "uring"])]
+    transport: String,
+    /// Ring entries per CPU queue with `--transport uring`
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    uring_depth: u16,
 }
+
+/// The dispatch as on the command line: the mode, plus the queues and transport if not the
+/// defaults, e.g. `coroutine --queues 2 --transport uring`.
+fn describe_dispatch(args: &Args) -> String {
+    let mut text = args.dispatch.to_string();
+    if args.queues > 1 {
+        text += &format!(" --queues {}", args.queues);
+    }
+    if args.transport != "dev" {
+        text += &format!(" --transport {}", args.transport);
+    }
+    text
+}
+
+/// The fuse module's switch for FUSE over io_uring.
+pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// A `--cpus` list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,6 +187,21 @@ impl Serving {
         self.args.poll_us * 1000
     }
 
+    /// Event loops (`--queues`).
+    pub fn queues(&self) -> usize {
+        usize::from(self.args.queues)
+    }
+
+    /// Whether requests come through FUSE over io_uring (`--transport uring`).
+    pub fn uring(&self) -> bool {
+        self.args.transport == "uring"
+    }
+
+    /// Ring entries per CPU queue.
+    pub fn uring_depth(&self) -> usize {
+        usize::from(self.args.uring_depth)
+    }
+
     /// The `--cpus` list (empty: no pinning).
     pub fn cpus(&self) -> &[usize] {
         self.args.cpus.as_ref().map_or(&[], |c| &c.0)
@@ -210,6 +249,23 @@ pub fn run(args: &Args) -> Result<(), String> {
         return Err("--growable needs --writable (-w)".into());
     }
     let queues = usize::from(args.queues);
+    let uring = args.transport == "uring";
+    if uring && args.dispatch != Dispatch::Coroutine {
+        return Err(format!(
+            "--transport uring needs --dispatch coroutine (not {})",
+            args.dispatch
+        ));
+    }
+    if uring {
+        let enabled = std::fs::read_to_string(ENABLE_URING).map(|v| v.trim() == "Y");
+        if !matches!(enabled, Ok(true)) {
+            return Err(format!(
+                "--transport uring: FUSE over io_uring is off ({ENABLE_URING} is {}); \
+                 enable it with `echo Y > {ENABLE_URING}` as root (Linux 6.14+), or use --transport dev",
+                enabled.map_or("missing".to_string(), |_| "N".to_string())
+            ));
+        }
+    }
     if let (Dispatch::Threads(n), true) = (args.dispatch, queues > 1) {
         return Err(format!(
             "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
@@ -232,6 +288,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let init = export.init_config(InitConfig {
         max_background: 256,
         congestion_threshold: 192,
+        io_uring: uring,
         ..InitConfig::new().with_system_limits()
     });
     let mount_options = MountOptions {
@@ -243,11 +300,17 @@ pub fn run(args: &Args) -> Result<(), String> {
     let (session, mount) =
         fuse::mount::mount(&args.mountpoint, &mount_options).map_err(|e| e.to_string())?;
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
+    if uring && !negotiated.has(fuse::abi::FUSE_OVER_IO_URING) {
+        return Err(format!(
+            "--transport uring: the kernel (FUSE 7.{}) did not offer FUSE over io_uring; use --transport dev",
+            negotiated.kernel_minor
+        ));
+    }
     log::info!(
         "exporting {} on {} ({} dispatch)",
         export.describe(),
         mount.path().display(),
-        args.dispatch
+        describe_dispatch(args)
     );
     if let Some(path) = &args.pidfile {
         std::fs::write(path, format!("{}\n", std::process::id()))
@@ -286,10 +349,7 @@ fn write_stats(
 ) {
     let stats = Stats {
         image: &args.image,
-        dispatch: match args.queues {
-            1 => args.dispatch.to_string(),
-            n => format!("{} --queues {n}", args.dispatch),
-        },
+        dispatch: describe_dispatch(args),
         runtime,
         queue,
         backend,

@@ -28,14 +28,18 @@ use fuse::dev::FuseDev;
 use image_export::Export;
 use runtime::{Co, Config, CounterSnapshot, Runtime};
 use transport::accounting::Accounting;
+use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::{FileSystem, Queue, QueueConfig, QueueStats};
 
-use crate::mount::{Served, Serving};
+use crate::mount::{Served as Outcome, Serving};
 use crate::serve_threads::wait_signal;
 
 /// What one loop reports: on request (SIGUSR1) and when it ends.
 struct LoopReport {
     index: usize,
+    /// No request is being served: the /dev/fuse queue has finished (after a stop) and no
+    /// ring entry holds a request.
+    settled: bool,
     runtime: CounterSnapshot,
     queue: QueueStats,
     accounting: Accounting,
@@ -48,6 +52,8 @@ struct Control {
     kick: OwnedFd,
     stop: AtomicBool,
     snapshot: AtomicBool,
+    /// Set by the loop once it has acted on `stop` (only that loop touches it).
+    stopped: AtomicBool,
 }
 
 impl Control {
@@ -62,6 +68,7 @@ impl Control {
             kick: unsafe { OwnedFd::from_raw_fd(fd) },
             stop: AtomicBool::new(false),
             snapshot: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -80,7 +87,10 @@ impl Control {
 /// Everything a loop thread needs.
 struct LoopSetup {
     index: usize,
+    loops: usize,
     dev: FuseDev,
+    /// With `--transport uring`: the fd the ring entries use, and their depth.
+    ring: Option<(FuseDev, usize)>,
     export: Arc<Export>,
     max_write: u32,
     queue: QueueConfig,
@@ -90,7 +100,7 @@ struct LoopSetup {
     snapshots: Sender<LoopReport>,
 }
 
-pub fn serve(serving: Serving, queues: usize) -> Served {
+pub fn serve(serving: Serving, queues: usize) -> Outcome {
     let (snapshots, reports) = mpsc::channel();
     let mut loops = Vec::with_capacity(queues);
     for index in 0..queues {
@@ -99,7 +109,7 @@ pub fn serve(serving: Serving, queues: usize) -> Served {
             Err(e) => {
                 stop_all(&loops);
                 let _ = finish(loops);
-                return Served::failed(format!("starting event loop {index}: {e}"));
+                return Outcome::failed(format!("starting event loop {index}: {e}"));
             }
         }
     }
@@ -114,6 +124,9 @@ pub fn serve(serving: Serving, queues: usize) -> Served {
             Some(signo) => {
                 log::info!("signal {signo}: finishing the requests in flight, then unmounting");
                 stop_all(&loops);
+                if serving.uring() {
+                    return settle_and_leave(&serving, &loops, &reports);
+                }
                 break;
             }
             None => {}
@@ -123,7 +136,7 @@ pub fn serve(serving: Serving, queues: usize) -> Served {
     let fs = &serving.export;
     log::info!("no request left in flight; flushing {}", fs.describe());
     let flushed = fs.flush(&Ctx::Blocking).map_err(|e| e.to_string());
-    Served {
+    Outcome {
         result: result.and(flushed),
         runtime: merged.runtime,
         queue: merged.queue,
@@ -133,6 +146,40 @@ pub fn serve(serving: Serving, queues: usize) -> Served {
 }
 
 type Started = (JoinHandle<Result<LoopReport, String>>, Arc<Control>);
+
+/// The stop of `--transport uring`: ring entries cannot be cancelled, so the loops keep
+/// running until the unmount (or the process exit) ends them. Waits until no loop serves a
+/// request, flushes, and returns the last snapshot; the caller unmounts and the process
+/// exits, which closes the rings.
+fn settle_and_leave(
+    serving: &Serving,
+    loops: &[Started],
+    reports: &Receiver<LoopReport>,
+) -> Outcome {
+    let started = std::time::Instant::now();
+    let (merged, per_queue) = loop {
+        let (merged, per_queue) = snapshot(loops, reports);
+        if merged.settled && per_queue.len() == loops.len() {
+            break (merged, per_queue);
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            log::warn!("requests still in flight after 10 s; unmounting anyway");
+            break (merged, per_queue);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Give the last commits one turn of their loops to reach the kernel.
+    std::thread::sleep(Duration::from_millis(10));
+    let fs = &serving.export;
+    log::info!("no request left in flight; flushing {}", fs.describe());
+    Outcome {
+        result: fs.flush(&Ctx::Blocking).map_err(|e| e.to_string()),
+        runtime: merged.runtime,
+        queue: merged.queue,
+        ops: merged.accounting.report(),
+        per_queue,
+    }
+}
 
 fn start_loop(
     serving: &Serving,
@@ -145,15 +192,22 @@ fn start_loop(
         .clone_queue(true)
         .map_err(|e| io::Error::new(e.kind(), format!("cloning the /dev/fuse queue: {e}")))?;
     let cpus = serving.cpus();
+    let ring = match serving.uring() {
+        true => Some((serving.session.clone_queue(true)?, serving.uring_depth())),
+        false => None,
+    };
     let setup = LoopSetup {
         index,
+        loops: serving.queues(),
         dev,
+        ring,
         export: Arc::clone(&serving.export),
         max_write: serving.max_write,
         queue: serving.queue_config(),
         runtime: Config {
             poll_ns: serving.poll_ns(),
             account: serving.accounting(),
+            sqe128: serving.uring(),
             ..Config::default()
         },
         cpu: (!cpus.is_empty()).then(|| cpus[index % cpus.len()]),
@@ -220,6 +274,7 @@ impl LoopReport {
     fn empty() -> LoopReport {
         LoopReport {
             index: 0,
+            settled: true,
             runtime: CounterSnapshot::default(),
             queue: QueueStats::default(),
             accounting: Accounting::default(),
@@ -227,17 +282,42 @@ impl LoopReport {
     }
 
     fn add(&mut self, other: &LoopReport) {
+        self.settled &= other.settled;
         self.runtime.add(&other.runtime);
         self.queue.add(&other.queue);
         self.accounting.merge(&other.accounting);
     }
 
-    fn of(index: usize, co: &Co<'_>, queue: &Queue<Export>) -> LoopReport {
+    fn of(index: usize, co: &Co<'_>, served: &Served) -> LoopReport {
+        let mut queue = served.queue.stats();
+        if let Some(ring) = &served.ring {
+            queue.add(&ring.stats());
+        }
+        let settled =
+            served.queue.is_finished() && served.ring.as_ref().is_none_or(|r| r.is_settled());
         LoopReport {
             index,
+            settled,
             runtime: co.counters(),
-            queue: queue.stats(),
-            accounting: queue.accounting_copy(),
+            queue,
+            accounting: served.queue.accounting_copy(),
+        }
+    }
+}
+
+/// What one loop serves: its /dev/fuse queue and, with `--transport uring`, its ring
+/// entries.
+#[derive(Clone)]
+struct Served {
+    queue: Rc<Queue<Export>>,
+    ring: Option<Rc<RingQueues<Export>>>,
+}
+
+impl Served {
+    fn stop(&self, co: &Co<'_>) {
+        self.queue.stop(co);
+        if let Some(ring) = &self.ring {
+            ring.stop();
         }
     }
 }
@@ -250,21 +330,47 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
             .map_err(|e| format!("loop {index}: pinning to CPU {cpu}: {e}"))?;
     }
     let rt = Runtime::new(setup.runtime).map_err(|e| format!("loop {index}: {e}"))?;
+    let ring = setup.ring.map(|(dev, depth)| {
+        let config = RingConfig {
+            depth,
+            max_write: setup.max_write,
+        };
+        RingQueues::new(dev, Arc::clone(&setup.export), config)
+    });
     let queue = Queue::new(setup.dev, setup.export, setup.max_write, setup.queue);
     let (control, snapshots) = (setup.control, setup.snapshots);
-    let q = Rc::clone(&queue);
+    let (q, r, loops) = (Rc::clone(&queue), ring.clone(), setup.loops);
     let report = rt
         .block_on(move |co| -> io::Result<LoopReport> {
             q.start(co)?;
+            if let Some(ring) = &r {
+                let qids = (0..possible_cpus()).filter(|cpu| cpu % loops == index);
+                ring.start(co, qids.map(|cpu| cpu as u16))?;
+            }
+            let served = Served {
+                queue: Rc::clone(&q),
+                ring: r.clone(),
+            };
             let watcher = {
-                let q = Rc::clone(&q);
+                let served = served.clone();
                 co.spawn_named("control", move |co| {
-                    watch_control(co, index, &q, &control, &snapshots)
+                    watch_control(co, index, &served, &control, &snapshots)
                 })?
             };
+            let mut failure = None;
+            if let Some(ring) = &r {
+                // Entries end at stop or unmount; if they died, nothing would serve the
+                // requests the kernel queues for them: stop this loop too.
+                ring.wait_finished(co);
+                failure = ring.failure();
+                q.stop(co);
+            }
             q.wait_finished(co);
             co.cancel_io(watcher)?;
-            Ok(LoopReport::of(index, co, &q))
+            match failure {
+                Some(why) => Err(io::Error::other(why)),
+                None => Ok(LoopReport::of(index, co, &served)),
+            }
         })
         .map_err(|e| format!("loop {index}: {e}"))?
         .map_err(|e| format!("loop {index}: {e}"))?;
@@ -279,7 +385,7 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
 fn watch_control(
     co: &Co<'_>,
     index: usize,
-    queue: &Queue<Export>,
+    served: &Served,
     control: &Control,
     snapshots: &Sender<LoopReport>,
 ) {
@@ -297,11 +403,15 @@ fn watch_control(
         // EAGAIN (already drained) is harmless.
         unsafe { libc::read(control.kick.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
         if control.snapshot.swap(false, Ordering::SeqCst) {
-            let _ = snapshots.send(LoopReport::of(index, co, queue));
+            let _ = snapshots.send(LoopReport::of(index, co, served));
         }
-        if control.stop.load(Ordering::SeqCst) {
-            queue.stop(co);
-            return;
+        if control.stop.load(Ordering::SeqCst) && !control.stopped.swap(true, Ordering::SeqCst) {
+            served.stop(co);
+            if served.ring.is_none() {
+                return;
+            }
+            // With ring entries the loop goes on until the unmount: keep answering the
+            // main thread's snapshots, which tell it when no request is left in flight.
         }
     }
 }

@@ -30,6 +30,8 @@ pub enum Dispatch {
     Threads(u16),
     /// `coroutine` on `--queues N` event loops, each with its own clone of the /dev/fuse fd.
     Queues(u16),
+    /// `coroutine` with `--transport uring` (FUSE over io_uring, 4 entries per CPU).
+    Uring,
 }
 
 impl Dispatch {
@@ -41,11 +43,12 @@ impl Dispatch {
     pub const QUEUES: Dispatch = Dispatch::Queues(2);
 
     /// Every mode, as the generated tests run them.
-    pub const ALL: [Dispatch; 4] = [
+    pub const ALL: [Dispatch; 5] = [
         Dispatch::Coroutine,
         Dispatch::Inline,
         Dispatch::THREADS,
         Dispatch::QUEUES,
+        Dispatch::Uring,
     ];
 
     /// The mode's name, as in the generated test names: `coroutine`, `inline`, `threads`,
@@ -56,6 +59,7 @@ impl Dispatch {
             Dispatch::Inline => "inline",
             Dispatch::Threads(_) => "threads",
             Dispatch::Queues(_) => "queues",
+            Dispatch::Uring => "uring",
         }
     }
 
@@ -63,7 +67,7 @@ impl Dispatch {
     pub fn arg(self) -> String {
         match self {
             Dispatch::Threads(n) => format!("threads:{n}"),
-            Dispatch::Queues(_) => "coroutine".to_string(),
+            Dispatch::Queues(_) | Dispatch::Uring => "coroutine".to_string(),
             mode => mode.name().to_string(),
         }
     }
@@ -72,8 +76,12 @@ impl Dispatch {
     /// `--queues N`.
     pub fn args(self) -> Vec<String> {
         let mut args = vec!["--dispatch".to_string(), self.arg()];
-        if let Dispatch::Queues(n) = self {
-            args.extend(["--queues".to_string(), n.to_string()]);
+        match self {
+            Dispatch::Queues(n) => args.extend(["--queues".to_string(), n.to_string()]),
+            Dispatch::Uring => {
+                args.extend(["--transport", "uring", "--uring-depth", "4"].map(String::from))
+            }
+            _ => {}
         }
         args
     }
@@ -124,6 +132,7 @@ fn parse(item: &str) -> Option<Dispatch> {
         "inline" => Some(Dispatch::Inline),
         "threads" => Some(Dispatch::THREADS),
         "queues" => Some(Dispatch::QUEUES),
+        "uring" => Some(Dispatch::Uring),
         _ => {
             let (make, n): (fn(u16) -> Dispatch, _) = match item.split_once(':')? {
                 ("threads", n) => (Dispatch::Threads, n),
@@ -143,6 +152,14 @@ pub fn run(test: fn(Dispatch), mode: Dispatch) {
         return;
     }
     if let Some(mode) = mode.selected() {
+        // FUSE over io_uring needs the fuse module's switch on for the test's run.
+        let _uring = match mode {
+            Dispatch::Uring => match crate::uring::EnableUring::acquire() {
+                Ok(guard) => Some(guard),
+                Err(why) => return report_skip(&format!("--transport uring: {why}")),
+            },
+            _ => None,
+        };
         test(mode);
     }
 }
@@ -178,8 +195,11 @@ macro_rules! dispatch_tests {
     (@mode queues) => {
         $crate::dispatch::Dispatch::QUEUES
     };
+    (@mode uring) => {
+        $crate::dispatch::Dispatch::Uring
+    };
     ($name:ident) => {
-        $crate::dispatch_tests!($name [coroutine, inline, threads, queues]);
+        $crate::dispatch_tests!($name [coroutine, inline, threads, queues, uring]);
     };
     ($name:ident [$($(#[$attr:meta])* $mode:ident),+ $(,)?]) => {
         mod $name {
@@ -208,7 +228,13 @@ mod tests {
         let args: Vec<String> = Dispatch::ALL.iter().map(|m| m.to_string()).collect();
         assert_eq!(
             args,
-            ["coroutine", "inline", "threads:4", "coroutine --queues 2"]
+            [
+                "coroutine",
+                "inline",
+                "threads:4",
+                "coroutine --queues 2",
+                "coroutine --transport uring --uring-depth 4"
+            ]
         );
         for mode in Dispatch::ALL {
             assert_eq!(

@@ -47,6 +47,7 @@ pub mod mountinfo;
 pub mod require;
 pub mod sandbox;
 pub mod sys;
+pub mod uring;
 
 use std::fmt::Debug;
 use std::io;

@@ -188,3 +188,32 @@ fn mount_error_bad_queues_or_cpus() {
         assert_setup_error(&sandbox, image.as_os_str(), &mnt, args, words);
     }
 }
+
+/// `--transport uring` needs the fuse module's `enable_uring` (it says how to turn it on)
+/// and the coroutine dispatch.
+#[test]
+fn mount_error_uring_unavailable_or_wrong_dispatch() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = image(&sandbox);
+    let mnt = sandbox.mountpoint("mnt");
+    let off = corofuse_tests::uring::with_enable_uring("N", || {
+        assert_setup_error(
+            &sandbox,
+            image.as_os_str(),
+            &mnt,
+            &["--transport", "uring"],
+            &["--transport uring", "enable_uring", "echo Y"],
+        )
+    });
+    if let Err(why) = off {
+        corofuse_tests::require::report_skip(&format!("cannot switch enable_uring: {why}"));
+    }
+    assert_setup_error(
+        &sandbox,
+        image.as_os_str(),
+        &mnt,
+        &["--transport", "uring", "--dispatch", "inline"],
+        &["--transport uring", "coroutine", "inline"],
+    );
+}

@@ -138,6 +138,15 @@ fn work<F: FileSystem>(
             }
         };
         stats.requests += 1;
+        if let Some(shared) = shared {
+            // Counted before the reply, so that a snapshot taken once the client has its
+            // answer includes the request.
+            shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .stats
+                .requests += 1;
+        }
         let started = account.then(Instant::now);
         let opcode = header_of(buf.request(n)).map_or(0, |h| h.opcode);
         let (request, data) = buf.parts(n);
@@ -154,7 +163,6 @@ fn work<F: FileSystem>(
             };
             accounting.record(&sample);
             let mut totals = shared.lock().unwrap_or_else(|e| e.into_inner());
-            totals.stats.requests += 1;
             totals.stats.record(&served);
             totals.accounting.record(&sample);
         }

@@ -98,6 +98,27 @@ impl RequestBuf {
     }
 }
 
+/// A page-aligned buffer of whole pages: the payload buffer of a FUSE-over-io_uring ring
+/// entry (WRITE data arrives there, READ replies are built there, both page-aligned).
+pub struct PageBuf(Box<[Page]>);
+
+impl PageBuf {
+    /// At least `len` zeroed bytes, rounded up to whole pages.
+    pub fn new(len: usize) -> PageBuf {
+        PageBuf(<[Page]>::new_box_zeroed_with_elems(len.div_ceil(DATA_ALIGN)).expect("allocation"))
+    }
+
+    /// The buffer as bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// The buffer as bytes, to fill.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.0.as_mut_bytes()
+    }
+}
+
 /// A free list; grows to the high-water mark of buffers in use, then reuses them.
 pub struct Pool<T> {
     free: RefCell<Vec<T>>,

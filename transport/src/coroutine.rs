@@ -129,7 +129,8 @@ impl<F: FileSystem> Queue<F> {
         }
     }
 
-    fn is_finished(&self) -> bool {
+    /// Whether the queue has no reader and no request left (after a stop, or unmounted).
+    pub fn is_finished(&self) -> bool {
         self.live_readers.get() == 0 && self.in_flight.get() == 0
     }
 

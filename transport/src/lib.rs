@@ -11,13 +11,14 @@
 //! session's, or a clone from `FUSE_DEV_IOC_CLONE`) served by one event loop; every queue
 //! shares the file system. The transports: [`coroutine`] (requests read through the loop's
 //! io_uring, one coroutine per request, or `inline` on the loop) and [`blocking`] (worker
-//! threads, libfuse's model). FUSE over io_uring plugs in beside them, with the same
-//! buffers and [`FileSystem::handle`].
+//! threads, libfuse's model) and [`uring`] (FUSE over io_uring: per-CPU queues of ring
+//! entries on the loop's own ring), all with the same [`FileSystem::handle`].
 //!
 //! Layout: [`service`] (the [`FileSystem`] seam), [`dispatch`] (one request: decode,
 //! handle, reply), [`buffers`] (request buffers whose WRITE data and READ replies are
-//! page-aligned), [`coroutine`] and [`blocking`] (the transports), [`accounting`] (per
-//! opcode: wait, I/O, CPU, switches, SQEs, syscalls).
+//! page-aligned), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
+//! of the last in `uring_cmd`), [`accounting`] (per opcode: wait, I/O, CPU, switches,
+//! SQEs, syscalls).
 #![warn(missing_docs)]
 
 pub mod accounting;
@@ -26,6 +27,8 @@ pub mod buffers;
 pub mod coroutine;
 pub mod dispatch;
 pub mod service;
+pub mod uring;
+mod uring_cmd;
 
 pub use coroutine::{Queue, QueueConfig};
 pub use dispatch::QueueStats;
