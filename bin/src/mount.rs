@@ -64,9 +64,11 @@ pub struct Args {
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
     poll_us: u64,
     /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
-    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-    queues: u16,
+    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. Default: with
+    /// coroutine dispatch, one per CPU this process may run on (at most 8), loop i pinned to
+    /// the i-th of them (measured best: BENCHMARKS.md); with inline dispatch, 1
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    queues: Option<u16>,
     /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     cpus: Option<Cpus>,
@@ -80,12 +82,32 @@ pub struct Args {
     uring_depth: u16,
 }
 
+/// Most loops the default `--queues` starts.
+const MAX_DEFAULT_QUEUES: usize = 8;
+
+/// The loops to run and the CPUs to pin them to: `--queues`/`--cpus` as given, else the
+/// default (see `Args::queues`).
+fn plan_loops(args: &Args) -> (usize, Vec<usize>) {
+    let given = args.cpus.as_ref().map(|c| c.0.clone());
+    match (args.queues, args.dispatch) {
+        (Some(n), _) => (usize::from(n), given.unwrap_or_default()),
+        (None, Dispatch::Coroutine) => {
+            let mut allowed = crate::bench::allowed_cpus().unwrap_or_default();
+            allowed.truncate(MAX_DEFAULT_QUEUES);
+            let n = allowed.len().max(1);
+            (n, given.unwrap_or(if n > 1 { allowed } else { Vec::new() }))
+        }
+        (None, _) => (1, given.unwrap_or_default()),
+    }
+}
+
 /// The dispatch as on the command line: the mode, plus the queues and transport if not the
 /// defaults, e.g. `coroutine --queues 2 --transport uring`.
 fn describe_dispatch(args: &Args) -> String {
     let mut text = args.dispatch.to_string();
-    if args.queues > 1 {
-        text += &format!(" --queues {}", args.queues);
+    let (queues, _) = plan_loops(args);
+    if queues > 1 {
+        text += &format!(" --queues {queues}");
     }
     if args.transport != "dev" {
         text += &format!(" --transport {}", args.transport);
@@ -187,9 +209,9 @@ impl Serving {
         self.args.poll_us * 1000
     }
 
-    /// Event loops (`--queues`).
+    /// Event loops (`--queues`, or the default).
     pub fn queues(&self) -> usize {
-        usize::from(self.args.queues)
+        plan_loops(&self.args).0
     }
 
     /// Whether requests come through FUSE over io_uring (`--transport uring`).
@@ -202,9 +224,9 @@ impl Serving {
         usize::from(self.args.uring_depth)
     }
 
-    /// The `--cpus` list (empty: no pinning).
-    pub fn cpus(&self) -> &[usize] {
-        self.args.cpus.as_ref().map_or(&[], |c| &c.0)
+    /// The CPUs to pin the loops to, loop i to the i-th (empty: no pinning).
+    pub fn cpus(&self) -> Vec<usize> {
+        plan_loops(&self.args).1
     }
 
     /// Writes `--stats`, if asked for.
@@ -248,7 +270,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
     }
-    let queues = usize::from(args.queues);
+    let (queues, _) = plan_loops(args);
     let uring = args.transport == "uring";
     if uring && args.dispatch != Dispatch::Coroutine {
         return Err(format!(
@@ -266,7 +288,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             ));
         }
     }
-    if let (Dispatch::Threads(n), true) = (args.dispatch, queues > 1) {
+    if let (Dispatch::Threads(n), Some(2..)) = (args.dispatch, args.queues) {
         return Err(format!(
             "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
         ));

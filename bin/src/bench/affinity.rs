@@ -86,7 +86,7 @@ pub fn pin_process(pid: u32, cpu: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn allowed_cpus() -> io::Result<Vec<usize>> {
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a writable cpu_set_t of the size passed.
