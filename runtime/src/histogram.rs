@@ -3,8 +3,8 @@
 //!
 //! Why this shape: both record one value per I/O, up to a few hundred thousand a second,
 //! so recording must not allocate and must cost a few instructions. Each power
-//! of two is split into [`SUB`] linear buckets (as in HdrHistogram), which bounds the
-//! relative error of a percentile to 1/[`SUB`] (about 3%) from 1 ns to `u64::MAX` ns with
+//! of two is split into `SUB` linear buckets (as in HdrHistogram), which bounds the
+//! relative error of a percentile to 1/`SUB` (about 3%) from 1 ns to `u64::MAX` ns with
 //! 1,920 counters. Values below `2 * SUB` ns land in buckets one nanosecond wide, so
 //! they are exact. Count, sum, min and max are kept exactly on the side.
 

@@ -250,7 +250,7 @@ impl<F: FileSystem> RingQueues<F> {
                 h.opcode,
                 h.len
             );
-            return finish(header, payload, &Reply::error(h.unique, Errno::EIO), 0);
+            return refuse(header, h.unique);
         };
         let fixed = size_of::<fuse_in_header>() + arg_len;
         let small = small.as_mut_bytes();
@@ -270,7 +270,7 @@ impl<F: FileSystem> RingQueues<F> {
         } else {
             if fixed + payload_sz > small.len() {
                 log::warn!("ring request {} of {} bytes is too large", h.unique, h.len);
-                return finish(header, payload, &Reply::error(h.unique, Errno::EIO), 0);
+                return refuse(header, h.unique);
             }
             small[fixed..fixed + payload_sz].copy_from_slice(&payload.bytes()[..payload_sz]);
             let data: &mut [u8] = match self.fs.needs_data_buffer(h.opcode) {
@@ -350,13 +350,9 @@ fn write_header(header: &mut fuse_uring_req_header, out: &fuse_out_header, paylo
     header.ring_ent_in_out.payload_sz = payload_sz as u32;
 }
 
-/// Leaves `reply` (an error or empty reply, no arguments) in the entry.
-fn finish(
-    header: &mut fuse_uring_req_header,
-    _payload: &mut PageBuf,
-    reply: &Reply<'_>,
-    n: usize,
-) -> Served {
-    write_header(header, reply.header(), n);
+/// Leaves an EIO reply to `unique` (no arguments) in the entry, for a request it could
+/// not take.
+fn refuse(header: &mut fuse_uring_req_header, unique: u64) -> Served {
+    write_header(header, Reply::error(unique, Errno::EIO).header(), 0);
     Served::Malformed
 }
