@@ -290,8 +290,10 @@ impl LoopReport {
 
     fn of(index: usize, co: &Co<'_>, served: &Served) -> LoopReport {
         let mut queue = served.queue.stats();
+        let mut accounting = served.queue.accounting_copy();
         if let Some(ring) = &served.ring {
             queue.add(&ring.stats());
+            accounting.merge(&ring.accounting_copy());
         }
         let settled =
             served.queue.is_finished() && served.ring.as_ref().is_none_or(|r| r.is_settled());
@@ -300,7 +302,7 @@ impl LoopReport {
             settled,
             runtime: co.counters(),
             queue,
-            accounting: served.queue.accounting_copy(),
+            accounting,
         }
     }
 }
@@ -334,6 +336,7 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
         let config = RingConfig {
             depth,
             max_write: setup.max_write,
+            account: setup.queue.account,
         };
         RingQueues::new(dev, Arc::clone(&setup.export), config)
     });

@@ -264,6 +264,9 @@ fn mount_stats_at_exit(mode: Dispatch) {
     let replies = counter(&last, "queue", "replies");
     assert!(requests >= 3 * READS, "{requests} requests: {last}");
     assert!(replies >= 3 * READS, "{replies} replies: {last}");
+    // Per-opcode accounting comes from every transport.
+    let opens = last["ops"]["OPEN"]["count"].as_u64().unwrap_or(0);
+    assert!(opens >= READS, "{opens} OPENs accounted: {last}");
     let spawned = counter(&last, "runtime", "spawned");
     match mode {
         Dispatch::Coroutine | Dispatch::Queues(_) => {

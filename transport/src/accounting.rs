@@ -9,7 +9,9 @@
 //! histograms of an opcode are allocated the first time it is seen, never per request.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use runtime::{Co, CoStats};
 
 use runtime::histogram::{Histogram, Summary};
 use serde::Serialize;
@@ -138,6 +140,44 @@ impl Accounting {
             );
         }
         out
+    }
+}
+
+/// Times one request on its coroutine (see the module docs).
+pub(crate) struct RequestClock {
+    opcode: u32,
+    started: Instant,
+    wait: Duration,
+    before: CoStats,
+}
+
+impl RequestClock {
+    pub(crate) fn start(co: &Co<'_>, opcode: u32) -> RequestClock {
+        let started = Instant::now();
+        let wait = co
+            .reaped_at()
+            .map_or(Duration::ZERO, |t| started.saturating_duration_since(t));
+        RequestClock {
+            opcode,
+            started,
+            wait,
+            before: co.stats(),
+        }
+    }
+
+    /// The sample, counting the read that delivered the request (one SQE, and the resume
+    /// and final switch of its coroutine) and `syscalls` direct /dev/fuse calls.
+    pub(crate) fn finish(self, co: &Co<'_>, syscalls: u32) -> Sample {
+        let now = co.stats();
+        Sample {
+            opcode: self.opcode,
+            wait: self.wait,
+            io: now.io_wait.saturating_sub(self.before.io_wait),
+            total: self.started.elapsed() + self.wait,
+            switches: 2 + 2 * (now.suspends - self.before.suspends),
+            sqes: 1 + now.sqes - self.before.sqes,
+            syscalls,
+        }
     }
 }
 

@@ -21,12 +21,11 @@ use std::collections::BTreeMap;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use backend::Ctx;
-use runtime::{Co, CoStats, TaskId, WaitQueue};
+use runtime::{Co, TaskId, WaitQueue};
 
-use crate::accounting::{Accounting, OpReport, Sample};
+use crate::accounting::{Accounting, OpReport, RequestClock};
 use crate::buffers::{Buffers, RequestBuf};
 use crate::dispatch::{serve_request, QueueStats, Served};
 use crate::FileSystem;
@@ -287,43 +286,5 @@ impl<F: FileSystem> Queue<F> {
         });
         self.stats.borrow_mut().record(&served);
         served
-    }
-}
-
-/// Times one request on its coroutine (see [`crate::accounting`]).
-struct RequestClock {
-    opcode: u32,
-    started: Instant,
-    wait: Duration,
-    before: CoStats,
-}
-
-impl RequestClock {
-    fn start(co: &Co<'_>, opcode: u32) -> RequestClock {
-        let started = Instant::now();
-        let wait = co
-            .reaped_at()
-            .map_or(Duration::ZERO, |t| started.saturating_duration_since(t));
-        RequestClock {
-            opcode,
-            started,
-            wait,
-            before: co.stats(),
-        }
-    }
-
-    /// The sample, counting the read that delivered the request (one SQE, and the resume
-    /// and final switch of its coroutine) and `syscalls` direct /dev/fuse calls.
-    fn finish(self, co: &Co<'_>, syscalls: u32) -> Sample {
-        let now = co.stats();
-        Sample {
-            opcode: self.opcode,
-            wait: self.wait,
-            io: now.io_wait.saturating_sub(self.before.io_wait),
-            total: self.started.elapsed() + self.wait,
-            switches: 2 + 2 * (now.suspends - self.before.suspends),
-            sqes: 1 + now.sqes - self.before.sqes,
-            syscalls,
-        }
     }
 }

@@ -39,6 +39,7 @@ use fuse::{Errno, Reply, Request};
 use runtime::{Co, WaitQueue};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+use crate::accounting::{Accounting, RequestClock};
 use crate::buffers::PageBuf;
 use crate::dispatch::{QueueStats, Served};
 use crate::uring_cmd::uring_cmd;
@@ -56,6 +57,8 @@ pub struct RingConfig {
     pub depth: usize,
     /// The negotiated `max_write`: the payload buffers' size.
     pub max_write: u32,
+    /// Per-request accounting per opcode, as [`crate::QueueConfig::account`].
+    pub account: bool,
 }
 
 /// The ring entries of the queues that one event loop serves.
@@ -71,6 +74,7 @@ pub struct RingQueues<F: FileSystem> {
     stats: RefCell<QueueStats>,
     /// The first unexpected error an entry ended with.
     failure: RefCell<Option<String>>,
+    accounting: RefCell<Accounting>,
 }
 
 /// The possible CPUs: FUSE over io_uring needs one queue for each.
@@ -93,6 +97,7 @@ impl<F: FileSystem> RingQueues<F> {
             finished: WaitQueue::new(),
             stats: RefCell::new(QueueStats::default()),
             failure: RefCell::new(None),
+            accounting: RefCell::new(Accounting::default()),
         })
     }
 
@@ -138,6 +143,15 @@ impl<F: FileSystem> RingQueues<F> {
     /// wait for entries that are gone, and the caller should stop serving.
     pub fn failure(&self) -> Option<String> {
         self.failure.borrow().clone()
+    }
+
+    /// A copy of the per-opcode accounting so far (empty unless `RingConfig::account`).
+    /// A request's sample counts its fetch-and-commit command as its one SQE and no
+    /// syscall: the reply travels with the next command.
+    pub fn accounting_copy(&self) -> Accounting {
+        let mut copy = Accounting::default();
+        copy.merge(&self.accounting.borrow());
+        copy
     }
 
     /// What the entries did so far (`requests`, `replies`, `malformed`).
@@ -219,8 +233,16 @@ impl<F: FileSystem> RingQueues<F> {
             cmd_op = FUSE_IO_URING_CMD_COMMIT_AND_FETCH;
             self.busy.set(self.busy.get() + 1);
             self.stats.borrow_mut().requests += 1;
+            let clock = self.config.account.then(|| {
+                let opcode = fuse_in_header::read_from_prefix(&header.in_out[..])
+                    .map_or(0, |(h, _)| h.opcode);
+                RequestClock::start(co, opcode)
+            });
             let served = self.serve(co, &mut header, &mut payload, &mut small);
             self.stats.borrow_mut().record(&served);
+            if let Some(clock) = clock {
+                self.accounting.borrow_mut().record(&clock.finish(co, 0));
+            }
         }
         self.live.set(self.live.get() - 1);
         if self.live.get() == 0 {
