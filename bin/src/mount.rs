@@ -72,10 +72,11 @@ pub struct Args {
     /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     cpus: Option<Cpus>,
-    /// How requests reach the loops: `dev` (reads of /dev/fuse) or `uring` (FUSE over
+    /// How requests reach the loops: `dev` (reads of /dev/fuse), `uring` (FUSE over
     /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
-    /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...)
-    #[arg(long, default_value = "dev", value_parser = ["dev", "uring"])]
+    /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...) or `auto` (uring where
+    /// the kernel offers it, else dev with a warning)
+    #[arg(long, default_value = "dev", value_parser = ["dev", "uring", "auto"])]
     transport: String,
     /// Ring entries per CPU queue with `--transport uring`
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -117,6 +118,18 @@ fn describe_dispatch(args: &Args) -> String {
 
 /// The fuse module's switch for FUSE over io_uring.
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether the fuse module offers FUSE over io_uring; if not, why and how to turn it on.
+fn uring_switch() -> Result<(), String> {
+    match std::fs::read_to_string(ENABLE_URING).map(|v| v.trim() == "Y") {
+        Ok(true) => Ok(()),
+        state => Err(format!(
+            "FUSE over io_uring is off ({ENABLE_URING} is {}); enable it with `echo Y > {ENABLE_URING}` \
+             as root (Linux 6.14+)",
+            if state.is_ok() { "N" } else { "missing" }
+        )),
+    }
+}
 
 /// A `--cpus` list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,6 +201,8 @@ pub struct Serving {
     pub session: fuse::dev::FuseDev,
     pub max_write: u32,
     pub signals: SignalFd,
+    /// The transport in use is FUSE over io_uring.
+    pub uring: bool,
 }
 
 impl Serving {
@@ -214,9 +229,10 @@ impl Serving {
         plan_loops(&self.args).0
     }
 
-    /// Whether requests come through FUSE over io_uring (`--transport uring`).
+    /// Whether requests come through FUSE over io_uring (`--transport uring`, or `auto`
+    /// where the kernel granted it).
     pub fn uring(&self) -> bool {
-        self.args.transport == "uring"
+        self.uring
     }
 
     /// Ring entries per CPU queue.
@@ -271,23 +287,28 @@ pub fn run(args: &Args) -> Result<(), String> {
         return Err("--growable needs --writable (-w)".into());
     }
     let (queues, _) = plan_loops(args);
-    let uring = args.transport == "uring";
-    if uring && args.dispatch != Dispatch::Coroutine {
-        return Err(format!(
-            "--transport uring needs --dispatch coroutine (not {})",
-            args.dispatch
-        ));
-    }
-    if uring {
-        let enabled = std::fs::read_to_string(ENABLE_URING).map(|v| v.trim() == "Y");
-        if !matches!(enabled, Ok(true)) {
-            return Err(format!(
-                "--transport uring: FUSE over io_uring is off ({ENABLE_URING} is {}); \
-                 enable it with `echo Y > {ENABLE_URING}` as root (Linux 6.14+), or use --transport dev",
-                enabled.map_or("missing".to_string(), |_| "N".to_string())
-            ));
+    let uring = match args.transport.as_str() {
+        "dev" => false,
+        "uring" => {
+            if args.dispatch != Dispatch::Coroutine {
+                return Err(format!(
+                    "--transport uring needs --dispatch coroutine (not {})",
+                    args.dispatch
+                ));
+            }
+            uring_switch()
+                .map_err(|off| format!("--transport uring: {off}, or use --transport dev"))?;
+            true
         }
-    }
+        _ => match (args.dispatch, uring_switch()) {
+            (Dispatch::Coroutine, Ok(())) => true,
+            (Dispatch::Coroutine, Err(off)) => {
+                log::warn!("--transport auto: {off}; serving through /dev/fuse");
+                false
+            }
+            _ => false,
+        },
+    };
     if let (Dispatch::Threads(n), Some(2..)) = (args.dispatch, args.queues) {
         return Err(format!(
             "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
@@ -322,11 +343,18 @@ pub fn run(args: &Args) -> Result<(), String> {
     let (session, mount) =
         fuse::mount::mount(&args.mountpoint, &mount_options).map_err(|e| e.to_string())?;
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
-    if uring && !negotiated.has(fuse::abi::FUSE_OVER_IO_URING) {
+    let uring = uring && negotiated.has(fuse::abi::FUSE_OVER_IO_URING);
+    if args.transport == "uring" && !uring {
         return Err(format!(
             "--transport uring: the kernel (FUSE 7.{}) did not offer FUSE over io_uring; use --transport dev",
             negotiated.kernel_minor
         ));
+    }
+    if args.transport == "auto" && !uring && init.io_uring {
+        log::warn!(
+            "--transport auto: the kernel (FUSE 7.{}) did not offer FUSE over io_uring; serving through /dev/fuse",
+            negotiated.kernel_minor
+        );
     }
     log::info!(
         "exporting {} on {} ({} dispatch)",
@@ -345,6 +373,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         session,
         max_write: negotiated.max_write,
         signals,
+        uring,
     };
     let served = match args.dispatch {
         Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving, queues),

@@ -1,4 +1,4 @@
-//! `--queues N`: N event loops, each with its own clone of the /dev/fuse fd, all serving
+//! `--queues N` and `--transport`: N event loops, each with its own clone of the /dev/fuse fd, all serving
 //! one export. Every export test also runs with `--queues 2` (the `queues` mode of
 //! `dispatch_tests!`); these check what only several loops have: that each loop really
 //! serves requests, that `--stats` lists them, and that `--cpus` pins them.
@@ -70,4 +70,51 @@ fn mount_queues_each_loop_serves_and_stats_list_them() {
         "merged = sum of the loops"
     );
     assert!(total >= 4000, "{total} requests for 4000 transfers");
+}
+
+/// `--transport auto`: FUSE over io_uring where the fuse module offers it (a READ then
+/// costs no syscall: it comes and goes with ring commands), else /dev/fuse with a warning.
+#[test]
+fn mount_transport_auto_uses_the_ring_or_falls_back() {
+    require_fuse!();
+    let run = |expect_ring: bool| {
+        let sandbox = Sandbox::new();
+        let image = sandbox.file("disk.img", &pattern(2, 0, MIB as usize));
+        let stats = sandbox.path("stats.json");
+        let args = ["--transport", "auto", "--stats", stats.to_str().unwrap()];
+        let export = MountedExport::start(
+            &image,
+            &sandbox.mountpoint("mnt"),
+            Dispatch::Coroutine,
+            &args,
+        );
+        let file = open_direct(export.path(), false).unwrap();
+        let mut buf = AlignedBuf::zeroed(4096);
+        for i in 0..50 {
+            file.read_exact_at(&mut buf, i * 4096).unwrap();
+        }
+        drop(file);
+        let stderr = export.stderr();
+        export.stop();
+        let json: serde_json::Value = serde_json::from_slice(&fs::read(&stats).unwrap()).unwrap();
+        let syscalls = json["ops"]["READ"]["syscalls_per_request"]
+            .as_f64()
+            .unwrap();
+        match expect_ring {
+            true => assert_eq!(syscalls, 0.0, "READ through the ring: {json}"),
+            false => {
+                assert!(syscalls >= 1.0, "READ through /dev/fuse: {json}");
+                assert!(stderr.contains("serving through /dev/fuse"), "no warning: {stderr}");
+            }
+        }
+    };
+    match corofuse_tests::uring::with_enable_uring("N", || run(false)) {
+        Ok(()) => {}
+        Err(why) => return corofuse_tests::require::report_skip(&why),
+    }
+    let _on = match corofuse_tests::uring::EnableUring::acquire() {
+        Ok(on) => on,
+        Err(why) => return corofuse_tests::require::report_skip(&why),
+    };
+    run(true);
 }
