@@ -104,7 +104,10 @@ fn mount_transport_auto_uses_the_ring_or_falls_back() {
             true => assert_eq!(syscalls, 0.0, "READ through the ring: {json}"),
             false => {
                 assert!(syscalls >= 1.0, "READ through /dev/fuse: {json}");
-                assert!(stderr.contains("serving through /dev/fuse"), "no warning: {stderr}");
+                assert!(
+                    stderr.contains("serving through /dev/fuse"),
+                    "no warning: {stderr}"
+                );
             }
         }
     };
