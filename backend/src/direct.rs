@@ -29,6 +29,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::pool::BouncePool;
+use crate::range_lock::Span;
 use crate::sys::{self, IOV_MAX};
 use crate::{iov, Ctx};
 
@@ -93,11 +94,14 @@ impl Direct {
 
     /// The blocks a transfer of `[pos, end)` moves: its own bytes when they are aligned,
     /// else the `unit`-aligned span that covers them.
-    pub(crate) fn span(&self, pos: u64, end: u64) -> (u64, u64) {
+    pub(crate) fn span(&self, pos: u64, end: u64) -> Span {
         if !self.is_rmw(pos, end) {
-            return (pos, end);
+            return Span { start: pos, end };
         }
-        (self.block_start(pos), end.next_multiple_of(self.unit()))
+        Span {
+            start: self.block_start(pos),
+            end: end.next_multiple_of(self.unit()),
+        }
     }
 
     /// Whether a transfer at `pos` from/to the iovecs at logical byte `skip` of `bufs` can
@@ -125,7 +129,7 @@ impl Direct {
         pos: u64,
     ) -> io::Result<usize> {
         let want_end = pos + (iov::total(bufs) - skip) as u64;
-        let (start, end) = self.span(pos, want_end);
+        let Span { start, end } = self.span(pos, want_end);
         self.bounced_reads.fetch_add(1, Ordering::Relaxed);
         let mut bounce = self.pool.take();
         let (mut at, mut done) = (start, 0);
@@ -163,7 +167,7 @@ impl Direct {
         keep: u64,
     ) -> io::Result<usize> {
         let want = iov::total(bufs) - skip;
-        let (_, end) = self.span(pos, pos + want as u64);
+        let end = self.span(pos, pos + want as u64).end;
         let counter = match self.is_rmw(pos, pos + want as u64) {
             true => &self.rmw_writes,
             false => &self.bounced_writes,
@@ -188,7 +192,7 @@ impl Direct {
         pos: u64,
     ) -> io::Result<()> {
         let want_end = pos + (iov::total(bufs) - skip) as u64;
-        let (start, end) = self.span(pos, want_end);
+        let Span { start, end } = self.span(pos, want_end);
         let mut bounce = self.pool.take();
         let mut at = start;
         while at < end {

@@ -73,7 +73,7 @@ type Guard<'a> = Option<SerialGuard<'a>>;
 
 /// What a modifying request holds while it runs: the size lock if it may change the size,
 /// and in O_DIRECT mode its blocks.
-pub(crate) struct Held<'a> {
+struct Held<'a> {
     _size: Guard<'a>,
     _blocks: Option<RangeGuard<'a>>,
 }
@@ -123,11 +123,11 @@ impl FileBackend {
     /// would, until the guard drops: for tests that show which requests wait for one.
     #[doc(hidden)]
     pub fn hold_blocks_for_test(&self, cx: &Ctx<'_>, offset: u64, end: u64) -> impl Drop + '_ {
-        let (start, end) = self
+        let span = self
             .direct
             .as_ref()
-            .map_or((offset, end), |d| d.span(offset, end));
-        self.ranges.lock(cx, Span { start, end }, Mode::Exclusive)
+            .map_or(Span { start: offset, end }, |d| d.span(offset, end));
+        self.ranges.lock(cx, span, Mode::Exclusive)
     }
 
     fn check_writable(&self) -> io::Result<()> {
@@ -155,23 +155,18 @@ impl FileBackend {
     /// `[offset, end)` needs (module docs): the size lock when its span ends past the size;
     /// in O_DIRECT mode its blocks, exclusively for a read-modify-write.
     fn hold<'s>(&'s self, cx: &Ctx<'_>, offset: u64, end: u64) -> Held<'s> {
-        let (span, mode) = match &self.direct {
-            Some(d) if d.is_rmw(offset, end) => (d.span(offset, end), Mode::Exclusive),
-            Some(d) => (d.span(offset, end), Mode::Shared),
-            None => ((offset, end), Mode::Shared),
+        let span = self.direct.as_ref().map(|d| d.span(offset, end));
+        let mode = match self.direct.as_ref().is_some_and(|d| d.is_rmw(offset, end)) {
+            true => Mode::Exclusive,
+            false => Mode::Shared,
         };
+        let span_end = span.map_or(end, |s| s.end);
         loop {
-            let size = self.lock_if(cx, span.1 > self.len());
-            let blocks = self.direct.as_ref().map(|_| {
-                let span = Span {
-                    start: span.0,
-                    end: span.1,
-                };
-                self.ranges.lock(cx, span, mode)
-            });
+            let size = self.lock_if(cx, span_end > self.len());
+            let blocks = span.map(|span| self.ranges.lock(cx, span, mode));
             // Without the size lock, a resize may have shrunk the image while we waited for
             // the blocks: then this request changes the size too, and must hold that lock.
-            if size.is_none() && span.1 > self.len() {
+            if size.is_none() && span_end > self.len() {
                 continue;
             }
             return Held {
@@ -313,10 +308,8 @@ impl BlockBackend for FileBackend {
             return Ok(());
         }
         // KEEP_SIZE: the blocks only, never the size.
-        let _blocks = self.direct.as_ref().map(|d| {
-            let (start, end) = d.span(offset, end);
-            self.ranges.lock(cx, Span { start, end }, Mode::Shared)
-        });
+        let _blocks =
+            (self.direct.as_ref()).map(|d| self.ranges.lock(cx, d.span(offset, end), Mode::Shared));
         cx.fallocate(&self.file, zeroes::PUNCH, offset, len)
     }
 
