@@ -308,8 +308,8 @@ impl BlockBackend for FileBackend {
             return Ok(());
         }
         // KEEP_SIZE: the blocks only, never the size.
-        let _blocks =
-            (self.direct.as_ref()).map(|d| self.ranges.lock(cx, d.span(offset, end), Mode::Shared));
+        let blocks = self.direct.as_ref().map(|d| d.span(offset, end));
+        let _blocks = blocks.map(|span| self.ranges.lock(cx, span, Mode::Shared));
         cx.fallocate(&self.file, zeroes::PUNCH, offset, len)
     }
 
