@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use backend::OpenOptions;
+use backend::{Ctx, OpenOptions};
 use fuse::init::InitConfig;
 use fuse::mount::MountOptions;
 use fuse::session::handshake;
@@ -104,9 +104,8 @@ fn plan_loops(args: &Args) -> (usize, Vec<usize>) {
 
 /// The dispatch as on the command line: the mode, plus the queues and transport if not the
 /// defaults, e.g. `coroutine --queues 2 --transport uring`.
-fn describe_dispatch(args: &Args) -> String {
+fn describe_dispatch(args: &Args, queues: usize) -> String {
     let mut text = args.dispatch.to_string();
-    let (queues, _) = plan_loops(args);
     if queues > 1 {
         text += &format!(" --queues {queues}");
     }
@@ -203,6 +202,12 @@ pub struct Serving {
     pub signals: SignalFd,
     /// The transport in use is FUSE over io_uring.
     pub uring: bool,
+    /// Event loops (`--queues`, or the default), and the CPUs to pin them to, loop i to
+    /// the i-th (empty: no pinning).
+    pub queues: usize,
+    pub cpus: Vec<usize>,
+    /// The dispatch as `--stats` names it (`describe_dispatch`).
+    pub dispatch: String,
 }
 
 impl Serving {
@@ -224,11 +229,6 @@ impl Serving {
         self.args.poll_us * 1000
     }
 
-    /// Event loops (`--queues`, or the default).
-    pub fn queues(&self) -> usize {
-        plan_loops(&self.args).0
-    }
-
     /// Whether requests come through FUSE over io_uring (`--transport uring`, or `auto`
     /// where the kernel granted it).
     pub fn uring(&self) -> bool {
@@ -240,9 +240,13 @@ impl Serving {
         usize::from(self.args.uring_depth)
     }
 
-    /// The CPUs to pin the loops to, loop i to the i-th (empty: no pinning).
-    pub fn cpus(&self) -> Vec<usize> {
-        plan_loops(&self.args).1
+    /// Makes the image durable once the last request is done.
+    pub fn flush(&self, cx: &Ctx<'_>) -> Result<(), String> {
+        log::info!(
+            "no request left in flight; flushing {}",
+            self.export.describe()
+        );
+        self.export.flush(cx).map_err(|e| e.to_string())
     }
 
     /// Writes `--stats`, if asked for.
@@ -255,7 +259,15 @@ impl Serving {
     ) {
         if let Some(path) = &self.args.stats {
             let backend = self.export.backend().stats();
-            write_stats(path, &self.args, (runtime, queue, backend), ops, per_queue);
+            let totals = (runtime, queue, backend);
+            write_stats(
+                path,
+                &self.args.image,
+                &self.dispatch,
+                totals,
+                ops,
+                per_queue,
+            );
         }
     }
 }
@@ -286,7 +298,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
     }
-    let (queues, _) = plan_loops(args);
+    let (queues, cpus) = plan_loops(args);
+    let dispatch = describe_dispatch(args, queues);
     let uring = match args.transport.as_str() {
         "dev" => false,
         "uring" => {
@@ -360,7 +373,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         "exporting {} on {} ({} dispatch)",
         export.describe(),
         mount.path().display(),
-        describe_dispatch(args)
+        dispatch
     );
     if let Some(path) = &args.pidfile {
         std::fs::write(path, format!("{}\n", std::process::id()))
@@ -374,16 +387,26 @@ pub fn run(args: &Args) -> Result<(), String> {
         max_write: negotiated.max_write,
         signals,
         uring,
+        queues,
+        cpus,
+        dispatch: dispatch.clone(),
     };
     let served = match args.dispatch {
-        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving, queues),
+        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving),
         Dispatch::Threads(n) => serve_threads::serve(serving, n),
     };
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
         let backend = backend.stats();
         let totals = (served.runtime, served.queue, backend);
-        write_stats(path, args, totals, &served.ops, &served.per_queue);
+        write_stats(
+            path,
+            &args.image,
+            &dispatch,
+            totals,
+            &served.ops,
+            &served.per_queue,
+        );
     }
     served.result?;
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
@@ -393,14 +416,15 @@ pub fn run(args: &Args) -> Result<(), String> {
 
 fn write_stats(
     path: &Path,
-    args: &Args,
+    image: &str,
+    dispatch: &str,
     (runtime, queue, backend): (CounterSnapshot, QueueStats, backend::BackendStats),
     ops: &BTreeMap<String, OpReport>,
     per_queue: &[QueueStats],
 ) {
     let stats = Stats {
-        image: &args.image,
-        dispatch: describe_dispatch(args),
+        image,
+        dispatch: dispatch.to_string(),
         runtime,
         queue,
         backend,

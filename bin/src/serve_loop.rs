@@ -29,7 +29,7 @@ use image_export::Export;
 use runtime::{Co, Config, CounterSnapshot, Runtime};
 use transport::accounting::Accounting;
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
-use transport::{FileSystem, Queue, QueueConfig, QueueStats};
+use transport::{Queue, QueueConfig, QueueStats};
 
 use crate::mount::{Served as Outcome, Serving};
 use crate::serve_threads::wait_signal;
@@ -100,10 +100,10 @@ struct LoopSetup {
     snapshots: Sender<LoopReport>,
 }
 
-pub fn serve(serving: Serving, queues: usize) -> Outcome {
+pub fn serve(serving: Serving) -> Outcome {
     let (snapshots, reports) = mpsc::channel();
-    let mut loops = Vec::with_capacity(queues);
-    for index in 0..queues {
+    let mut loops = Vec::with_capacity(serving.queues);
+    for index in 0..serving.queues {
         match start_loop(&serving, index, snapshots.clone()) {
             Ok(started) => loops.push(started),
             Err(e) => {
@@ -133,11 +133,8 @@ pub fn serve(serving: Serving, queues: usize) -> Outcome {
         }
     }
     let (result, merged, per_queue) = finish(loops);
-    let fs = &serving.export;
-    log::info!("no request left in flight; flushing {}", fs.describe());
-    let flushed = fs.flush(&Ctx::Blocking).map_err(|e| e.to_string());
     Outcome {
-        result: result.and(flushed),
+        result: result.and(serving.flush(&Ctx::Blocking)),
         runtime: merged.runtime,
         queue: merged.queue,
         ops: merged.accounting.report(),
@@ -170,10 +167,8 @@ fn settle_and_leave(
     };
     // Give the last commits one turn of their loops to reach the kernel.
     std::thread::sleep(Duration::from_millis(10));
-    let fs = &serving.export;
-    log::info!("no request left in flight; flushing {}", fs.describe());
     Outcome {
-        result: fs.flush(&Ctx::Blocking).map_err(|e| e.to_string()),
+        result: serving.flush(&Ctx::Blocking),
         runtime: merged.runtime,
         queue: merged.queue,
         ops: merged.accounting.report(),
@@ -191,14 +186,14 @@ fn start_loop(
         .session
         .clone_queue(true)
         .map_err(|e| io::Error::new(e.kind(), format!("cloning the /dev/fuse queue: {e}")))?;
-    let cpus = serving.cpus();
+    let cpus = &serving.cpus;
     let ring = match serving.uring() {
         true => Some((serving.session.clone_queue(true)?, serving.uring_depth())),
         false => None,
     };
     let setup = LoopSetup {
         index,
-        loops: serving.queues(),
+        loops: serving.queues,
         dev,
         ring,
         export: Arc::clone(&serving.export),

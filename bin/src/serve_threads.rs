@@ -9,7 +9,6 @@ use std::os::fd::{AsFd, AsRawFd};
 use backend::Ctx;
 use runtime::CounterSnapshot;
 use transport::blocking::Workers;
-use transport::FileSystem;
 
 use crate::mount::{Served, Serving};
 use crate::signals::SignalFd;
@@ -40,10 +39,8 @@ pub fn serve(serving: Serving, threads: usize) -> Served {
         }
     }
     let (queue, accounting) = workers.stop();
-    let fs = &serving.export;
-    log::info!("no request left in flight; flushing {}", fs.describe());
     Served {
-        result: fs.flush(&Ctx::Blocking).map_err(|e| e.to_string()),
+        result: serving.flush(&Ctx::Blocking),
         runtime: CounterSnapshot::default(),
         queue,
         ops: accounting.report(),
