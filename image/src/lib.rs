@@ -97,55 +97,6 @@ impl Export {
         self.options
     }
 
-    /// Serves one request. `data` is the caller's buffer for READ data (at least the
-    /// negotiated `max_read`); `args` holds the reply's argument struct. Returns `None`
-    /// for requests that take no reply (FORGET, INTERRUPT, ...).
-    pub fn serve<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        args: &'b mut ReplyArgs,
-        data: &'b mut [u8],
-    ) -> Option<Reply<'b>> {
-        let unique = req.unique;
-        let result = match req.op {
-            Operation::Getattr { .. } => {
-                self.getattr(&mut args.attr).map(|a| Reply::arg(unique, a))
-            }
-            Operation::Setattr { arg } => self
-                .setattr(cx, arg, &mut args.attr)
-                .map(|a| Reply::arg(unique, a)),
-            Operation::Open { arg } => self
-                .open(arg, &mut args.open)
-                .map(|o| Reply::arg(unique, o)),
-            Operation::Release { .. } => Ok(Reply::empty(unique)),
-            Operation::Flush { .. } => self.flush(cx).map(|()| Reply::empty(unique)),
-            Operation::Fsync { .. } => self
-                .backend
-                .flush(cx)
-                .map_err(Errno::from)
-                .map(|()| Reply::empty(unique)),
-            Operation::Read { arg } => self.read(cx, arg, data).map(|d| Reply::data(unique, d)),
-            Operation::Write { arg, data } => self
-                .write(cx, arg, data, &mut args.write)
-                .map(|w| Reply::arg(unique, w)),
-            Operation::Fallocate { arg } => self.fallocate(cx, arg).map(|()| Reply::empty(unique)),
-            Operation::Lseek { arg } => self
-                .lseek(arg, &mut args.lseek)
-                .map(|l| Reply::arg(unique, l)),
-            Operation::Statfs => Ok(Reply::arg(unique, self.statfs(&mut args.statfs))),
-            Operation::Lookup { .. } => Err(Errno::ENOENT),
-            Operation::Statx { .. } => Err(Errno::ENOSYS),
-            Operation::Init { .. } => Err(Errno::EPROTO),
-            Operation::Interrupt { .. }
-            | Operation::Forget { .. }
-            | Operation::BatchForget { .. }
-            | Operation::Destroy => return None,
-            _ => Err(Errno::ENOSYS),
-        };
-        Some(result.unwrap_or_else(|errno| Reply::error(unique, errno)))
-    }
-
     fn getattr<'a>(&self, out: &'a mut fuse_attr_out) -> Result<&'a fuse_attr_out, Errno> {
         let allocated = self.backend.allocated_bytes().map_err(Errno::from)?;
         *out = self.attrs.attr_out(self.backend.len(), allocated);
@@ -168,7 +119,8 @@ impl Export {
         Ok(out)
     }
 
-    fn flush(&self, cx: &Ctx<'_>) -> Result<(), Errno> {
+    /// FLUSH: makes writes durable, where there can be any.
+    fn flush_op(&self, cx: &Ctx<'_>) -> Result<(), Errno> {
         if !self.options.writable {
             return Ok(());
         }
@@ -200,14 +152,52 @@ impl FileSystem for Export {
         opcode == FUSE_READ
     }
 
+    /// `data` is the caller's buffer for READ data (at least the negotiated `max_read`);
+    /// `args` holds the reply's argument struct.
     fn handle<'b>(
         &self,
         cx: &Ctx<'_>,
         req: &Request<'_>,
-        scratch: &'b mut ReplyArgs,
+        args: &'b mut ReplyArgs,
         data: &'b mut [u8],
     ) -> Option<Reply<'b>> {
-        self.serve(cx, req, scratch, data)
+        let unique = req.unique;
+        let result = match req.op {
+            Operation::Getattr { .. } => {
+                self.getattr(&mut args.attr).map(|a| Reply::arg(unique, a))
+            }
+            Operation::Setattr { arg } => self
+                .setattr(cx, arg, &mut args.attr)
+                .map(|a| Reply::arg(unique, a)),
+            Operation::Open { arg } => self
+                .open(arg, &mut args.open)
+                .map(|o| Reply::arg(unique, o)),
+            Operation::Release { .. } => Ok(Reply::empty(unique)),
+            Operation::Flush { .. } => self.flush_op(cx).map(|()| Reply::empty(unique)),
+            Operation::Fsync { .. } => self
+                .backend
+                .flush(cx)
+                .map_err(Errno::from)
+                .map(|()| Reply::empty(unique)),
+            Operation::Read { arg } => self.read(cx, arg, data).map(|d| Reply::data(unique, d)),
+            Operation::Write { arg, data } => self
+                .write(cx, arg, data, &mut args.write)
+                .map(|w| Reply::arg(unique, w)),
+            Operation::Fallocate { arg } => self.fallocate(cx, arg).map(|()| Reply::empty(unique)),
+            Operation::Lseek { arg } => self
+                .lseek(arg, &mut args.lseek)
+                .map(|l| Reply::arg(unique, l)),
+            Operation::Statfs => Ok(Reply::arg(unique, self.statfs(&mut args.statfs))),
+            Operation::Lookup { .. } => Err(Errno::ENOENT),
+            Operation::Statx { .. } => Err(Errno::ENOSYS),
+            Operation::Init { .. } => Err(Errno::EPROTO),
+            Operation::Interrupt { .. }
+            | Operation::Forget { .. }
+            | Operation::BatchForget { .. }
+            | Operation::Destroy => return None,
+            _ => Err(Errno::ENOSYS),
+        };
+        Some(result.unwrap_or_else(|errno| Reply::error(unique, errno)))
     }
 
     /// fdatasync of the image, whether or not the export is writable.
