@@ -31,7 +31,7 @@ use transport::accounting::Accounting;
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::{Queue, QueueConfig, QueueStats};
 
-use crate::mount::{Served as Outcome, Serving};
+use crate::mount::{Served, Serving};
 use crate::serve_threads::wait_signal;
 
 /// What one loop reports: on request (SIGUSR1) and when it ends.
@@ -100,7 +100,7 @@ struct LoopSetup {
     snapshots: Sender<LoopReport>,
 }
 
-pub fn serve(serving: Serving) -> Outcome {
+pub fn serve(serving: Serving) -> Served {
     let (snapshots, reports) = mpsc::channel();
     let mut loops = Vec::with_capacity(serving.queues);
     for index in 0..serving.queues {
@@ -109,7 +109,7 @@ pub fn serve(serving: Serving) -> Outcome {
             Err(e) => {
                 stop_all(&loops);
                 let _ = finish(loops);
-                return Outcome::failed(format!("starting event loop {index}: {e}"));
+                return Served::failed(format!("starting event loop {index}: {e}"));
             }
         }
     }
@@ -133,7 +133,7 @@ pub fn serve(serving: Serving) -> Outcome {
         }
     }
     let (result, merged, per_queue) = finish(loops);
-    Outcome {
+    Served {
         result: result.and(serving.flush(&Ctx::Blocking)),
         runtime: merged.runtime,
         queue: merged.queue,
@@ -152,7 +152,7 @@ fn settle_and_leave(
     serving: &Serving,
     loops: &[Started],
     reports: &Receiver<LoopReport>,
-) -> Outcome {
+) -> Served {
     let started = std::time::Instant::now();
     let (merged, per_queue) = loop {
         let (merged, per_queue) = snapshot(loops, reports);
@@ -167,7 +167,7 @@ fn settle_and_leave(
     };
     // Give the last commits one turn of their loops to reach the kernel.
     std::thread::sleep(Duration::from_millis(10));
-    Outcome {
+    Served {
         result: serving.flush(&Ctx::Blocking),
         runtime: merged.runtime,
         queue: merged.queue,
@@ -283,7 +283,7 @@ impl LoopReport {
         self.accounting.merge(&other.accounting);
     }
 
-    fn of(index: usize, co: &Co<'_>, served: &Served) -> LoopReport {
+    fn of(index: usize, co: &Co<'_>, served: &LoopWork) -> LoopReport {
         let mut queue = served.queue.stats();
         let mut accounting = served.queue.accounting_copy();
         if let Some(ring) = &served.ring {
@@ -305,12 +305,12 @@ impl LoopReport {
 /// What one loop serves: its /dev/fuse queue and, with `--transport uring`, its ring
 /// entries.
 #[derive(Clone)]
-struct Served {
+struct LoopWork {
     queue: Rc<Queue<Export>>,
     ring: Option<Rc<RingQueues<Export>>>,
 }
 
-impl Served {
+impl LoopWork {
     fn stop(&self, co: &Co<'_>) {
         self.queue.stop(co);
         if let Some(ring) = &self.ring {
@@ -345,7 +345,7 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
                 let qids = (0..possible_cpus()).filter(|cpu| cpu % loops == index);
                 ring.start(co, qids.map(|cpu| cpu as u16))?;
             }
-            let served = Served {
+            let served = LoopWork {
                 queue: Rc::clone(&q),
                 ring: r.clone(),
             };
@@ -383,7 +383,7 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
 fn watch_control(
     co: &Co<'_>,
     index: usize,
-    served: &Served,
+    served: &LoopWork,
     control: &Control,
     snapshots: &Sender<LoopReport>,
 ) {
