@@ -102,15 +102,16 @@ fn plan_loops(args: &Args) -> (usize, Vec<usize>) {
     }
 }
 
-/// The dispatch as on the command line: the mode, plus the queues and transport if not the
-/// defaults, e.g. `coroutine --queues 2 --transport uring`.
-fn describe_dispatch(args: &Args, queues: usize) -> String {
+/// The dispatch as it runs, spelled as on the command line: the mode, plus the queues
+/// and the transport if not the defaults, e.g. `coroutine --queues 2 --transport uring`
+/// (`--transport auto` is named by what it chose: `uring` here, nothing for /dev/fuse).
+fn describe_dispatch(args: &Args, queues: usize, uring: bool) -> String {
     let mut text = args.dispatch.to_string();
     if queues > 1 {
         text += &format!(" --queues {queues}");
     }
-    if args.transport != "dev" {
-        text += &format!(" --transport {}", args.transport);
+    if uring {
+        text += " --transport uring";
     }
     text
 }
@@ -299,7 +300,6 @@ pub fn run(args: &Args) -> Result<(), String> {
         return Err("--growable needs --writable (-w)".into());
     }
     let (queues, cpus) = plan_loops(args);
-    let dispatch = describe_dispatch(args, queues);
     let uring = match args.transport.as_str() {
         "dev" => false,
         "uring" => {
@@ -369,6 +369,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             negotiated.kernel_minor
         );
     }
+    let dispatch = describe_dispatch(args, queues, uring);
     log::info!(
         "exporting {} on {} ({} dispatch)",
         export.describe(),

@@ -100,6 +100,13 @@ fn mount_transport_auto_uses_the_ring_or_falls_back() {
         let syscalls = json["ops"]["READ"]["syscalls_per_request"]
             .as_f64()
             .unwrap();
+        let names_uring = json["dispatch"]
+            .as_str()
+            .is_some_and(|d| d.contains("--transport uring"));
+        assert_eq!(
+            names_uring, expect_ring,
+            "dispatch names the transport chosen: {json}"
+        );
         match expect_ring {
             true => assert_eq!(syscalls, 0.0, "READ through the ring: {json}"),
             false => {

@@ -10,7 +10,9 @@
 //! --direct IMG`), plus `device`, the same workload with O_DIRECT straight on the same
 //! image file with no FUSE at all: the ceiling every storage figure is divided by.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
+
+use super::variant::Variant;
 
 /// What the daemon exports (or, for `device`, what the load opens itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -78,13 +80,13 @@ impl ExportKind {
         }
     }
 
-    /// Who runs this row: the device and local rows have no server; the others run corofuse, and
-    /// qemu-storage-daemon too with `--compare-qsd`.
-    pub fn servers(self, compare_qsd: bool) -> Vec<Server> {
+    /// Who runs this row: the device and local rows have no server; the others run each
+    /// corofuse variant, and qemu-storage-daemon too with `--compare-qsd`.
+    pub fn servers(self, variants: &[Variant], compare_qsd: bool) -> Vec<Server> {
         if !self.mounted() {
             return vec![Server::Bare];
         }
-        let mut servers = vec![Server::Corofuse];
+        let mut servers: Vec<Server> = variants.iter().map(|&v| Server::Corofuse(v)).collect();
         if compare_qsd {
             servers.push(Server::Qsd);
         }
@@ -93,22 +95,41 @@ impl ExportKind {
 }
 
 /// Who serves the export.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Server {
-    Corofuse,
+    /// corofuse in one configuration.
+    Corofuse(Variant),
     Qsd,
     /// Nobody: the load opens its target itself (the device and local rows).
     Bare,
 }
 
 impl Server {
-    pub fn name(self) -> &'static str {
+    /// The default corofuse configuration.
+    #[cfg(test)]
+    pub const COROFUSE: Server = Server::Corofuse(Variant {
+        queues: None,
+        transport: None,
+    });
+
+    /// As the table and the JSON report spell it: `corofuse`, `corofuse q2 uring`, `qsd`.
+    pub fn name(self) -> String {
         match self {
-            Server::Corofuse => "corofuse",
-            Server::Qsd => "qsd",
-            Server::Bare => "no FUSE",
+            Server::Corofuse(v) => v.label(),
+            Server::Qsd => "qsd".into(),
+            Server::Bare => "no FUSE".into(),
         }
+    }
+
+    pub fn is_corofuse(self) -> bool {
+        matches!(self, Server::Corofuse(_))
+    }
+}
+
+/// A server is recorded by its name (the JSON keeps one string per cell).
+impl Serialize for Server {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
     }
 }
 
@@ -142,14 +163,26 @@ mod tests {
             .map(|e| e.name())
             .collect();
         assert_eq!(storage, ["device", "disk", "disk-direct"]);
-        assert_eq!(ExportKind::Device.servers(true), [Server::Bare]);
-        assert_eq!(ExportKind::Local.servers(true), [Server::Bare]);
+        let one = [Variant::default()];
+        assert_eq!(ExportKind::Device.servers(&one, true), [Server::Bare]);
+        assert_eq!(ExportKind::Local.servers(&one, true), [Server::Bare]);
         assert!(!ExportKind::Local.on_storage() && !ExportKind::Local.mounted());
         assert_eq!(
-            ExportKind::DiskDirect.servers(true),
-            [Server::Corofuse, Server::Qsd]
+            ExportKind::DiskDirect.servers(&one, true),
+            [Server::COROFUSE, Server::Qsd]
         );
-        assert_eq!(ExportKind::Null.servers(false), [Server::Corofuse]);
+        assert_eq!(ExportKind::Null.servers(&one, false), [Server::COROFUSE]);
+        let two = Variant::all(&[1, 2], &[]);
+        let names: Vec<String> = ExportKind::Null
+            .servers(&two, true)
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(names, ["corofuse q1", "corofuse q2", "qsd"]);
+        assert_eq!(
+            serde_json::to_string(&Server::Corofuse(two[1])).expect("serialises"),
+            "\"corofuse q2\""
+        );
         assert_eq!(ExportKind::Disk.size(), STORAGE_SIZE);
         assert_eq!(ExportKind::File.size(), EXPORT_SIZE);
         let json = serde_json::to_string(&ExportKind::DiskDirect).expect("serialises");

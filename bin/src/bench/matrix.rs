@@ -53,7 +53,7 @@ pub fn run(plan: &Plan, lab: &Lab, storage: Option<&Image>) -> Result<Vec<Cell>,
     let mut groups: Vec<Vec<Cell>> = Vec::new();
     for row in &plan.rows {
         for &workload in &row.workloads {
-            let servers = row.export.servers(plan.compare_qsd);
+            let servers = row.export.servers(&plan.variants, plan.compare_qsd);
             groups.push(
                 servers
                     .into_iter()
@@ -151,7 +151,7 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
     if let Some(p) = plan.placement {
         affinity::pin_process(daemon.pid(), p.daemon)?;
     }
-    let corofuse = cell.server == Server::Corofuse;
+    let corofuse = cell.server.is_corofuse();
     let before = if corofuse {
         Some(daemon.snapshot()?)
     } else {
@@ -187,7 +187,7 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
         lab.file("daemon.log"),
         lab.file("stats.json"),
     );
-    let corofuse = cell.server == Server::Corofuse;
+    let corofuse = cell.server.is_corofuse();
     let paths = Paths {
         mountpoint: &mountpoint,
         pidfile: &pidfile,
@@ -195,12 +195,13 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
         stats: corofuse.then_some(stats.as_path()),
     };
     let cmd = match cell.server {
-        Server::Corofuse => {
+        Server::Corofuse(variant) => {
             let spec = image.map_or_else(|| "null:1G".to_string(), |p| p.display().to_string());
             let mut extra = Vec::new();
             if cell.export == ExportKind::DiskDirect {
                 extra.push("--direct".to_string());
             }
+            extra.extend(variant.mount_args());
             extra.extend(plan.mount_opts.iter().cloned());
             daemon::corofuse_command(&spec, &paths, &extra)?
         }
@@ -208,19 +209,19 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
         Server::Bare => return Err("the rows without FUSE have no daemon".into()),
     };
     let name = match cell.server {
-        Server::Corofuse => "corofuse mount",
+        Server::Corofuse(_) => "corofuse mount",
         Server::Qsd => qsd::PROGRAM,
         Server::Bare => "no daemon",
     };
-    Daemon::start(cmd, name, &paths).map_err(|e| {
-        if corofuse && !plan.mount_opts.is_empty() {
+    Daemon::start(cmd, name, &paths).map_err(|e| match cell.server {
+        Server::Corofuse(v) if plan.compares_variants() || !plan.mount_opts.is_empty() => {
             format!(
-                "{e}\n(extra options from --mount-opt: {})",
+                "{e}\n(variant {}, extra options from --mount-opt: {})",
+                v.label(),
                 plan.mount_opts.join(" ")
             )
-        } else {
-            e
         }
+        _ => e,
     })
 }
 

@@ -44,6 +44,7 @@ mod report;
 mod stats;
 pub mod stats_cmd;
 mod storage;
+mod variant;
 mod workload;
 
 use std::path::PathBuf;
@@ -96,12 +97,17 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     ramfs are refused. Every run on it starts with it out of the page cache.\n\n\
     The table gives IOPS, the ratio to the device row (vs device), MB/s, mean and p99 \
     latency, the daemon's CPU, and from its --stats: coroutine switches, io_uring SQEs, \
-    io_uring_enter calls and syscalls per request. With --compare-qsd, \
+    io_uring_enter calls and syscalls per request; cpu us/req is the daemon's CPU time \
+    per request (qsd's too), so that IOPS bought with CPU shows. --queues 1,2 and \
+    --transport dev,uring run each corofuse configuration (their product) through every \
+    mounted cell, interleaved, with vs base (IOPS over the first) and the best marked; \
+    uring turns the fuse module's enable_uring on for the run and restores it. With --compare-qsd, \
     qemu-storage-daemon runs every export too (aio=io_uring; cache.direct=on for \
     disk-direct). Progress goes to stderr. Ctrl-C stops the lab and cleans up.\n\n\
     Examples:\n  corofuse bench\n  corofuse bench --compare-qsd --trials 3 --seconds 5 --svg /tmp/bench.svg\n  \
     corofuse bench --only disk-direct --storage-dir /mnt/nvme/bench --workload randwrite-uring-qd64\n  \
-    corofuse bench --only null --workload randread-psync-qd1 --cpus same --mount-opt \"--poll-us 50\""
+    corofuse bench --only null --workload randread-psync-qd1 --cpus same --mount-opt \"--poll-us 50\"\n  \
+    corofuse bench --only null,file --queues 1,2 --transport dev,uring --compare-qsd --trials 3"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -152,6 +158,21 @@ struct LabArgs {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=64))]
     jobs: u32,
+    /// corofuse variants: run every mounted cell once per queue count in this list
+    /// (`mount --queues N`; times each --transport), side by side. Default: the daemon's
+    #[arg(long, value_delimiter = ',', value_name = "LIST",
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    queues: Vec<u16>,
+    /// corofuse variants: run every mounted cell once per transport in this list
+    /// (`mount --transport`), e.g. dev,uring; uring turns the fuse module's enable_uring on
+    /// for the run and restores it. Default: the daemon's (dev)
+    #[arg(
+        long = "transport",
+        value_enum,
+        value_delimiter = ',',
+        value_name = "LIST"
+    )]
+    transports: Vec<variant::Transport>,
     /// Also run qemu-storage-daemon's FUSE export through each cell, interleaved with
     /// corofuse, and print corofuse/qsd ratios
     #[arg(long)]
@@ -194,6 +215,10 @@ fn lab(args: &LabArgs) -> Result<(), String> {
         environment.qsd_version = Some(qsd::version()?);
     }
     interrupt::install()?;
+    let _uring = plan
+        .uses_uring()
+        .then(variant::UringSwitch::enable)
+        .transpose()?;
     let storage = if plan.on_storage() {
         let image = storage::prepare(&args.storage_dir, STORAGE_SIZE, args.refill_image)?;
         if image.reused {
@@ -258,6 +283,7 @@ fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
         compare_qsd: args.compare_qsd,
         exports: plan.exports(),
         workloads,
+        variants: plan.variants.clone(),
         mount_opts: plan.mount_opts.clone(),
         cpus: args.cpus,
         placement: plan.placement,

@@ -7,6 +7,7 @@
 
 use super::affinity::Placement;
 use super::export::ExportKind;
+use super::variant::Variant;
 use super::workload::{self, Workload};
 use super::LabArgs;
 
@@ -17,6 +18,8 @@ pub struct Plan {
     /// The rows in table order, each with the workloads it runs.
     pub rows: Vec<Row>,
     pub compare_qsd: bool,
+    /// The corofuse configurations, each run through every cell (at least one).
+    pub variants: Vec<Variant>,
     pub mount_opts: Vec<String>,
     pub placement: Option<Placement>,
     pub fio: bool,
@@ -37,6 +40,16 @@ impl Plan {
         self.rows.iter().map(|r| r.export).collect()
     }
 
+    /// Whether some variant serves FUSE over io_uring.
+    pub fn uses_uring(&self) -> bool {
+        self.variants.iter().any(|v| v.uses_uring())
+    }
+
+    /// Whether the table compares corofuse configurations with each other.
+    pub fn compares_variants(&self) -> bool {
+        self.variants.len() > 1
+    }
+
     /// Whether some row needs the image on real storage.
     pub fn on_storage(&self) -> bool {
         self.rows.iter().any(|r| r.export.on_storage())
@@ -47,7 +60,7 @@ impl Plan {
         let per_trial: usize = self
             .rows
             .iter()
-            .map(|r| r.workloads.len() * r.export.servers(self.compare_qsd).len())
+            .map(|r| r.workloads.len() * r.export.servers(&self.variants, self.compare_qsd).len())
             .sum();
         per_trial * self.trials
     }
@@ -69,11 +82,22 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
         .iter()
         .flat_map(|o| o.split_whitespace().map(String::from))
         .collect();
+    for (lab_opt, given) in [
+        ("--queues", !args.queues.is_empty()),
+        ("--transport", !args.transports.is_empty()),
+    ] {
+        if given && mount_opts.iter().any(|o| o == lab_opt) {
+            return Err(format!(
+                "{lab_opt} is given to the lab (one variant per value) and in --mount-opt: keep one"
+            ));
+        }
+    }
     Ok(Plan {
         seconds: args.seconds,
         trials: args.trials as usize,
         rows,
         compare_qsd: args.compare_qsd,
+        variants: Variant::all(&args.queues, &args.transports),
         ring_replies: mount_opts.iter().any(|o| o == "--ring-replies"),
         mount_opts,
         placement: args.cpus.map(Placement::choose).transpose()?,
@@ -197,17 +221,43 @@ mod tests {
         let servers: Vec<_> = p
             .rows
             .iter()
-            .map(|r| (r.export, r.export.servers(p.compare_qsd)))
+            .map(|r| (r.export, r.export.servers(&p.variants, p.compare_qsd)))
             .collect();
         assert_eq!(
             servers,
             [
                 (ExportKind::Local, vec![Server::Bare]),
-                (ExportKind::Null, vec![Server::Corofuse, Server::Qsd]),
+                (ExportKind::Null, vec![Server::COROFUSE, Server::Qsd]),
                 (ExportKind::Device, vec![Server::Bare]),
-                (ExportKind::Disk, vec![Server::Corofuse, Server::Qsd]),
+                (ExportKind::Disk, vec![Server::COROFUSE, Server::Qsd]),
             ]
         );
+    }
+
+    #[test]
+    fn queues_and_transports_are_variants_of_every_mounted_row() {
+        let p = plan(&[
+            "--queues",
+            "1,2",
+            "--transport",
+            "dev,uring",
+            "--compare-qsd",
+            "--only",
+            "local,null",
+        ]);
+        assert_eq!(p.variants.len(), 4);
+        assert!(p.uses_uring() && p.compares_variants());
+        assert_eq!(p.runs(), 5 + 5 * (4 + 1));
+        let q = plan(&["--queues", "2"]);
+        assert!(!q.uses_uring() && !q.compares_variants());
+        assert!(!plan(&[]).compares_variants());
+        let e = build(&parse(&["--queues", "2", "--mount-opt", "--queues 1"]).expect("parses"));
+        assert!(e.err().is_some_and(|e| e.contains("keep one")));
+        assert!(
+            parse(&["--transport", "auto"]).is_err(),
+            "a variant is one transport"
+        );
+        assert!(parse(&["--queues", "0"]).is_err());
     }
 
     #[test]

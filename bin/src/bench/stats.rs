@@ -30,13 +30,19 @@ pub fn num(v: &Value, path: &str) -> Option<f64> {
     path.split('/').try_fold(v, |v, k| v.get(k))?.as_f64()
 }
 
-/// Whether replies went through io_uring: the stats' own `ring_replies` flag when it has
-/// one (under `queue` or at the top), else what the caller knows from the command line.
+/// Whether replies went through io_uring: with FUSE over io_uring (the stats' `dispatch`
+/// says `--transport uring`) they always do (committed by ring commands); else the stats'
+/// own `ring_replies` flag when it has one, else what the caller knows from the command
+/// line (`--ring-replies`).
 pub fn ring_replies(stats: &Value, from_options: bool) -> bool {
-    ["queue/ring_replies", "ring_replies", "config/ring_replies"]
-        .iter()
-        .find_map(|p| p.split('/').try_fold(stats, |v, k| v.get(k))?.as_bool())
-        .unwrap_or(from_options)
+    let uring = stats["dispatch"]
+        .as_str()
+        .is_some_and(|d| d.contains("--transport uring"));
+    uring
+        || ["queue/ring_replies", "ring_replies", "config/ring_replies"]
+            .iter()
+            .find_map(|p| p.split('/').try_fold(stats, |v, k| v.get(k))?.as_bool())
+            .unwrap_or(from_options)
 }
 
 impl PerRequest {
@@ -138,5 +144,14 @@ mod tests {
         let s = json!({"queue": {"ring_replies": true}});
         assert!(ring_replies(&s, false));
         assert!(!ring_replies(&json!({}), false));
+        let uring = json!({"dispatch": "coroutine --queues 2 --transport uring"});
+        assert!(
+            ring_replies(&uring, false),
+            "FUSE over io_uring commits on the ring"
+        );
+        assert!(!ring_replies(
+            &json!({"dispatch": "coroutine --queues 2"}),
+            false
+        ));
     }
 }

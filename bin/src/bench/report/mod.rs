@@ -16,6 +16,7 @@ use super::env::Environment;
 use super::export::{ExportKind, Server};
 use super::matrix::{Cell, Run};
 use super::storage::Image;
+use super::variant::Variant;
 
 /// The command-line choices that shaped the numbers.
 #[derive(Debug, Serialize)]
@@ -27,6 +28,8 @@ pub struct Options {
     /// Load jobs per run (threads or fio jobs).
     pub jobs: u32,
     pub compare_qsd: bool,
+    /// The corofuse configurations each mounted cell ran with.
+    pub variants: Vec<Variant>,
     pub exports: Vec<ExportKind>,
     pub workloads: Vec<&'static str>,
     pub mount_opts: Vec<String>,
@@ -46,6 +49,9 @@ pub struct Summary {
     pub p99_us: f64,
     pub max_us: f64,
     pub daemon_cpu_pct: Option<f64>,
+    /// Daemon CPU time per request, microseconds (its CPU time over the requests the
+    /// load completed): what each request cost, whatever the IOPS.
+    pub daemon_cpu_us_per_request: Option<f64>,
     pub load_cpu_pct: Option<f64>,
     pub switches_per_request: Option<f64>,
     /// Estimate: switches per request times the measured one-way switch cost.
@@ -76,6 +82,10 @@ pub struct CellReport {
     /// IOPS over the device row's for the same workload: set on the exports of the
     /// image on real storage when the device row ran that workload.
     pub vs_device: Option<f64>,
+    /// With several corofuse variants: IOPS over the first variant's, same cell.
+    pub vs_base: Option<f64>,
+    /// With several corofuse variants: this one had the most IOPS in its cell.
+    pub best: bool,
     pub runs: Vec<Run>,
 }
 
@@ -108,9 +118,12 @@ impl Report {
                 median: summarise(&c.runs, switch_ns),
                 vs_qsd: None,
                 vs_device: None,
+                vs_base: None,
+                best: false,
                 runs: c.runs,
             })
             .collect();
+        let compare_variants = options.variants.len() > 1;
         for i in 0..out.len() {
             let qsd = out.iter().find(|q| {
                 q.server == Server::Qsd
@@ -118,11 +131,14 @@ impl Report {
                     && q.workload == out[i].workload
             });
             let ratios = match (out[i].server, qsd) {
-                (Server::Corofuse, Some(q)) => Some(ratios(&out[i].median, &q.median)),
+                (Server::Corofuse(_), Some(q)) => Some(ratios(&out[i].median, &q.median)),
                 _ => None,
             };
             out[i].vs_qsd = ratios;
             out[i].vs_device = vs_device(&out, &out[i]);
+        }
+        if compare_variants {
+            mark_variants(&mut out);
         }
         Report {
             environment: env,
@@ -144,6 +160,32 @@ fn vs_device(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
         .iter()
         .find(|d| d.export == ExportKind::Device && d.workload == cell.workload)?;
     Some(ratios(&cell.median, &device.median).iops)
+}
+
+/// Sets `vs_base` (over the first variant of the same cell) and `best` on every corofuse
+/// cell.
+fn mark_variants(cells: &mut [CellReport]) {
+    for i in 0..cells.len() {
+        if !cells[i].server.is_corofuse() {
+            continue;
+        }
+        let (export, workload) = (cells[i].export, cells[i].workload);
+        let same_cell =
+            |c: &CellReport| c.server.is_corofuse() && c.export == export && c.workload == workload;
+        let base = cells.iter().find(|c| same_cell(c)).map(|c| c.median.iops);
+        let top = cells
+            .iter()
+            .filter(|c| same_cell(c))
+            .map(|c| c.median.iops)
+            .fold(f64::NEG_INFINITY, f64::max);
+        // The first of equals wins, so exactly one cell is marked.
+        let first_top = cells
+            .iter()
+            .position(|c| same_cell(c) && c.median.iops == top);
+        let me = cells[i].median.iops;
+        cells[i].vs_base = base.map(|b| if b > 0.0 { me / b } else { f64::NAN });
+        cells[i].best = first_top == Some(i);
+    }
 }
 
 fn ratios(a: &Summary, b: &Summary) -> Ratios {
@@ -190,6 +232,11 @@ fn summarise(runs: &[Run], switch_ns: f64) -> Summary {
         p99_us: m(|r| r.load.p99_us),
         max_us: m(|r| r.load.max_us),
         daemon_cpu_pct: median_opt(runs, |r| r.daemon_cpu_pct),
+        daemon_cpu_us_per_request: median_opt(runs, |r| {
+            r.daemon_cpu_pct
+                .filter(|_| r.load.iops > 0.0)
+                .map(|pct| pct / 100.0 / r.load.iops * 1e6)
+        }),
         load_cpu_pct: median_opt(runs, |r| r.load.cpu_pct),
         switches_per_request: switches,
         coroutine_ns_per_request: switches.map(|s| s * switch_ns),
@@ -243,7 +290,17 @@ pub(crate) mod sample {
         with_exports(compare, &ExportKind::ALL)
     }
 
+    /// null only, with the variants q1 (120k IOPS) and q2 (180k), and qsd.
+    pub fn with_variants() -> Report {
+        let variants = Variant::all(&[1, 2], &[]);
+        with(true, &[ExportKind::Null], &variants)
+    }
+
     fn with_exports(compare: bool, exports: &[ExportKind]) -> Report {
+        with(compare, exports, &[Variant::default()])
+    }
+
+    fn with(compare: bool, exports: &[ExportKind], variants: &[Variant]) -> Report {
         let mut cells = Vec::new();
         for &export in exports {
             for w in &WORKLOADS[..3] {
@@ -264,16 +321,20 @@ pub(crate) mod sample {
                     });
                     continue;
                 }
-                cells.push(Cell {
-                    export,
-                    workload: *w,
-                    server: Server::Corofuse,
-                    runs: vec![
-                        run(base, true),
-                        run(base * 1.1, true),
-                        run(base * 0.9, true),
-                    ],
-                });
+                for (k, &v) in variants.iter().enumerate() {
+                    // Each further variant does 1.5x the one before.
+                    let base = base * 1.5f64.powi(k as i32);
+                    cells.push(Cell {
+                        export,
+                        workload: *w,
+                        server: Server::Corofuse(v),
+                        runs: vec![
+                            run(base, true),
+                            run(base * 1.1, true),
+                            run(base * 0.9, true),
+                        ],
+                    });
+                }
                 if compare {
                     cells.push(Cell {
                         export,
@@ -290,6 +351,7 @@ pub(crate) mod sample {
             load: "builtin",
             jobs: 1,
             compare_qsd: compare,
+            variants: variants.to_vec(),
             exports: exports.to_vec(),
             workloads: WORKLOADS[..3].iter().map(|w| w.name).collect(),
             mount_opts: vec![],
@@ -325,7 +387,7 @@ mod tests {
         let c = &r.cells[0];
         assert_eq!(
             (c.server, c.workload),
-            (Server::Corofuse, "randread-psync-qd1")
+            (Server::COROFUSE, "randread-psync-qd1")
         );
         assert_eq!(c.median.iops, 120_000.0);
         assert_eq!(
@@ -349,6 +411,39 @@ mod tests {
     }
 
     #[test]
+    fn variants_are_divided_by_the_first_and_the_best_is_marked() {
+        let r = sample::with_variants();
+        let cell: Vec<&CellReport> = r
+            .cells
+            .iter()
+            .filter(|c| c.workload == "randread-psync-qd1")
+            .collect();
+        let names: Vec<String> = cell.iter().map(|c| c.server.name()).collect();
+        assert_eq!(names, ["corofuse q1", "corofuse q2", "qsd"]);
+        assert_eq!(cell[0].vs_base, Some(1.0));
+        assert_eq!(cell[1].vs_base, Some(1.5));
+        assert_eq!(
+            (cell[0].best, cell[1].best, cell[2].best),
+            (false, true, false)
+        );
+        assert_eq!(cell[1].vs_qsd.expect("qsd ran").iops, 3.0);
+        assert!(cell[2].vs_base.is_none());
+        // 55.5% of a CPU at 120k IOPS: 4.625 us per request.
+        let us = cell[0]
+            .median
+            .daemon_cpu_us_per_request
+            .expect("cpu per request");
+        assert!((us - 4.625).abs() < 1e-9, "{us}");
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(json["cells"][1]["server"], "corofuse q2");
+        assert_eq!(json["cells"][1]["best"], true);
+        assert_eq!(json["options"]["variants"][1]["queues"], 2);
+        // One variant: nothing compared, nothing marked.
+        let plain = sample::report(true);
+        assert!(plain.cells.iter().all(|c| c.vs_base.is_none() && !c.best));
+    }
+
+    #[test]
     fn storage_rows_are_divided_by_the_device_row() {
         let r = sample::with_storage(true);
         let find = |e: ExportKind, s: Server| {
@@ -361,18 +456,18 @@ mod tests {
         assert_eq!(device.vs_device, None, "the ceiling itself");
         assert!(device.vs_qsd.is_none());
         assert_eq!(
-            find(ExportKind::Disk, Server::Corofuse).vs_device,
+            find(ExportKind::Disk, Server::COROFUSE).vs_device,
             Some(0.75)
         );
         assert_eq!(
-            find(ExportKind::DiskDirect, Server::Corofuse).vs_device,
+            find(ExportKind::DiskDirect, Server::COROFUSE).vs_device,
             Some(0.5)
         );
         assert_eq!(
             find(ExportKind::DiskDirect, Server::Qsd).vs_device,
             Some(0.25)
         );
-        assert_eq!(find(ExportKind::File, Server::Corofuse).vs_device, None);
+        assert_eq!(find(ExportKind::File, Server::COROFUSE).vs_device, None);
         let json = serde_json::to_value(&r).expect("serialises");
         assert_eq!(json["storage"]["fs_type"], "ext4");
         assert!(json["cells"]

@@ -21,16 +21,31 @@ const BOTTOM: f64 = 64.0;
 
 fn colour(export: ExportKind, server: Server) -> &'static str {
     match (export, server) {
-        (ExportKind::Null, Server::Corofuse) => "#1f5fa8",
+        (ExportKind::Null, Server::Corofuse(_)) => "#1f5fa8",
         (ExportKind::Null, Server::Qsd) => "#9ec3ea",
-        (ExportKind::File, Server::Corofuse) => "#d9670b",
+        (ExportKind::File, Server::Corofuse(_)) => "#d9670b",
         (ExportKind::File, Server::Qsd) => "#f7bf86",
-        (ExportKind::Disk, Server::Corofuse) => "#2e8b3e",
+        (ExportKind::Disk, Server::Corofuse(_)) => "#2e8b3e",
         (ExportKind::Disk, Server::Qsd) => "#a6d9ae",
-        (ExportKind::DiskDirect, Server::Corofuse) => "#7a3fa8",
+        (ExportKind::DiskDirect, Server::Corofuse(_)) => "#7a3fa8",
         (ExportKind::DiskDirect, Server::Qsd) => "#cdb0e6",
         // The device row, and pairs the lab never runs.
         _ => "#888888",
+    }
+}
+
+/// How opaque a series' colour is: the k-th corofuse variant of an export is paler than
+/// the one before (they share the export's colour), everything else is solid.
+fn opacity(series: &[(ExportKind, Server)], export: ExportKind, server: Server) -> f64 {
+    let k = series
+        .iter()
+        .take_while(|&&s| s != (export, server))
+        .filter(|(e, s)| *e == export && s.is_corofuse())
+        .count();
+    if server.is_corofuse() {
+        [1.0, 0.72, 0.5, 0.34][k.min(3)]
+    } else {
+        1.0
     }
 }
 
@@ -159,11 +174,12 @@ pub fn render(r: &Report) -> String {
             let top = y(v);
             let _ = writeln!(
                 s,
-                r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {} {}: {v:.0} IOPS</title></rect>"#,
+                r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}" fill-opacity="{}"><title>{} {} {}: {v:.0} IOPS</title></rect>"#,
                 x + 1.0,
                 BAR - 2.0,
                 (TOP + PLOT_H - top).max(0.0),
                 colour(export, server),
+                opacity(&series, export, server),
                 export.name(),
                 server.name(),
                 esc(label)
@@ -215,8 +231,9 @@ fn legend(s: &mut String, series: &[(ExportKind, Server)]) {
         let label = format!("{} {}", export.name(), server.name());
         let _ = writeln!(
             s,
-            r#"<rect x="{x:.1}" y="56" width="14" height="14" fill="{}"/><text x="{:.1}" y="67">{}</text>"#,
+            r#"<rect x="{x:.1}" y="56" width="14" height="14" fill="{}" fill-opacity="{}"/><text x="{:.1}" y="67">{}</text>"#,
             colour(export, server),
+            opacity(series, export, server),
             x + 19.0,
             esc(&label)
         );
@@ -279,6 +296,10 @@ mod tests {
             let bars = svg.matches("<title>").count();
             assert_eq!(bars, if compare { 12 } else { 6 });
         }
+        let variants = render(&sample::with_variants());
+        assert!(
+            variants.contains("null corofuse q2") && variants.contains(r#"fill-opacity="0.72""#)
+        );
         let svg = render(&sample::with_storage(true));
         balanced(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
         for want in [

@@ -111,20 +111,37 @@ fn header(r: &Report) -> String {
          kernel {}, {} CPUs ({}), corofuse {}, extra mount options: {opts}\n\
          local = the same load on /dev/zero (reads) or /dev/null (writes), no FUSE: what \
          the load itself can drive, the ceiling of null and file.\n\
-         cpu% = daemon CPU time / wall time (100 = one CPU); load% = the load's. \
-         Per-request columns: the \
+         cpu% = daemon CPU time / wall time (100 = one CPU); cpu us/req = daemon CPU \
+         time per request (qsd's too); load% = the load's. Per-request columns: the \
          daemon's --stats, SIGUSR1 before and after the load, differenced.\n\
          co ns/req = sw/req x {:.1} ns: an ESTIMATE from the runtime_switch \
          micro-benchmark (one-way switch = half its round trip), not a measurement here.\n\
          sys/req = io_uring_enter calls + one writev per reply (unless --ring-replies) \
-         + /dev/fuse reads when counted.\n{}",
+         + /dev/fuse reads when counted.\n{}{}",
         o.seconds,
         e.kernel,
         e.cpus,
         e.cpu_model,
         e.corofuse_version,
         r.switch_one_way_ns,
+        variants_header(r),
         storage_header(r)
+    )
+}
+
+/// How to read the variant columns, when several corofuse configurations ran.
+fn variants_header(r: &Report) -> String {
+    let v = &r.options.variants;
+    if v.len() < 2 {
+        return String::new();
+    }
+    let names: Vec<String> = v.iter().map(|v| v.label()).collect();
+    format!(
+        "corofuse variants, interleaved in every cell: {} (qN = mount --queues N, dev/uring \
+         = --transport). vs base = IOPS / {}'s, same cell; (best) = the variant with the \
+         most IOPS in its cell, whose ratio to qsd is the best/qsd row.\n",
+        names.join(", "),
+        names[0]
     )
 }
 
@@ -153,19 +170,23 @@ fn storage_header(r: &Report) -> String {
 /// Which optional columns the table has.
 #[derive(Clone, Copy)]
 struct Columns {
-    compare: bool,
+    /// The server column: qsd ran, or several corofuse variants did.
+    server: bool,
     trials: bool,
     device: bool,
+    variants: bool,
 }
 
 fn table(r: &Report) -> Table {
+    let variants = r.options.variants.len() > 1;
     let cols = Columns {
-        compare: r.options.compare_qsd,
+        server: r.options.compare_qsd || variants,
         trials: r.options.trials > 1,
         device: r.cells.iter().any(|c| c.export.on_storage()),
+        variants,
     };
     let mut headers = vec!["export", "workload"];
-    if cols.compare {
+    if cols.server {
         headers.push("server");
     }
     headers.push("IOPS");
@@ -175,11 +196,15 @@ fn table(r: &Report) -> Table {
     if cols.device {
         headers.push("vs device");
     }
+    if cols.variants {
+        headers.push("vs base");
+    }
     headers.extend([
         "MB/s",
         "mean us",
         "p99 us",
         "cpu%",
+        "cpu us/req",
         "load%",
         "sw/req",
         "co ns/req",
@@ -194,13 +219,26 @@ fn table(r: &Report) -> Table {
         .chunk_by(|a, b| a.export == b.export && a.workload == b.workload)
     {
         rows.extend(group.iter().map(|c| row(c, cols)));
-        if let Some(v) = group.iter().find_map(|c| c.vs_qsd) {
-            let mut ratio_row = vec![String::new(), String::new(), "corofuse/qsd".into()];
+        // The ratio to qsd of the one variant, or of the best of several.
+        let vs_qsd = group
+            .iter()
+            .filter(|c| c.best || !cols.variants)
+            .find_map(|c| c.vs_qsd);
+        if let Some(v) = vs_qsd {
+            let label = if cols.variants {
+                "best/qsd"
+            } else {
+                "corofuse/qsd"
+            };
+            let mut ratio_row = vec![String::new(), String::new(), label.into()];
             ratio_row.push(ratio(v.iops));
             if cols.trials {
                 ratio_row.push(String::new());
             }
             if cols.device {
+                ratio_row.push(String::new());
+            }
+            if cols.variants {
                 ratio_row.push(String::new());
             }
             ratio_row.extend([ratio(v.mb_s), ratio(v.mean_us), ratio(v.p99_us)]);
@@ -210,15 +248,19 @@ fn table(r: &Report) -> Table {
     Table {
         headers: headers.into_iter().map(String::from).collect(),
         rows,
-        left: if cols.compare { 3 } else { 2 },
+        left: if cols.server { 3 } else { 2 },
     }
 }
 
 fn row(c: &CellReport, cols: Columns) -> Vec<String> {
     let m = &c.median;
     let mut row = vec![c.export.name().to_string(), c.label.clone()];
-    if cols.compare {
-        row.push(c.server.name().into());
+    if cols.server {
+        row.push(if c.best {
+            format!("{} (best)", c.server.name())
+        } else {
+            c.server.name()
+        });
     }
     row.push(format!("{:.0}", m.iops));
     if cols.trials {
@@ -232,11 +274,15 @@ fn row(c: &CellReport, cols: Columns) -> Vec<String> {
             _ => String::new(),
         });
     }
+    if cols.variants {
+        row.push(c.vs_base.map(ratio).unwrap_or_default());
+    }
     row.extend([
         num(m.mb_s),
         num(m.mean_us),
         num(m.p99_us),
         opt(m.daemon_cpu_pct),
+        opt(m.daemon_cpu_us_per_request),
         opt(m.load_cpu_pct),
         opt(m.switches_per_request),
         opt(m.coroutine_ns_per_request),
@@ -287,7 +333,7 @@ mod tests {
         let header = lines[0];
         let iops_end = header.find("IOPS").expect("IOPS column") + 4;
         for l in &lines[1..] {
-            if !l.trim().is_empty() && !l.contains("corofuse/qsd") {
+            if !l.trim().is_empty() && !l.contains("/qsd") {
                 assert_eq!(&l[iops_end..iops_end + 2], "  ", "misaligned: {l:?}");
             }
         }
@@ -337,6 +383,31 @@ mod tests {
         assert!(lines[2].trim_end().ends_with("-"), "{}", lines[2]);
         assert_eq!(lines.len(), 1 + 6 * 3);
         assert!(!text.contains("vs device") && !text.contains("storage rows"));
+    }
+
+    #[test]
+    fn renders_variants_with_their_ratio_to_the_first_and_the_best() {
+        let text = render(&sample::with_variants());
+        assert!(
+            text.contains("corofuse variants, interleaved in every cell: corofuse q1, corofuse q2"),
+            "{text}"
+        );
+        let lines = check_alignment(&text);
+        assert!(lines[0].contains("vs base") && lines[0].contains("cpu us/req"));
+        assert!(lines[1].contains("corofuse q1") && lines[1].contains("1.00x"));
+        assert!(
+            lines[2].contains("corofuse q2 (best)") && lines[2].contains("1.50x"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[3].contains("qsd") && !lines[3].contains("best"));
+        assert!(
+            lines[4].contains("best/qsd") && lines[4].contains("3.00x"),
+            "{}",
+            lines[4]
+        );
+        // 3 workloads: q1, q2, qsd and one ratio row each.
+        assert_eq!(lines.len(), 1 + 3 * 4);
     }
 
     #[test]
