@@ -1,9 +1,11 @@
-//! `--cpus same|split`: where the daemon and the load run.
+//! `--cpus same|split|load`: where the daemon and the load run.
 //!
 //! Why: at iodepth 1 placement decides the result (CONTEXT.md: qemu-storage-daemon does
 //! ~21k IOPS with daemon and client on different vCPUs, ~105k on the same one, because
 //! waking a halted vCPU costs ~20 µs). Pinning every task of the daemon
-//! (/proc/PID/task/*) and the load makes runs comparable.
+//! (/proc/PID/task/*) and the load makes runs comparable. `load` pins only the load: the
+//! daemon's loops pin themselves one per CPU, and FUSE over io_uring serves a request on
+//! the CPU that issued it, which an unpinned client defeats by moving between CPUs.
 
 use std::io;
 
@@ -17,12 +19,15 @@ pub enum Cpus {
     Same,
     /// Daemon on one CPU, load on another.
     Split,
+    /// The load on the last CPU, the daemon where it places itself (its loops pinned one
+    /// per CPU by default).
+    Load,
 }
 
-/// The CPUs chosen for the daemon and for the load.
+/// The CPUs chosen for the daemon (`None`: not pinned by the lab) and for the load.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Placement {
-    pub daemon: usize,
+    pub daemon: Option<usize>,
     pub load: usize,
 }
 
@@ -35,12 +40,16 @@ impl Placement {
             .ok_or("no CPU in this process's affinity mask")?;
         match cpus {
             Cpus::Same => Ok(Placement {
-                daemon: first,
+                daemon: Some(first),
                 load: first,
+            }),
+            Cpus::Load => Ok(Placement {
+                daemon: None,
+                load: *allowed.last().unwrap_or(&first),
             }),
             Cpus::Split => match allowed.get(1) {
                 Some(&second) => Ok(Placement {
-                    daemon: first,
+                    daemon: Some(first),
                     load: second,
                 }),
                 None => Err("--cpus split needs two CPUs; this process may use one".into()),
@@ -98,4 +107,23 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     Ok((0..max)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements() {
+        let allowed = allowed_cpus().expect("affinity");
+        let same = Placement::choose(Cpus::Same).expect("one CPU is enough");
+        assert_eq!((same.daemon, same.load), (Some(allowed[0]), allowed[0]));
+        let load = Placement::choose(Cpus::Load).expect("one CPU is enough");
+        assert_eq!(load.daemon, None, "the daemon places itself");
+        assert_eq!(load.load, *allowed.last().expect("a CPU"));
+        match Placement::choose(Cpus::Split) {
+            Ok(p) => assert_eq!((p.daemon, p.load), (Some(allowed[0]), allowed[1])),
+            Err(e) => assert!(allowed.len() == 1 && e.contains("two CPUs"), "{e}"),
+        }
+    }
 }

@@ -148,8 +148,8 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
         });
     }
     let mut daemon = start(plan, lab, cell, image)?;
-    if let Some(p) = plan.placement {
-        affinity::pin_process(daemon.pid(), p.daemon)?;
+    if let Some(cpu) = plan.placement.and_then(|p| p.daemon) {
+        affinity::pin_process(daemon.pid(), cpu)?;
     }
     let corofuse = cell.server.is_corofuse();
     let before = if corofuse {

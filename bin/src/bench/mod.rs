@@ -146,8 +146,9 @@ struct LabArgs {
     /// Extra options for `corofuse mount`, e.g. "--readers 4" (repeatable)
     #[arg(long = "mount-opt", value_name = "OPTS", allow_hyphen_values = true)]
     mount_opts: Vec<String>,
-    /// Pin the daemon (all its threads) and the load: on the same CPU, or on two CPUs.
-    /// Default: no pinning. At iodepth 1 this placement decides the result
+    /// Pin the daemon (all its threads) and the load: on the same CPU, or on two CPUs; or
+    /// only the load (on the last CPU; the daemon's loops pin themselves). Default: no
+    /// pinning. At iodepth 1 this placement decides the result
     #[arg(long, value_enum)]
     cpus: Option<Cpus>,
     /// Drive the matrix with fio instead of the built-in load

@@ -98,7 +98,10 @@ fn header(r: &Report) -> String {
         "1 trial".into()
     };
     let placement = match o.placement {
-        Some(p) => format!("daemon on CPU {}, load on CPU {}", p.daemon, p.load),
+        Some(p) => match p.daemon {
+            Some(d) => format!("daemon on CPU {d}, load on CPU {}", p.load),
+            None => format!("load on CPU {}, daemon not pinned by the lab", p.load),
+        },
         None => "left to the scheduler".into(),
     };
     let opts = if o.mount_opts.is_empty() {
