@@ -5,8 +5,9 @@
 //! and some with fsync, while another thread keeps writing (never synced) elsewhere in the
 //! image; then SIGKILL to the daemon, `corofuse umount` of the mount it leaves, and the
 //! image file itself must hold every synced byte, and the bytes no write touched as they
-//! were. The client writes buffered or with O_DIRECT, and the daemon runs with `--direct`
-//! (image on a disk-backed file system) or without, in every dispatch mode.
+//! were. The client writes buffered, with O_DIRECT or into a shared mapping (msync(2) then
+//! standing for fdatasync), and the daemon runs with `--direct` (image on a disk-backed
+//! file system) or without, in every dispatch mode.
 
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
@@ -18,8 +19,8 @@ use std::time::{Duration, Instant};
 use corofuse_tests::export::{umount, TIMEOUT};
 use corofuse_tests::require::report_skip;
 use corofuse_tests::{
-    assert_bytes_eq, dispatch_tests, open_direct, open_rw, pattern, AlignedBuf, Dispatch,
-    MountedExport, Sandbox, KIB, MIB,
+    assert_bytes_eq, dispatch_tests, open_direct, open_rw, pattern, require_kernel, Access,
+    AlignedBuf, Dispatch, Mapping, MountedExport, Sandbox, Sharing, KIB, MIB,
 };
 
 /// The image; the synced writes go to its first half, the unsynced ones to the second.
@@ -28,17 +29,22 @@ const HALF: u64 = LEN / 2;
 /// The unsynced writer's chunk.
 const CHUNK: u64 = 64 * KIB;
 
-/// How the client opens the mount.
+/// How the client writes to the mount.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Client {
+    /// write(2) on a plain fd.
     Buffered,
+    /// write(2) on an O_DIRECT fd.
     Direct,
+    /// Stores into a shared mapping (the kernel writes the dirty pages back): msync(2)
+    /// instead of fdatasync, then fsync. Its unsynced writer uses a plain fd.
+    Mapped,
 }
 
 impl Client {
     fn open(self, path: &Path) -> File {
         match self {
-            Client::Buffered => open_rw(path),
+            Client::Buffered | Client::Mapped => open_rw(path),
             Client::Direct => open_direct(path, true),
         }
         .expect("open the mount")
@@ -70,9 +76,49 @@ impl Client {
             ],
         ];
         match self {
-            Client::Buffered => BUFFERED,
+            Client::Buffered | Client::Mapped => BUFFERED,
             Client::Direct => DIRECT,
         }
+    }
+}
+
+/// The synced writes' way in: an fd, or a shared mapping of the whole file and its fd.
+enum Handle {
+    Fd(File),
+    Mapped(Mapping, File),
+}
+
+impl Handle {
+    fn open(client: Client, path: &Path) -> Handle {
+        let file = client.open(path);
+        if client != Client::Mapped {
+            return Handle::Fd(file);
+        }
+        let map = Mapping::map(&file, 0, LEN as usize, Access::ReadWrite, Sharing::Shared);
+        Handle::Mapped(map.expect("mmap(MAP_SHARED) of the mount"), file)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) {
+        match self {
+            Handle::Fd(file) => file
+                .write_all_at(data, offset)
+                .expect("write through the mount"),
+            Handle::Mapped(map, _) => map.write(offset as usize, data),
+        }
+    }
+
+    /// The first batch's sync: fdatasync(2), or msync(MS_SYNC) of a mapping.
+    fn sync_data(&self) {
+        match self {
+            Handle::Fd(file) => file.sync_data().expect("fdatasync through the mount"),
+            Handle::Mapped(map, _) => map.sync_all().expect("msync through the mount"),
+        }
+    }
+
+    /// The second batch's: fsync(2), which also writes a mapping's dirty pages back.
+    fn sync_all(&self) {
+        let (Handle::Fd(file) | Handle::Mapped(_, file)) = self;
+        file.sync_all().expect("fsync through the mount");
     }
 }
 
@@ -92,6 +138,13 @@ fn unsynced_writer(mount: &Path, client: Client, done: &AtomicU64) {
 
 /// The test: see the module docs. `daemon_args` are `-w`, plus `--direct` if asked.
 fn synced_writes_survive_sigkill(mode: Dispatch, client: Client, direct_daemon: bool) {
+    if client == Client::Mapped {
+        require_kernel!(
+            6,
+            6,
+            "mmap(MAP_SHARED) of the export (FUSE_DIRECT_IO_ALLOW_MMAP)"
+        );
+    }
     let sandbox = match direct_daemon {
         true => match Sandbox::on_real_fs() {
             Ok(sandbox) => sandbox,
@@ -125,23 +178,22 @@ fn synced_writes_survive_sigkill(mode: Dispatch, client: Client, direct_daemon: 
         std::thread::sleep(Duration::from_millis(1));
     }
 
-    let file = client.open(export.path());
+    let handle = Handle::open(client, export.path());
     let mut want = before[..HALF as usize].to_vec();
     for (batch, writes) in client.writes().into_iter().enumerate() {
         for (i, &(offset, len)) in writes.iter().enumerate() {
             let (seed, len) = (100 * batch as u64 + i as u64, len as usize);
             let data = AlignedBuf::from_slice(&pattern(seed, offset, len));
-            file.write_all_at(&data, offset)
-                .expect("write through the mount");
+            handle.write(offset, &data);
             want[offset as usize..][..len].copy_from_slice(&data);
         }
         match batch {
-            0 => file.sync_data().expect("fdatasync through the mount"),
-            _ => file.sync_all().expect("fsync through the mount"),
+            0 => handle.sync_data(),
+            _ => handle.sync_all(),
         }
     }
     export.crash();
-    drop(file);
+    drop(handle);
     rx.recv_timeout(TIMEOUT)
         .expect("the unsynced writer stops when the daemon dies");
 
@@ -179,4 +231,14 @@ fn mount_crash_buffered_writes_to_a_direct_daemon_survive_sigkill(mode: Dispatch
 dispatch_tests!(mount_crash_direct_writes_to_a_direct_daemon_survive_sigkill);
 fn mount_crash_direct_writes_to_a_direct_daemon_survive_sigkill(mode: Dispatch) {
     synced_writes_survive_sigkill(mode, Client::Direct, true);
+}
+
+dispatch_tests!(mount_crash_mapped_writes_survive_sigkill);
+fn mount_crash_mapped_writes_survive_sigkill(mode: Dispatch) {
+    synced_writes_survive_sigkill(mode, Client::Mapped, false);
+}
+
+dispatch_tests!(mount_crash_mapped_writes_to_a_direct_daemon_survive_sigkill);
+fn mount_crash_mapped_writes_to_a_direct_daemon_survive_sigkill(mode: Dispatch) {
+    synced_writes_survive_sigkill(mode, Client::Mapped, true);
 }
