@@ -7,6 +7,7 @@ mod mount;
 mod serve_loop;
 mod serve_threads;
 mod signals;
+mod umount;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,8 @@ enum Command {
     Bench(bench::Args),
     /// Summarise a `corofuse mount --stats` JSON file.
     Stats(bench::stats_cmd::Args),
+    /// Remove a corofuse mount, live or left behind by a killed daemon (never another's).
+    Umount(umount::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount::run(&args),
         Command::Bench(args) => bench::run(args),
         Command::Stats(args) => bench::stats_cmd::run(&args),
+        Command::Umount(args) => umount::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

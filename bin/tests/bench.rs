@@ -1,30 +1,12 @@
 //! `corofuse bench` end to end: a one-second lab run on the null export must print a
 //! table with a positive IOPS figure and leave no mount, daemon or scratch directory.
 //!
-//! Needs root and /dev/fuse; elsewhere it says why it skips, on the real stderr (libtest
-//! captures `eprintln!`, not writes to the stderr handle).
+//! Needs root and /dev/fuse; elsewhere it says why it skips (a failure under
+//! `COROFUSE_TEST_NO_SKIP=1`, as in `.ci/run`), with the mount tests' helpers.
 
-use std::io::Write;
 use std::process::Command;
 
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (the lab mounts with mount(2))".into());
-    }
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return Some(format!("cannot open /dev/fuse: {e} (try `modprobe fuse`)"));
-    }
-    None
-}
-
-fn note(line: &str) {
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
-}
+use corofuse_tests::require::{fuse_unavailable, report_skip};
 
 /// The value under `column` in the first table row that starts with `export`.
 fn cell<'a>(table: &'a str, export: &str, column: &str) -> Option<&'a str> {
@@ -44,11 +26,8 @@ fn cell<'a>(table: &'a str, export: &str, column: &str) -> Option<&'a str> {
 
 #[test]
 fn bench_null_randread_leaves_nothing_behind() {
-    if let Some(why) = skip_reason() {
-        note(&format!(
-            "SKIPPED bench_null_randread_leaves_nothing_behind: {why}"
-        ));
-        return;
+    if let Some(why) = fuse_unavailable() {
+        return report_skip(&why);
     }
     let child = Command::new(env!("CARGO_BIN_EXE_corofuse"))
         .args(["bench", "--seconds", "1", "--only", "null"])

@@ -17,6 +17,9 @@
 //! - Dropping the [`Mount`] (or [`Mount::unmount`]) detaches the mount
 //!   (`umount2(MNT_DETACH)` or `fusermount3 -u -z`); the server's next read
 //!   then fails with ENODEV. No DESTROY request is sent for a `fuse` mount.
+//! - [`unmount_path`] removes a mount from outside its server (`corofuse
+//!   umount`), live or with the server gone; the caller first checks with
+//!   [`mount_at`] that the mount on the path is one it may remove.
 
 mod check;
 mod fusermount;
@@ -27,7 +30,9 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-pub use check::{fuse_mount_device, is_fuse_mountpoint};
+pub use check::{
+    fuse_mount_at, fuse_mount_device, is_fuse_mountpoint, mount_at, resolve, MountEntry,
+};
 
 /// How to mount: names and kernel options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +65,11 @@ impl Default for MountOptions {
 }
 
 impl MountOptions {
+    /// The fstype mount(2) gets and mountinfo shows: `fuse.<subtype>`.
+    pub fn fstype(&self) -> String {
+        format!("fuse.{}", self.subtype)
+    }
+
     /// The `,allow_other,default_permissions,max_read=N` part shared by both paths.
     fn common_options(&self) -> String {
         let mut opts = String::new();
@@ -128,6 +138,29 @@ pub fn mount(mountpoint: &Path, opts: &MountOptions) -> io::Result<(FuseDev, Mou
             device,
         },
     ))
+}
+
+/// How [`unmount_path`] removed a mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmounted {
+    /// At once: nothing on it was in use.
+    Now,
+    /// Detached (MNT_DETACH, `fusermount3 -u -z`) because it was busy: gone from the
+    /// namespace now, freed when the last file on it closes.
+    Lazily,
+}
+
+/// Unmounts the mount on top of `path` (absolute, see [`resolve`]) from outside its
+/// server, whether the server still runs or is gone: a plain unmount, and a lazy one
+/// only if that fails because the mount is busy. As root with umount2(2), else with
+/// `fusermount3 -u` (`-u -z`). The caller checks that the mount is one it may remove
+/// ([`mount_at`]); the server's next read of /dev/fuse then fails with ENODEV.
+pub fn unmount_path(path: &Path) -> io::Result<Unmounted> {
+    if privileged::is_root() {
+        privileged::unmount_or_detach(path)
+    } else {
+        fusermount::unmount_or_detach(&fusermount::find()?, path)
+    }
 }
 
 impl Mount {

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::require::{fuse_unavailable, report_skip};
+use crate::require::{fuse_unavailable, report_deselected, report_skip};
 
 /// The environment variable that restricts the modes run.
 pub const ENV: &str = "COROFUSE_TEST_DISPATCH";
@@ -114,7 +114,7 @@ impl Dispatch {
             }
         }
         if chosen.is_none() {
-            report_skip(&format!("{ENV}={wanted} leaves out {}", self.name()));
+            report_deselected(&format!("{ENV}={wanted} leaves out {}", self.name()));
         }
         chosen
     }

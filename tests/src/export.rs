@@ -171,6 +171,24 @@ impl MountedExport {
         self.clean_up();
     }
 
+    /// A crash: SIGKILL to the PID we started, and reap it. Unlike [`kill`](Self::kill),
+    /// this leaves the mount behind (its server gone: every access fails with ENOTCONN)
+    /// for the test to clean up with [`umount`]; Drop detaches it if the test does not.
+    /// Panics if the daemon had exited already.
+    #[track_caller]
+    pub fn crash(&mut self) {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(status) = self.try_status() {
+            panic!(
+                "the daemon exited ({status}) before SIGKILL; stderr:\n{}",
+                self.stderr()
+            );
+        }
+        self.signal(libc::SIGKILL);
+        let status = self.wait_exit(TIMEOUT).expect("a daemon dies of SIGKILL");
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    }
+
     /// Waits up to `timeout` for the daemon to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let start = Instant::now();
@@ -270,19 +288,24 @@ fn log_level() -> String {
     std::env::var("COROFUSE_TEST_LOG").unwrap_or_else(|_| "info".into())
 }
 
-/// How a `corofuse` run that was expected to fail ended.
+/// How a `corofuse` run ended.
 #[derive(Debug)]
-pub struct Failure {
+pub struct Exited {
     /// Its exit status.
     pub status: ExitStatus,
     /// What it wrote to stderr.
     pub stderr: String,
 }
 
+/// Runs `corofuse umount PATH` (see [`run_to_exit`]).
+pub fn umount(path: &Path) -> Exited {
+    run_to_exit(&["umount".as_ref(), path.as_os_str()], path)
+}
+
 /// Runs `corofuse ARGS...` (with no `RUST_LOG`: the default logging, as a script gets it)
 /// and returns how it ended; panics if it does not exit within [`TIMEOUT`] (after
 /// killing it and detaching any mount it added on `mountpoint`).
-pub fn run_to_exit(args: &[&OsStr], mountpoint: &Path) -> Failure {
+pub fn run_to_exit(args: &[&OsStr], mountpoint: &Path) -> Exited {
     let abs = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     let mounts_before = fuse_mounts_at(&abs);
     let scratch = tempfile::tempdir().expect("temp dir");
@@ -320,7 +343,7 @@ pub fn run_to_exit(args: &[&OsStr], mountpoint: &Path) -> Failure {
         }
     }
     match status {
-        Some(status) => Failure { status, stderr },
+        Some(status) => Exited { status, stderr },
         None => panic!("corofuse {args:?} still running after {TIMEOUT:?}; stderr:\n{stderr}"),
     }
 }

@@ -2,7 +2,8 @@
 //! regular file with mount(2) and checks the CLI contract from outside, as a script would.
 //!
 //! The tests need root, /dev/fuse and CAP_SYS_ADMIN (our CI has them); elsewhere each one
-//! prints why it is skipped and passes. Every mount test is named `mount_*`, so
+//! prints why it is skipped and passes, unless `COROFUSE_TEST_NO_SKIP=1` (set by `.ci/run`)
+//! makes every such skip a failure ([`require`]). Every mount test is named `mount_*`, so
 //! `cargo test -p corofuse-tests mount_` selects them and `--skip mount_` leaves them out.
 //!
 //! Every export test runs in each `--dispatch` mode ([`Dispatch`]): a body taking the mode,

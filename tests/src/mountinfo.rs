@@ -11,21 +11,23 @@ pub const FSTYPE: &str = "fuse.corofuse";
 /// How many mounts of any `fuse`/`fuse.*` type sit on `path` (an absolute path, symlinks
 /// resolved, as the kernel writes it).
 pub fn fuse_mounts_at(path: &Path) -> usize {
-    let info = fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
-    let path = path.as_os_str().as_bytes();
-    info.lines()
-        .filter_map(parse_line)
-        .filter(|(mnt, fstype)| is_fuse(fstype) && unescape(mnt) == path)
-        .count()
+    fstypes_at(path).iter().filter(|t| is_fuse(t)).count()
 }
 
 /// Whether `path` has a [`FSTYPE`] mount on it.
 pub fn is_corofuse_mount(path: &Path) -> bool {
+    fstypes_at(path).iter().any(|t| t == FSTYPE)
+}
+
+/// The fstype of each mount on `path`, in mount order (the last one is on top).
+pub fn fstypes_at(path: &Path) -> Vec<String> {
     let info = fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
     let path = path.as_os_str().as_bytes();
     info.lines()
         .filter_map(parse_line)
-        .any(|(mnt, fstype)| fstype == FSTYPE && unescape(mnt) == path)
+        .filter(|(mnt, _)| unescape(mnt) == path)
+        .map(|(_, fstype)| fstype.to_string())
+        .collect()
 }
 
 fn is_fuse(fstype: &str) -> bool {

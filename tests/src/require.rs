@@ -1,8 +1,15 @@
 //! Probe, then skip visibly: what a mount test needs, and a message on the real stderr
 //! when it is missing (libtest captures `eprintln!`, not writes to the stderr handle).
+//!
+//! With [`NO_SKIP_ENV`]`=1` (`.ci/run` sets it) a skip is a failure instead: CI, which
+//! has root, /dev/fuse, the tools and a recent kernel, cannot pass with tests unrun.
+//! Leaving a dispatch mode out on purpose (`COROFUSE_TEST_DISPATCH`) still only skips.
 
 use std::fs;
 use std::io::Write;
+
+/// Set to anything but empty or `0`, it makes every [`report_skip`] panic.
+pub const NO_SKIP_ENV: &str = "COROFUSE_TEST_NO_SKIP";
 
 /// `CAP_SYS_ADMIN`'s bit in the capability sets of /proc/self/status.
 const CAP_SYS_ADMIN: u32 = 21;
@@ -55,13 +62,33 @@ fn effective_caps() -> Option<u64> {
     u64::from_str_radix(hex.trim(), 16).ok()
 }
 
-/// Prints `SKIPPED <test>: <why>` where the person running the tests sees it.
+/// Prints `SKIPPED <test>: <why>` where the person running the tests sees it; panics
+/// with `why` instead if [`NO_SKIP_ENV`] is set.
 pub fn report_skip(why: &str) {
+    let strict = std::env::var(NO_SKIP_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
+    skip_or_fail(why, strict);
+}
+
+/// Prints `SKIPPED <test>: <why>` for a test left out on purpose (never a failure).
+pub fn report_deselected(why: &str) {
+    note(&format!("SKIPPED {}: {why}", test_name()));
+}
+
+fn skip_or_fail(why: &str, fail: bool) {
+    if fail {
+        panic!(
+            "{} cannot run: {why}; with {NO_SKIP_ENV}=1 (as .ci/run sets it) that is a \
+             failure, not a skip",
+            test_name()
+        );
+    }
+    report_deselected(why);
+}
+
+/// The running test's name (libtest names its thread after it).
+fn test_name() -> String {
     let thread = std::thread::current();
-    note(&format!(
-        "SKIPPED {}: {why}",
-        thread.name().unwrap_or("a test")
-    ));
+    thread.name().unwrap_or("a test").to_string()
 }
 
 /// Writes one line to the process's stderr, past libtest's capture (which only covers
@@ -104,4 +131,23 @@ macro_rules! require_kernel {
             return;
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skip_is_a_note_by_default() {
+        skip_or_fail(
+            "not a real skip: the test of the SKIPPED line itself",
+            false,
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "cannot run: no /dev/fuse; with COROFUSE_TEST_NO_SKIP=1")]
+    fn a_skip_fails_when_skips_are_not_allowed() {
+        skip_or_fail("no /dev/fuse", true);
+    }
 }

@@ -46,6 +46,27 @@ pub fn umount_lazy(path: &Path) -> io::Result<()> {
     syscall!(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }).map(drop)
 }
 
+/// `mount(2)` of `fstype` from `source` on `target` with the option text `data` (for a
+/// test's own mounts, e.g. a tmpfs; undo with [`umount_lazy`]).
+pub fn mount(source: &str, target: &Path, fstype: &str, data: &str) -> io::Result<()> {
+    let text =
+        |s: &str| CString::new(s).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e));
+    let (source, fstype, data) = (text(source)?, text(fstype)?, text(data)?);
+    let target = c_path(target)?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    syscall!(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    })
+    .map(drop)
+}
+
 /// Sends `signal` to the process `pid` (only ever a child the tests started).
 pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
     // SAFETY: kill(2) takes plain integers and touches no memory.

@@ -2,7 +2,8 @@
 //!
 //! The FUSE check runs first, from /proc/self/mountinfo and without touching
 //! the path itself: stat(2) on a FUSE mount whose server is gone fails with
-//! ENOTCONN, and on a live one it would ask that server.
+//! ENOTCONN, and on a live one it would ask that server. The same mountinfo
+//! lookups serve `corofuse umount` ([`mount_at`], [`resolve`]).
 
 use std::fs;
 use std::io::{self, ErrorKind};
@@ -12,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 /// Validates `path` and returns it absolute (symlinks resolved, as mount(2) does).
 pub(super) fn check_mountpoint(path: &Path) -> io::Result<PathBuf> {
-    let abs = absolute(path)?;
-    if is_fuse_mountpoint(&abs)? {
-        return Err(already_fuse(&abs));
+    let abs = resolve(path).map_err(|err| stat_error(err, path))?;
+    if let Some(mount) = fuse_mount_at(&abs)? {
+        return Err(already_fuse(&abs, &mount));
     }
     let meta = fs::metadata(&abs).map_err(|err| stat_error(err, &abs))?;
     match file_kind(&meta.file_type()) {
@@ -30,45 +31,84 @@ pub(super) fn check_mountpoint(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
+/// One mount, as /proc/self/mountinfo lists it: what `corofuse umount` checks before
+/// unmounting anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// `major:minor` (field 3): tells a mount from one made later on the same path.
+    pub device: String,
+    /// The file system type, e.g. `fuse.corofuse` (`fuse.<subtype>`) or `tmpfs`.
+    pub fstype: String,
+}
+
+impl MountEntry {
+    /// A `fuse`, `fuseblk` or `fuse.*` mount.
+    pub fn is_fuse(&self) -> bool {
+        is_fuse(&self.fstype)
+    }
+}
+
+/// The topmost mount of any type on `path` (absolute, symlinks resolved), if any.
+pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
+    Ok(mounts_at(&read_mountinfo()?, path).pop())
+}
+
+/// The topmost FUSE mount on `path`, if any.
+pub fn fuse_mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
+    let mounts = mounts_at(&read_mountinfo()?, path);
+    Ok(mounts.into_iter().rfind(MountEntry::is_fuse))
+}
+
 /// True if /proc/self/mountinfo lists `path` with a `fuse` or `fuse.*` fstype.
 pub fn is_fuse_mountpoint(path: &Path) -> io::Result<bool> {
-    let info = fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(mountinfo_has_fuse(&info, path.as_os_str().as_bytes()))
+    Ok(fuse_mount_at(path)?.is_some())
 }
 
 /// The device (`major:minor`, mountinfo field 3) of the topmost FUSE mount on `path`: it
 /// tells our mount apart from one made later on the same path.
 pub fn fuse_mount_device(path: &Path) -> io::Result<Option<String>> {
-    let info = fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(fuse_mount_at(path)?.map(|mount| mount.device))
+}
+
+fn read_mountinfo() -> io::Result<String> {
+    fs::read_to_string("/proc/self/mountinfo")
+}
+
+/// The mounts on `path` in mountinfo text, in mount order (the last one is on top).
+fn mounts_at(info: &str, path: &Path) -> Vec<MountEntry> {
     let path = path.as_os_str().as_bytes();
-    Ok(info
-        .lines()
-        .filter(|line| {
-            parse_line(line).is_some_and(|(mnt, fstype)| unescape_eq(mnt, path) && is_fuse(fstype))
-        })
-        .filter_map(|line| line.split(' ').nth(2))
-        .next_back()
-        .map(str::to_string))
+    info.lines()
+        .filter_map(parse_line)
+        .filter(|(mountpoint, _)| unescape_eq(mountpoint, path))
+        .map(|(_, mount)| mount)
+        .collect()
 }
 
 fn is_fuse(fstype: &str) -> bool {
     fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.")
 }
 
-/// The parent canonicalized, the last component kept unless it is a symlink.
-fn absolute(path: &Path) -> io::Result<PathBuf> {
-    let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-    let (parent, name) = match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) if !is_link => (parent, name),
-        _ => return fs::canonicalize(path).map_err(|err| stat_error(err, path)),
+/// `path` as mount(2) and mountinfo name it: the parent canonicalized, the last component
+/// kept unless it is a symlink. A path that mountinfo lists is never a symlink (mount(2)
+/// follows them), so it is taken as it is: lstat(2) of a FUSE mountpoint would ask its
+/// server, which may be gone (ENOTCONN) or not answering.
+pub fn resolve(path: &Path) -> io::Result<PathBuf> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return fs::canonicalize(path);
     };
     let parent = if parent.as_os_str().is_empty() {
         Path::new(".")
     } else {
         parent
     };
-    let parent = fs::canonicalize(parent).map_err(|err| stat_error(err, path))?;
-    Ok(parent.join(name))
+    let joined = fs::canonicalize(parent)?.join(name);
+    if !mounts_at(&read_mountinfo()?, &joined).is_empty() {
+        return Ok(joined);
+    }
+    match fs::symlink_metadata(&joined) {
+        Ok(meta) if meta.file_type().is_symlink() => fs::canonicalize(&joined),
+        _ => Ok(joined),
+    }
 }
 
 fn file_kind(ty: &fs::FileType) -> &'static str {
@@ -90,32 +130,43 @@ fn stat_error(err: io::Error, path: &Path) -> io::Error {
             format!("mountpoint {path} does not exist; create the file to mount over first")
         }
         Some(libc::ENOTCONN) => format!(
-            "{path} is a FUSE mountpoint whose server is gone; unmount it first (umount -l {path})"
+            "{path} is on a FUSE mount whose server is gone; unmount that first \
+             (`corofuse umount MOUNTPOINT` for a corofuse mount, else umount -l MOUNTPOINT)"
         ),
         _ => format!("cannot stat mountpoint {path}: {err}"),
     };
     io::Error::new(err.kind(), msg)
 }
 
-fn already_fuse(path: &Path) -> io::Error {
+/// A FUSE mount is in the way: how to remove it. Ours (dead or live) goes with
+/// `corofuse umount`, which refuses any other.
+fn already_fuse(path: &Path, mount: &MountEntry) -> io::Error {
     let path = path.display();
-    let msg = format!("{path} is already a FUSE mountpoint; unmount it first (umount -l {path} or fusermount3 -u -z {path})");
+    let how = if mount.fstype == super::MountOptions::default().fstype() {
+        format!("corofuse umount {path}; it also cleans up a mount whose server is gone")
+    } else {
+        format!(
+            "{}: umount -l {path} or fusermount3 -u -z {path}",
+            mount.fstype
+        )
+    };
+    let msg = format!("{path} is already a FUSE mountpoint; unmount it first ({how})");
     io::Error::new(ErrorKind::ResourceBusy, msg)
 }
 
-/// Scans mountinfo text: field 5 is the mountpoint, the fstype follows " - ".
-fn mountinfo_has_fuse(info: &str, path: &[u8]) -> bool {
-    info.lines()
-        .filter_map(parse_line)
-        .any(|(mnt, fstype)| unescape_eq(mnt, path) && is_fuse(fstype))
-}
-
-/// (mountpoint, fstype) of one mountinfo line.
-fn parse_line(line: &str) -> Option<(&str, &str)> {
+/// (mountpoint, mount) of one mountinfo line: field 3 is the device, field 5 the
+/// mountpoint, and the fstype follows " - ".
+fn parse_line(line: &str) -> Option<(&str, MountEntry)> {
     let (left, right) = line.split_once(" - ")?;
-    let mountpoint = left.split(' ').nth(4)?;
+    let mut left = left.split(' ');
+    let device = left.nth(2)?;
+    let mountpoint = left.nth(1)?;
     let fstype = right.split(' ').next()?;
-    Some((mountpoint, fstype))
+    let mount = MountEntry {
+        device: device.to_string(),
+        fstype: fstype.to_string(),
+    };
+    Some((mountpoint, mount))
 }
 
 /// Compares a mountinfo field, where the kernel writes ' ', '\t', '\n' and '\\'
@@ -159,23 +210,56 @@ mod tests {
 100 29 0:52 / /mnt/old rw,relatime - fuse sshfs rw
 ";
 
+    fn fstypes_at(info: &str, path: &str) -> Vec<String> {
+        let mounts = mounts_at(info, Path::new(path));
+        mounts.into_iter().map(|m| m.fstype).collect()
+    }
+
     #[test]
-    fn finds_fuse_mounts_with_escaped_paths() {
-        assert!(mountinfo_has_fuse(MOUNTINFO, b"/tmp/img one.raw"));
-        assert!(mountinfo_has_fuse(MOUNTINFO, b"/mnt/old"));
-        assert!(!mountinfo_has_fuse(MOUNTINFO, b"/tmp/img"));
-        assert!(
-            !mountinfo_has_fuse(MOUNTINFO, b"/srv/plain.img"),
-            "not FUSE"
-        );
-        assert!(!mountinfo_has_fuse(MOUNTINFO, b"/proc"));
+    fn finds_mounts_with_escaped_paths() {
+        assert_eq!(fstypes_at(MOUNTINFO, "/tmp/img one.raw"), ["fuse.corofuse"]);
+        assert_eq!(fstypes_at(MOUNTINFO, "/mnt/old"), ["fuse"]);
+        assert!(fstypes_at(MOUNTINFO, "/tmp/img").is_empty());
+        assert_eq!(fstypes_at(MOUNTINFO, "/srv/plain.img"), ["ext4"]);
+        let fuse = mounts_at(MOUNTINFO, Path::new("/tmp/img one.raw"));
+        assert_eq!(fuse[0].device, "0:50");
+        assert!(fuse[0].is_fuse());
+        assert!(!mounts_at(MOUNTINFO, Path::new("/proc"))[0].is_fuse());
+    }
+
+    #[test]
+    fn stacked_mounts_come_in_mount_order() {
+        let stacked = format!("{MOUNTINFO}101 98 0:53 / /mnt/old rw - tmpfs tmpfs rw\n");
+        assert_eq!(fstypes_at(&stacked, "/mnt/old"), ["fuse", "tmpfs"]);
     }
 
     #[test]
     fn malformed_lines_are_ignored() {
-        assert!(!mountinfo_has_fuse("garbage\n1 2 3\n - fuse\n", b"/x"));
+        assert!(fstypes_at("garbage\n1 2 3\n - fuse\n", "/x").is_empty());
         assert!(!unescape_eq("/a\\04", b"/a "));
         assert!(!unescape_eq("/a\\999", b"/a"));
+    }
+
+    #[test]
+    fn a_corofuse_mount_in_the_way_points_to_corofuse_umount() {
+        let ours = MountEntry {
+            device: "0:50".into(),
+            fstype: "fuse.corofuse".into(),
+        };
+        let msg = already_fuse(Path::new("/x.img"), &ours).to_string();
+        assert!(
+            msg.contains("unmount it first (corofuse umount /x.img;"),
+            "{msg}"
+        );
+        let sshfs = MountEntry {
+            fstype: "fuse.sshfs".into(),
+            ..ours
+        };
+        let msg = already_fuse(Path::new("/x.img"), &sshfs).to_string();
+        assert!(
+            msg.contains("(fuse.sshfs: umount -l /x.img or fusermount3"),
+            "{msg}"
+        );
     }
 
     #[test]

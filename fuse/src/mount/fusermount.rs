@@ -7,7 +7,7 @@
 //! sends the fd back as SCM_RIGHTS with one byte of data, and exits.
 //! Unmount with `fusermount3 -u -z -- MOUNTPOINT`.
 
-use super::MountOptions;
+use super::{MountOptions, Unmounted};
 use crate::dev::FuseDev;
 use crate::sys::{cvt, explain};
 use std::io;
@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Stdio};
 
 /// The helper's name, looked up on PATH.
 const FUSERMOUNT: &str = "fusermount3";
@@ -163,6 +163,26 @@ pub(super) fn unmount(bin: &Path, path: &Path) -> io::Result<()> {
         bin.display(),
         path.display()
     )))
+}
+
+/// `fusermount3 -u`, then `-u -z` if it reports the mount busy. fusermount3 itself refuses
+/// a mount that another user made.
+pub(super) fn unmount_or_detach(bin: &Path, path: &Path) -> io::Result<Unmounted> {
+    let out = Command::new(bin)
+        .args(["-u", "--"])
+        .arg(path)
+        .stderr(Stdio::piped())
+        .output()?;
+    if out.status.success() {
+        return Ok(Unmounted::Now);
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    if !said.contains("busy") {
+        let (bin, path, said) = (bin.display(), path.display(), said.trim());
+        let msg = format!("{bin} -u {path} failed ({}): {said}", out.status);
+        return Err(io::Error::other(msg));
+    }
+    unmount(bin, path).map(|()| Unmounted::Lazily)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! `user_id`/`group_id` own the mount (without `allow_other`, only they may
 //! access it).
 
-use super::MountOptions;
+use super::{MountOptions, Unmounted};
 use crate::dev::FuseDev;
 use crate::sys::{cvt, explain};
 use std::ffi::CString;
@@ -55,7 +55,7 @@ pub(super) fn mount(path: &Path, opts: &MountOptions) -> io::Result<FuseDev> {
         "mount options",
     )?;
     let source = c_string(opts.fsname.as_bytes(), "fsname")?;
-    let fstype = c_string(format!("fuse.{}", opts.subtype).as_bytes(), "subtype")?;
+    let fstype = c_string(opts.fstype().as_bytes(), "subtype")?;
     let target = c_string(path.as_os_str().as_bytes(), "mountpoint")?;
     let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
     if opts.read_only {
@@ -95,11 +95,30 @@ fn mount_error(err: io::Error, path: &Path) -> io::Error {
 
 /// Detaches the mount at `path` (MNT_DETACH: busy files keep it alive).
 pub(super) fn unmount(path: &Path) -> io::Result<()> {
+    let what = format!("umount2({}, MNT_DETACH) failed", path.display());
+    umount2(path, libc::MNT_DETACH).map_err(|err| explain(err, what))
+}
+
+/// Unmounts `path` now, or, if it is busy (EBUSY), detaches it (MNT_DETACH). Never
+/// follows a symlink at `path` (UMOUNT_NOFOLLOW): the caller checked the mount on it.
+pub(super) fn unmount_or_detach(path: &Path) -> io::Result<Unmounted> {
+    let what = |flags| format!("umount2({}, {flags}) failed", path.display());
+    match umount2(path, libc::UMOUNT_NOFOLLOW) {
+        Ok(()) => Ok(Unmounted::Now),
+        Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
+            umount2(path, libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW)
+                .map_err(|err| explain(err, what("MNT_DETACH")))?;
+            Ok(Unmounted::Lazily)
+        }
+        Err(err) => Err(explain(err, what("0"))),
+    }
+}
+
+/// umount2(2); the error keeps its errno.
+fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
     let target = c_string(path.as_os_str().as_bytes(), "mountpoint")?;
     // SAFETY: `target` is a NUL-terminated path that outlives the call.
-    let res = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    let what = format!("umount2({}, MNT_DETACH) failed", path.display());
-    cvt(res).map(drop).map_err(|err| explain(err, what))
+    cvt(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
 }
 
 #[cfg(test)]
