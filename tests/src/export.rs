@@ -347,3 +347,14 @@ pub fn run_to_exit(args: &[&OsStr], mountpoint: &Path) -> Exited {
         None => panic!("corofuse {args:?} still running after {TIMEOUT:?}; stderr:\n{stderr}"),
     }
 }
+
+/// Waits until `counter` reaches `n` (I/O through a mount made progress), failing the test
+/// with `what` if that takes longer than [`TIMEOUT`].
+#[track_caller]
+pub fn wait_for_progress(counter: &std::sync::atomic::AtomicU64, n: u64, what: &str) {
+    let start = std::time::Instant::now();
+    while counter.load(std::sync::atomic::Ordering::SeqCst) < n {
+        assert!(start.elapsed() < TIMEOUT, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

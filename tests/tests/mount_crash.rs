@@ -14,9 +14,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
 
-use corofuse_tests::export::{umount, TIMEOUT};
+use corofuse_tests::export::{umount, wait_for_progress, TIMEOUT};
 use corofuse_tests::require::report_skip;
 use corofuse_tests::{
     assert_bytes_eq, dispatch_tests, open_direct, open_rw, pattern, require_kernel, Access,
@@ -169,14 +168,7 @@ fn synced_writes_survive_sigkill(mode: Dispatch, client: Client, direct_daemon: 
         unsynced_writer(&mount, client, &counter);
         let _ = tx.send(());
     });
-    let start = Instant::now();
-    while unsynced.load(SeqCst) < 3 {
-        assert!(
-            start.elapsed() < TIMEOUT,
-            "no progress of the unsynced writer"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_progress(&unsynced, 3, "no progress of the unsynced writer");
 
     let handle = Handle::open(client, export.path());
     let mut want = before[..HALF as usize].to_vec();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use corofuse_tests::export::TIMEOUT;
+use corofuse_tests::export::{wait_for_progress, TIMEOUT};
 use corofuse_tests::{
     assert_bytes_eq, dispatch_tests, open_direct, pattern, sys, AlignedBuf, Dispatch,
     MountedExport, Sandbox, KIB, MIB,
@@ -50,14 +50,7 @@ fn stop_with_io_in_flight(mode: Dispatch, signal: i32) {
     let (mount, counter) = (export.path().to_owned(), Arc::clone(&writes));
     // Not scoped: if the I/O hangs, the test fails instead of hanging with it.
     std::thread::spawn(move || tx.send(churn(&mount, &counter)));
-    let start = Instant::now();
-    while writes.load(SeqCst) < 20 {
-        assert!(
-            start.elapsed() < TIMEOUT,
-            "no I/O progress through the mount"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_progress(&writes, 20, "no I/O progress through the mount");
     export.signal(signal);
     let status = export.wait_exit(TIMEOUT).expect("the daemon must exit");
     assert!(status.success(), "{status}; stderr:\n{}", export.stderr());
