@@ -8,6 +8,8 @@
 //!   tries the cheapest way that reads back as zeroes (see [`FileBackend`]); resize is
 //!   `ftruncate`, so growing stays sparse.
 //! - The size is cached in an atomic, updated by resize and by writes that extend.
+//! - On request, the open takes QEMU's image locks (`file/lock.rs`), held until the backend
+//!   is dropped, so QEMU's tools and other exports do not write the image meanwhile.
 //!
 //! # Concurrency
 //! Any number of requests may run at once; nothing locks the whole image but a size change.
@@ -36,7 +38,10 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+mod lock;
 mod zeroes;
+
+pub use lock::{Holder, LockError};
 
 use crate::direct::Direct;
 use crate::range_lock::{Mode, RangeGuard, RangeLocks, Span};
@@ -79,11 +84,16 @@ struct Held<'a> {
 }
 
 impl FileBackend {
-    /// Opens the image at `path`. Errors name the path: "cannot open image /x: No such file
-    /// or directory (os error 2)".
+    /// Opens the image at `path` and, with `opts.lock`, takes QEMU's image locks on it for
+    /// as long as the backend lives (see `file/lock.rs`). Errors name the path: "cannot open
+    /// image /x: No such file or directory (os error 2)"; a lock that another process holds
+    /// is an error of kind `ResourceBusy` carrying a [`LockError`] that names it.
     pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> io::Result<FileBackend> {
         let path = path.as_ref();
         let file = open_file(path, opts).map_err(|e| open_error(path, e, opts))?;
+        if opts.lock {
+            lock::lock(&file, path, opts.writable)?;
+        }
         let len = (&file)
             .seek(SeekFrom::End(0))
             .map_err(|e| open_error(path, e, opts))?;

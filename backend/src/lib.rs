@@ -33,9 +33,9 @@
 //!   storage says. A read-only backend fails every modification with `EROFS`.
 //! - Errors are [`io::Error`]s carrying the errno to reply with.
 //!
-//! Layout: `file` (with its write_zeroes strategy in `file/zeroes`) and `null`, one backend
-//! each; `ctx` (how calls reach the kernel); `direct` and `pool` (O_DIRECT alignment and
-//! bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
+//! Layout: `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
+//! in `file/lock`) and `null`, one backend each; `ctx` (how calls reach the kernel);
+//! `direct` and `pool` (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
 //! ranges, so that an O_DIRECT read-modify-write waits only for requests on its blocks);
 //! `iov` (iovec helpers); `sys` (all the unsafe code: raw syscalls).
 #![warn(missing_docs)]
@@ -54,7 +54,7 @@ mod serial;
 mod sys;
 
 pub use ctx::Ctx;
-pub use file::FileBackend;
+pub use file::{FileBackend, Holder, LockError};
 pub use null::{parse_size, NullBackend};
 pub use sys::IOV_MAX;
 
@@ -171,6 +171,11 @@ pub struct OpenOptions {
     pub writable: bool,
     /// Bypass the page cache (`O_DIRECT`); file images only.
     pub direct: bool,
+    /// Take QEMU's image locks (block/file-posix.c's lock bytes) on a file image, as a
+    /// QEMU writer that shares only consistent reads or as a QEMU reader, and refuse the
+    /// image if another process's locks conflict ([`LockError`]). Off: QEMU's
+    /// `locking=off`. The null backend takes none.
+    pub lock: bool,
 }
 
 /// Opens a backend from a spec: `null:SIZE` (e.g. `null:1G`, see [`parse_size`]) or the

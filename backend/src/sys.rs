@@ -1,6 +1,7 @@
 //! The crate's only unsafe code: thin wrappers over the syscalls that std does not offer
-//! for a borrowed fd (preadv, pwritev, fallocate, lseek with `SEEK_DATA`, statx), and the
-//! one ring operation the runtime has no method for (`IORING_OP_FTRUNCATE`).
+//! for a borrowed fd (preadv, pwritev, fallocate, lseek with `SEEK_DATA`, statx, the OFD
+//! lock fcntls), and the one ring operation the runtime has no method for
+//! (`IORING_OP_FTRUNCATE`).
 //!
 //! Every wrapper takes a [`BorrowedFd`], so the fd is open for the whole call, and turns a
 //! `-1` result into [`io::Error::last_os_error`]. Offsets are checked to fit `off_t`
@@ -84,6 +85,29 @@ pub(crate) fn lseek(fd: BorrowedFd<'_>, off: u64, whence: c_int) -> io::Result<u
     let off = to_off(off)?;
     // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
     cvt(unsafe { libc::lseek(fd.as_raw_fd(), off, whence) }).map(|pos| pos as u64)
+}
+
+/// One open file description lock command on the single byte `byte`: `fcntl(fd, cmd, ..)`
+/// with `cmd` `F_OFD_SETLK` or `F_OFD_GETLK` (Linux 3.15) and `kind` `F_RDLCK`, `F_WRLCK`
+/// or `F_UNLCK`. Returns the `l_type` the kernel leaves: after `F_OFD_GETLK`, `F_UNLCK`
+/// if no other open file description holds a conflicting lock.
+pub(crate) fn ofd_lock(
+    fd: BorrowedFd<'_>,
+    cmd: c_int,
+    byte: u64,
+    kind: c_int,
+) -> io::Result<c_int> {
+    let mut lock = libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: to_off(byte)?,
+        l_len: 1,
+        l_pid: 0, // OFD commands require 0
+    };
+    // SAFETY: the fd is open for the call and `lock` is a valid, writable `struct flock`
+    // that GETLK may fill in; SETLK never blocks.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &mut lock) })?;
+    Ok(c_int::from(lock.l_type))
 }
 
 /// `statx(2)` with `STATX_DIOALIGN` (Linux 6.1): `(memory, offset)` alignment that O_DIRECT

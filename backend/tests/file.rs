@@ -264,6 +264,7 @@ fn read_only_refuses_changes() {
             &OpenOptions {
                 writable: false,
                 direct: s.direct,
+                lock: false,
             },
         )
         .unwrap();
@@ -306,6 +307,7 @@ fn describe_names_the_file_and_mode() {
         &OpenOptions {
             writable: true,
             direct: false,
+            lock: false,
         },
     )
     .unwrap();

@@ -9,6 +9,7 @@ use backend::{open, BlockBackend, OpenOptions};
 const RW: OpenOptions = OpenOptions {
     writable: true,
     direct: false,
+    lock: false,
 };
 
 fn open_err(spec: &str, opts: &OpenOptions) -> io::Error {

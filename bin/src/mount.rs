@@ -1,8 +1,8 @@
 //! `corofuse mount`: export an image over a regular file until SIGINT/SIGTERM or unmount.
 //!
-//! Order of events: open the image, mount, answer INIT, write the pidfile, serve. On
-//! SIGINT/SIGTERM: stop taking requests, let those in flight finish, flush the image,
-//! unmount, exit 0. SIGUSR1 writes the statistics without stopping. Every setup error is
+//! Order of events: open the image (taking QEMU's image locks unless `--no-lock`), mount,
+//! answer INIT, write the pidfile, serve. On SIGINT/SIGTERM: stop taking requests, let
+//! those in flight finish, flush the image, unmount, exit 0. SIGUSR1 writes the statistics without stopping. Every setup error is
 //! one line on stderr and a non-zero exit status.
 
 use std::collections::BTreeMap;
@@ -41,6 +41,11 @@ pub struct Args {
     /// Open the image with O_DIRECT
     #[arg(long)]
     direct: bool,
+    /// Take no image locks (QEMU's locking=off). By default the image gets QEMU's lock
+    /// bytes: a writable export keeps QEMU's writers (and other writable exports) out and
+    /// is refused where one is in; a read-only export takes what a QEMU reader takes
+    #[arg(long)]
+    no_lock: bool,
     /// Written once the mount is live
     #[arg(long, value_name = "PATH")]
     pidfile: Option<PathBuf>,
@@ -330,8 +335,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     let options = OpenOptions {
         writable: args.writable,
         direct: args.direct,
+        lock: !args.no_lock,
     };
-    let disk = backend::open(&args.image, &options).map_err(|e| e.to_string())?;
+    let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
     let export = Arc::new(Export::new(
         disk,
         ExportOptions {
@@ -413,6 +419,18 @@ pub fn run(args: &Args) -> Result<(), String> {
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
     log::info!("unmounted {}", args.mountpoint.display());
     Ok(())
+}
+
+/// The one line for an image that would not open, with the way out of a lock conflict.
+fn open_error(e: &std::io::Error) -> String {
+    let lock = e
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<backend::LockError>());
+    match lock {
+        Some(lock) if lock.is_conflict() => format!("{e}; stop it or pass --no-lock"),
+        Some(_) => format!("{e}; pass --no-lock to export it without locks"),
+        None => e.to_string(),
+    }
 }
 
 fn write_stats(

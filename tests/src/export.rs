@@ -7,6 +7,9 @@
 //! started if the daemon hangs, and lazily unmounts whatever mount it added if one is left.
 //! The daemon also gets SIGTERM if the thread that started it dies (`PR_SET_PDEATHSIG`), so
 //! keep the guard on the thread that created it.
+//!
+//! For runs that must fail: [`run_to_exit`], and [`assert_setup_error`] for the contract of
+//! a refused `corofuse mount` (one line, no pidfile, no mount).
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -21,6 +24,7 @@ use crate::diag;
 use crate::dispatch::Dispatch;
 use crate::mountinfo::{fuse_mounts_at, is_corofuse_mount};
 use crate::require::note;
+use crate::sandbox::Sandbox;
 use crate::sys;
 
 /// How long a daemon may take to mount, or to exit after SIGTERM or an unmount.
@@ -357,4 +361,42 @@ pub fn wait_for_progress(counter: &std::sync::atomic::AtomicU64, n: u64, what: &
         assert!(start.elapsed() < TIMEOUT, "{what}");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Runs `corofuse mount IMAGE MOUNTPOINT ARGS --pidfile P`, which must fail, and checks
+/// the contract; `words` must appear in the one line on stderr, which is returned.
+#[track_caller]
+pub fn assert_setup_error(
+    sandbox: &Sandbox,
+    image: &OsStr,
+    mountpoint: &Path,
+    args: &[&str],
+    words: &[&str],
+) -> String {
+    let pidfile = sandbox.path("pid");
+    let abs = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let mounts_before = fuse_mounts_at(&abs);
+    let mut argv: Vec<&OsStr> = vec!["mount".as_ref(), image, mountpoint.as_os_str()];
+    argv.extend(args.iter().map(OsStr::new));
+    argv.extend(["--pidfile".as_ref(), pidfile.as_os_str()]);
+    let failure = run_to_exit(&argv, mountpoint);
+    let stderr = &failure.stderr;
+    assert!(
+        !failure.status.success(),
+        "{argv:?} succeeded; stderr:\n{stderr}"
+    );
+    for word in words {
+        assert!(
+            stderr.contains(word),
+            "{argv:?}: {word:?} not in {stderr:?}"
+        );
+    }
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{argv:?}: not one line on stderr:\n{stderr}"
+    );
+    assert!(!pidfile.exists(), "{argv:?}: pidfile written");
+    assert_eq!(fuse_mounts_at(&abs), mounts_before, "{argv:?}: mount left");
+    failure.stderr
 }

@@ -29,7 +29,8 @@
 //! [`dispatch`] names the modes and makes one test per mode, [`export`] is the daemon
 //! guard, [`mountinfo`] reads /proc/self/mountinfo, [`sandbox`] holds per-test files,
 //! [`buf`] has aligned buffers, patterns and test seeds, [`mapping`] mmap(2) of a file,
-//! [`diag`] describes a hung daemon, [`sys`] the syscalls.
+//! [`diag`] describes a hung daemon, [`qemu`] runs QEMU's tools and a
+//! qemu-storage-daemon, [`sys`] the syscalls.
 //!
 //! Knobs: `COROFUSE_BIN=/path` tests that binary instead of building `target/<profile>/
 //! corofuse`; `COROFUSE_TEST_LOG=debug` sets the daemons' `RUST_LOG` (default `info`), and
@@ -45,6 +46,7 @@ pub mod dispatch;
 pub mod export;
 pub mod mapping;
 pub mod mountinfo;
+pub mod qemu;
 pub mod require;
 pub mod sandbox;
 pub mod sys;

@@ -2,51 +2,10 @@
 //! writes no pidfile and leaves no mount. Setup is the same in every `--dispatch` mode, so
 //! these run once (in the default mode), plus one check that bad modes are refused.
 
-use std::ffi::OsStr;
 use std::fs;
-use std::path::Path;
 
-use corofuse_tests::export::run_to_exit;
-use corofuse_tests::mountinfo::fuse_mounts_at;
+use corofuse_tests::export::assert_setup_error;
 use corofuse_tests::{require_fuse, Dispatch, MountedExport, Sandbox, MIB};
-
-/// Runs `corofuse mount IMAGE MOUNTPOINT ARGS --pidfile P`, which must fail, and checks
-/// the contract; `words` must appear in the one line on stderr, which is returned.
-#[track_caller]
-fn assert_setup_error(
-    sandbox: &Sandbox,
-    image: &OsStr,
-    mountpoint: &Path,
-    args: &[&str],
-    words: &[&str],
-) -> String {
-    let pidfile = sandbox.path("pid");
-    let abs = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
-    let mounts_before = fuse_mounts_at(&abs);
-    let mut argv: Vec<&OsStr> = vec!["mount".as_ref(), image, mountpoint.as_os_str()];
-    argv.extend(args.iter().map(OsStr::new));
-    argv.extend(["--pidfile".as_ref(), pidfile.as_os_str()]);
-    let failure = run_to_exit(&argv, mountpoint);
-    let stderr = &failure.stderr;
-    assert!(
-        !failure.status.success(),
-        "{argv:?} succeeded; stderr:\n{stderr}"
-    );
-    for word in words {
-        assert!(
-            stderr.contains(word),
-            "{argv:?}: {word:?} not in {stderr:?}"
-        );
-    }
-    assert_eq!(
-        stderr.lines().count(),
-        1,
-        "{argv:?}: not one line on stderr:\n{stderr}"
-    );
-    assert!(!pidfile.exists(), "{argv:?}: pidfile written");
-    assert_eq!(fuse_mounts_at(&abs), mounts_before, "{argv:?}: mount left");
-    failure.stderr
-}
 
 fn image(sandbox: &Sandbox) -> std::path::PathBuf {
     sandbox.sparse("disk.img", MIB)

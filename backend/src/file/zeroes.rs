@@ -130,6 +130,7 @@ mod tests {
             &OpenOptions {
                 writable: true,
                 direct,
+                lock: false,
             },
         )
         .unwrap();

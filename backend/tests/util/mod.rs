@@ -38,6 +38,7 @@ impl Setup {
         let opts = OpenOptions {
             writable: true,
             direct: self.direct,
+            lock: false,
         };
         Arc::new(FileBackend::open(path, &opts).unwrap())
     }
