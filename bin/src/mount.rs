@@ -416,6 +416,12 @@ pub fn run(args: &Args) -> Result<(), String> {
         );
     }
     served.result?;
+    if served.queue.stream_errors > 0 {
+        return Err(format!(
+            "the request stream from /dev/fuse failed ({} failed reads, see above); unmounted",
+            served.queue.stream_errors
+        ));
+    }
     unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
     log::info!("unmounted {}", args.mountpoint.display());
     Ok(())

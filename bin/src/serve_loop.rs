@@ -54,6 +54,9 @@ struct Control {
     snapshot: AtomicBool,
     /// Set by the loop once it has acted on `stop` (only that loop touches it).
     stopped: AtomicBool,
+    /// Set by the loop's thread when the loop ended with an error (its request stream
+    /// failed): the main thread then stops the others.
+    failed: AtomicBool,
 }
 
 impl Control {
@@ -69,6 +72,7 @@ impl Control {
             stop: AtomicBool::new(false),
             snapshot: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
         })
     }
 
@@ -115,6 +119,18 @@ pub fn serve(serving: Serving) -> Served {
     }
     drop(snapshots);
     while !loops.iter().all(|(handle, _)| handle.is_finished()) {
+        if loops.iter().any(|(_, c)| c.failed.load(Ordering::SeqCst)) {
+            log::error!("an event loop failed: stopping the others, then unmounting");
+            stop_all(&loops);
+            if serving.uring() {
+                let left = settle_and_leave(&serving, &loops, &reports);
+                return Served {
+                    result: Err("an event loop failed (see above); unmounted".into()),
+                    ..left
+                };
+            }
+            break;
+        }
         match wait_signal(&serving.signals, 100) {
             Some(libc::SIGUSR1) => {
                 let (merged, per_queue) = snapshot(&loops, &reports);
@@ -211,7 +227,14 @@ fn start_loop(
     };
     let handle = std::thread::Builder::new()
         .name(format!("fuse-loop-{index}"))
-        .spawn(move || run_loop(setup))?;
+        .spawn(move || {
+            let control = Arc::clone(&setup.control);
+            let report = run_loop(setup);
+            if report.is_err() {
+                control.failed.store(true, Ordering::SeqCst);
+            }
+            report
+        })?;
     Ok((handle, control))
 }
 
@@ -364,6 +387,7 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
                 q.stop(co);
             }
             q.wait_finished(co);
+            let failure = failure.or_else(|| q.failure());
             co.cancel_io(watcher)?;
             match failure {
                 Some(why) => Err(io::Error::other(why)),

@@ -26,6 +26,10 @@ pub fn serve(serving: Serving, threads: usize) -> Served {
         Err(e) => return Served::failed(format!("starting {threads} worker threads: {e}")),
     };
     while !workers.all_finished() {
+        if workers.failed() {
+            log::error!("a worker's request stream failed: stopping the others, then unmounting");
+            break;
+        }
         match wait_signal(&serving.signals, 100) {
             Some(libc::SIGUSR1) => {
                 let (queue, ops) = workers.snapshot();

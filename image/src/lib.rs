@@ -191,10 +191,12 @@ impl FileSystem for Export {
             Operation::Lookup { .. } => Err(Errno::ENOENT),
             Operation::Statx { .. } => Err(Errno::ENOSYS),
             Operation::Init { .. } => Err(Errno::EPROTO),
+            // The kernel waits for DESTROY's reply (libfuse answers it too); sent at
+            // unmount of fuseblk mounts only, never to ours, but answered all the same.
+            Operation::Destroy => Ok(Reply::empty(unique)),
             Operation::Interrupt { .. }
             | Operation::Forget { .. }
-            | Operation::BatchForget { .. }
-            | Operation::Destroy => return None,
+            | Operation::BatchForget { .. } => return None,
             _ => Err(Errno::ENOSYS),
         };
         Some(result.unwrap_or_else(|errno| Reply::error(unique, errno)))

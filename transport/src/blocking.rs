@@ -18,7 +18,7 @@ use backend::Ctx;
 
 use crate::accounting::{Accounting, OpReport, Sample};
 use crate::buffers::RequestBuf;
-use crate::dispatch::{serve_request, QueueStats, Served};
+use crate::dispatch::{serve_request, whole_request, QueueStats, Served};
 use crate::FileSystem;
 use fuse::decode::header_of;
 use fuse::dev::{FuseDev, Received};
@@ -26,6 +26,8 @@ use fuse::dev::{FuseDev, Received};
 /// Worker threads serving one session.
 pub struct Workers {
     stop: Arc<AtomicBool>,
+    /// Set by a worker whose request stream failed (see [`Workers::failed`]).
+    failed: Arc<AtomicBool>,
     threads: Vec<JoinHandle<(QueueStats, Accounting)>>,
     /// With accounting on, every request is recorded here too, so that statistics can be
     /// read while the workers run (one uncontended lock per request).
@@ -53,18 +55,24 @@ impl Workers {
     ) -> io::Result<Workers> {
         install_kick_handler()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let failed = Arc::new(AtomicBool::new(false));
         let shared = account.then(|| Arc::new(Mutex::new(Totals::default())));
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
             let dev = session.clone_queue(false)?;
-            let (fs, stop, shared) = (Arc::clone(fs), Arc::clone(&stop), shared.clone());
+            let (fs, shared) = (Arc::clone(fs), shared.clone());
+            let flags = Flags {
+                stop: Arc::clone(&stop),
+                failed: Arc::clone(&failed),
+            };
             let thread = std::thread::Builder::new()
                 .name(format!("fuse-worker-{i}"))
-                .spawn(move || work(&dev, &*fs, max_write, &stop, shared.as_deref()))?;
+                .spawn(move || work(&dev, &*fs, max_write, &flags, shared.as_deref()))?;
             threads.push(thread);
         }
         Ok(Workers {
             stop,
+            failed,
             threads,
             shared,
         })
@@ -79,6 +87,13 @@ impl Workers {
             }
             None => Default::default(),
         }
+    }
+
+    /// Whether a worker's request stream failed (a read error other than the unmount, or a
+    /// read shorter than a request header): that worker left, and the caller should stop
+    /// the others, unmount and exit with an error.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
     }
 
     /// Whether every worker has left (the file system was unmounted, or they were stopped).
@@ -112,12 +127,18 @@ impl Workers {
     }
 }
 
+/// What a worker watches and tells: the stop request, and its own stream's failure.
+struct Flags {
+    stop: Arc<AtomicBool>,
+    failed: Arc<AtomicBool>,
+}
+
 /// One worker: read, serve, reply, until stopped or unmounted.
 fn work<F: FileSystem>(
     dev: &FuseDev,
     fs: &F,
     max_write: u32,
-    stop: &AtomicBool,
+    flags: &Flags,
     shared: Option<&Mutex<Totals>>,
 ) -> (QueueStats, Accounting) {
     let account = shared.is_some();
@@ -127,13 +148,21 @@ fn work<F: FileSystem>(
         buffers_allocated: 1,
         ..QueueStats::default()
     };
-    while !stop.load(Ordering::SeqCst) {
-        let n = match dev.read(buf.read_area()) {
+    while !flags.stop.load(Ordering::SeqCst) {
+        let read = dev.read(buf.read_area());
+        let n = match read.and_then(|r| match r {
+            Received::Request(n) => whole_request(n).map(Received::Request),
+            other => Ok(other),
+        }) {
             Ok(Received::Request(n)) => n,
             Ok(Received::Retry) => continue,
             Ok(Received::Unmounted) => break,
             Err(e) => {
-                log::error!("reading /dev/fuse: {e}; this worker stops");
+                log::error!(
+                    "reading /dev/fuse: {e}; the request stream is unusable, this worker stops"
+                );
+                stats.stream_errors += 1;
+                flags.failed.store(true, Ordering::SeqCst);
                 break;
             }
         };

@@ -27,7 +27,7 @@ use runtime::{Co, TaskId, WaitQueue};
 
 use crate::accounting::{Accounting, OpReport, RequestClock};
 use crate::buffers::{Buffers, RequestBuf};
-use crate::dispatch::{serve_request, QueueStats, Served};
+use crate::dispatch::{serve_request, whole_request, QueueStats, Served};
 use crate::FileSystem;
 use fuse::decode::header_of;
 use fuse::dev::{classify_read, FuseDev, Received};
@@ -74,6 +74,8 @@ pub struct Queue<F: FileSystem> {
     finished: WaitQueue,
     stats: RefCell<QueueStats>,
     accounting: RefCell<Accounting>,
+    /// Why the request stream became unusable, if it did (the queue then stops).
+    failure: RefCell<Option<String>>,
 }
 
 impl<F: FileSystem> Queue<F> {
@@ -92,6 +94,7 @@ impl<F: FileSystem> Queue<F> {
             finished: WaitQueue::new(),
             stats: RefCell::new(QueueStats::default()),
             accounting: RefCell::new(Accounting::default()),
+            failure: RefCell::new(None),
         })
     }
 
@@ -126,6 +129,24 @@ impl<F: FileSystem> Queue<F> {
         while !self.is_finished() {
             self.finished.wait(co);
         }
+    }
+
+    /// Why the request stream failed (a read error other than the unmount, or a read too
+    /// short to hold a request header), if it did: the queue stopped then, and the caller
+    /// should unmount and exit with an error.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.borrow().clone()
+    }
+
+    /// Records that the stream is unusable, and stops the queue (the other readers'
+    /// reads are cancelled; requests in flight finish).
+    fn fail(&self, co: &Co<'_>, e: &io::Error) {
+        log::error!("reading /dev/fuse: {e}; the request stream is unusable, this queue stops");
+        self.stats.borrow_mut().stream_errors += 1;
+        self.failure
+            .borrow_mut()
+            .get_or_insert_with(|| format!("reading /dev/fuse: {e}"));
+        self.stop(co);
     }
 
     /// Whether the queue has no reader and no request left (after a stop, or unmounted).
@@ -204,10 +225,7 @@ impl<F: FileSystem> Queue<F> {
                 self.in_flight.set(self.in_flight.get() - 1);
             }
             Ok(None) => self.stopping.set(true),
-            Err(e) => {
-                log::error!("reading /dev/fuse: {e}; this queue stops");
-                self.stopping.set(true);
-            }
+            Err(e) => self.fail(co, &e),
         }
         self.buffers.requests.give(buf);
         if self.is_finished() {
@@ -227,7 +245,7 @@ impl<F: FileSystem> Queue<F> {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    log::error!("reading /dev/fuse: {e}; this queue stops");
+                    self.fail(co, &e);
                     break;
                 }
             }
@@ -253,7 +271,7 @@ impl<F: FileSystem> Queue<F> {
             match classify_read(result)? {
                 Received::Request(n) => {
                     self.stats.borrow_mut().requests += 1;
-                    return Ok(Some(n));
+                    return whole_request(n).map(Some);
                 }
                 Received::Unmounted => return Ok(None),
                 Received::Retry if again => {

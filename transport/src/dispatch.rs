@@ -58,6 +58,20 @@ pub fn serve_request<F: FileSystem>(
     }
 }
 
+/// A read of `n` bytes, checked: the kernel hands over whole requests, so a read shorter
+/// than a request header means the stream itself is unusable (not a malformed request,
+/// which gets an error reply and the queue goes on).
+pub fn whole_request(n: usize) -> io::Result<usize> {
+    let header = std::mem::size_of::<fuse::abi::fuse_in_header>();
+    if n < header {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a read returned {n} bytes, less than a request header ({header})"),
+        ));
+    }
+    Ok(n)
+}
+
 fn deliver(reply: &Reply<'_>, send: impl FnOnce(&Reply<'_>) -> io::Result<usize>) -> Served {
     match send(reply)
         .map(|_| Sent::Delivered)
@@ -82,6 +96,9 @@ pub struct QueueStats {
     pub replies_gone: u64,
     /// Requests that could not be decoded.
     pub malformed: u64,
+    /// Reads of /dev/fuse that failed for another reason than the unmount, or returned
+    /// less than a request header: the stream was unusable and the queue stopped.
+    pub stream_errors: u64,
     /// Reads that found no request (`EAGAIN`) and waited for `POLLIN`.
     pub empty_reads: u64,
     /// Request buffers allocated (high-water mark of requests in flight plus readers).
@@ -105,6 +122,7 @@ impl QueueStats {
         self.replies += other.replies;
         self.replies_gone += other.replies_gone;
         self.malformed += other.malformed;
+        self.stream_errors += other.stream_errors;
         self.empty_reads += other.empty_reads;
         self.buffers_allocated += other.buffers_allocated;
     }

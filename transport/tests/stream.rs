@@ -1,0 +1,151 @@
+//! The coroutine queue against a hostile request stream, without the kernel: a
+//! SOCK_SEQPACKET socket pair stands in for /dev/fuse (one message per read, like the
+//! kernel's one request per read), the test writes requests into one end and reads the
+//! replies from it.
+//!
+//! What must hold: a request whose declared length disagrees with the bytes read gets an
+//! EIO reply with its `unique` and the queue goes on serving; a read shorter than a request
+//! header (a stream that no longer carries requests) stops the queue with a failure the
+//! daemon turns into unmount + non-zero exit, counted in `stream_errors`.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
+
+use backend::Ctx;
+use fuse::abi::{fuse_in_header, fuse_out_header, FUSE_GETATTR, FUSE_ROOT_ID};
+use fuse::dev::FuseDev;
+use fuse::{Reply, Request};
+use runtime::{Config, Runtime};
+use transport::{FileSystem, Queue, QueueConfig};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+/// Answers every request that takes a reply with an empty success.
+struct Echo;
+
+impl FileSystem for Echo {
+    type Scratch = ();
+
+    fn needs_data_buffer(&self, _opcode: u32) -> bool {
+        false
+    }
+
+    fn handle<'b>(
+        &self,
+        _cx: &Ctx<'_>,
+        req: &Request<'_>,
+        _scratch: &'b mut (),
+        _data: &'b mut [u8],
+    ) -> Option<Reply<'b>> {
+        req.expects_reply().then(|| Reply::empty(req.unique))
+    }
+
+    fn flush(&self, _cx: &Ctx<'_>) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "echo".into()
+    }
+}
+
+/// A connected SOCK_SEQPACKET pair: the queue's end (non-blocking, as the queue needs)
+/// and the test's end.
+fn socket_pair() -> (FuseDev, UnixDatagram) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a writable array of two ints, filled by the call.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "socketpair: {}", io::Error::last_os_error());
+    // SAFETY: both descriptors are fresh from socketpair and owned by nobody else.
+    let (queue_end, test_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let queue_end = UnixDatagram::from(queue_end);
+    queue_end.set_nonblocking(true).expect("O_NONBLOCK");
+    (
+        FuseDev::from(OwnedFd::from(queue_end)),
+        UnixDatagram::from(test_end),
+    )
+}
+
+/// A GETATTR whose header says `len` bytes (56 is right).
+fn getattr(unique: u64, len: u32) -> Vec<u8> {
+    let header = fuse_in_header {
+        len,
+        opcode: FUSE_GETATTR,
+        unique,
+        nodeid: FUSE_ROOT_ID,
+        ..FromZeros::new_zeroed()
+    };
+    [header.as_bytes(), &[0u8; 16]].concat()
+}
+
+/// Sends `request` and returns the reply's header.
+fn round_trip(peer: &UnixDatagram, request: &[u8]) -> fuse_out_header {
+    peer.send(request).expect("send a request");
+    let mut reply = [0u8; 256];
+    let n = peer.recv(&mut reply).expect("read the reply");
+    let (header, _) = fuse_out_header::read_from_prefix(&reply[..n]).expect("a reply header");
+    assert_eq!(
+        header.len as usize, n,
+        "the reply's length is what was sent"
+    );
+    header
+}
+
+fn hostile_stream(inline: bool) {
+    let (dev, peer) = socket_pair();
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    let client = std::thread::spawn(move || {
+        let ok = round_trip(&peer, &getattr(2, 56));
+        assert_eq!((ok.unique, ok.error), (2, 0), "a good request");
+        for (unique, len) in [(4, 57), (6, 40), (8, 0), (10, u32::MAX)] {
+            let bad = round_trip(&peer, &getattr(unique, len));
+            assert_eq!(
+                (bad.unique, bad.error),
+                (unique, -libc::EIO),
+                "header len {len} for 56 bytes"
+            );
+        }
+        let ok = round_trip(&peer, &getattr(12, 56));
+        assert_eq!((ok.unique, ok.error), (12, 0), "still serving");
+        // Ten bytes: not even a header. The stream is unusable.
+        peer.send(&[7; 10]).expect("send");
+        peer
+    });
+    let config = QueueConfig {
+        inline,
+        ..QueueConfig::default()
+    };
+    let queue = Queue::new(dev, Arc::new(Echo), 1 << 20, config);
+    let (failure, stats) = rt
+        .block_on(move |co| {
+            queue.start(co).expect("start the readers");
+            queue.wait_finished(co);
+            (queue.failure(), queue.stats())
+        })
+        .expect("block_on");
+    let _peer = client.join().expect("the client side");
+    let failure = failure.expect("a short read is a failure of the stream");
+    assert!(failure.contains("less than a request header"), "{failure}");
+    assert_eq!(stats.stream_errors, 1);
+    // The four EIO answers count as malformed requests, not as replies.
+    assert_eq!((stats.malformed, stats.replies), (4, 2));
+}
+
+#[test]
+fn coroutine_queue_answers_bad_lengths_and_stops_on_a_broken_stream() {
+    hostile_stream(false);
+}
+
+#[test]
+fn inline_queue_answers_bad_lengths_and_stops_on_a_broken_stream() {
+    hostile_stream(true);
+}
