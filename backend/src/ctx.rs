@@ -18,6 +18,7 @@
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use runtime::Co;
 
@@ -129,5 +130,18 @@ impl Ctx<'_> {
             }
         }
         retry(|| sys::ftruncate(fd.as_fd(), len))
+    }
+
+    /// Waits for `duration`: `IORING_OP_TIMEOUT` (Linux 5.4) in a coroutine, which lets the
+    /// loop serve others meanwhile, or `thread::sleep`. Fails with `ECANCELED`, at once,
+    /// while the runtime shuts down.
+    pub fn sleep(&self, duration: Duration) -> io::Result<()> {
+        match self {
+            Ctx::Coroutine(co) => co.sleep(duration),
+            Ctx::Blocking => {
+                std::thread::sleep(duration);
+                Ok(())
+            }
+        }
     }
 }

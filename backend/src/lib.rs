@@ -34,8 +34,9 @@
 //! - Errors are [`io::Error`]s carrying the errno to reply with.
 //!
 //! Layout: `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
-//! in `file/lock`) and `null`, one backend each; `ctx` (how calls reach the kernel);
-//! `direct` and `pool` (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
+//! in `file/lock`) and `null`, one backend each; `inject` (a wrapper that fails or delays
+//! chosen operations: `--inject`); `ctx` (how calls reach the kernel); `direct` and `pool`
+//! (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
 //! ranges, so that an O_DIRECT read-modify-write waits only for requests on its blocks);
 //! `iov` (iovec helpers); `sys` (all the unsafe code: raw syscalls).
 #![warn(missing_docs)]
@@ -46,6 +47,7 @@ use std::sync::Arc;
 mod ctx;
 mod direct;
 mod file;
+pub mod inject;
 mod iov;
 mod null;
 mod pool;
@@ -55,6 +57,7 @@ mod sys;
 
 pub use ctx::Ctx;
 pub use file::{FileBackend, Holder, LockError};
+pub use inject::{InjectBackend, InjectStats};
 pub use null::{parse_size, NullBackend};
 pub use sys::IOV_MAX;
 
@@ -109,6 +112,11 @@ pub trait BlockBackend: Send + Sync {
     /// What the backend did beyond plain transfers (zero where it never does such things).
     fn stats(&self) -> BackendStats {
         BackendStats::default()
+    }
+
+    /// What fault injection did, for a backend wrapped in an [`InjectBackend`].
+    fn inject_stats(&self) -> Option<InjectStats> {
+        None
     }
 }
 

@@ -86,6 +86,23 @@ pub struct Args {
     /// Ring entries per CPU queue with `--transport uring`
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
     uring_depth: u16,
+    /// Fail or delay chosen image operations, to test error paths (rules: see --help)
+    ///
+    /// Comma-separated rules, tried in order for each operation of the backend; `--stats`
+    /// counts what fired (section `inject`). The client gets exactly the errno.
+    ///   OP[@START-END]:ERRNO[:WHEN]           fail the operations matched with ERRNO
+    ///   delay:OP[@START-END]:DURATION[:WHEN]  hold them for DURATION (500us, 2ms, 1s)
+    ///   seed=N                                seed of the N/M rules (default 0)
+    /// OP: read, write, flush (fsync, close, the flush at exit), discard (PUNCH_HOLE),
+    ///   zeroes (ZERO_RANGE), resize (truncate) or any. @START-END (END exclusive, or
+    ///   open: @START-) matches only operations overlapping those bytes, e.g. @1M-2M.
+    /// ERRNO: EIO, ENOSPC, EROFS, EDQUOT, ENOMEM, EAGAIN, ETIMEDOUT, ... or 1-511 (not
+    ///   ENOSYS). WHEN: always (default), once, nth=N (the N-th operation matched), N/M
+    ///   (probability, reproducible from the seed), after=SIZE (at most SIZE bytes of
+    ///   the operations matched succeed: e.g. write:ENOSPC:after=64M).
+    /// Example: read:EIO:1/100,write:ENOSPC:after=64M,flush:EIO:once,delay:read:2ms
+    #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment)]
+    inject: Option<backend::inject::Spec>,
 }
 
 /// Most loops the default `--queues` starts.
@@ -190,6 +207,9 @@ pub struct Stats<'a> {
     pub queue: QueueStats,
     /// Bounces, read-modify-writes and waits for blocks in the backend.
     pub backend: backend::BackendStats,
+    /// What `--inject` rules did (only with `--inject`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inject: Option<backend::InjectStats>,
     /// Heap allocations made by the whole process so far (see `alloc_count`).
     pub allocations: u64,
     /// Per-opcode accounting (see `transport::accounting`).
@@ -273,6 +293,7 @@ impl Serving {
                 totals,
                 ops,
                 per_queue,
+                self.export.backend().inject_stats(),
             );
         }
     }
@@ -338,6 +359,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         lock: !args.no_lock,
     };
     let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
+    // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
+    let disk = match args.inject.clone() {
+        Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),
+        None => disk,
+    };
     let export = Arc::new(Export::new(
         disk,
         ExportOptions {
@@ -404,6 +430,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
+        let inject = backend.inject_stats();
         let backend = backend.stats();
         let totals = (served.runtime, served.queue, backend);
         write_stats(
@@ -413,6 +440,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             totals,
             &served.ops,
             &served.per_queue,
+            inject,
         );
     }
     served.result?;
@@ -446,6 +474,7 @@ fn write_stats(
     (runtime, queue, backend): (CounterSnapshot, QueueStats, backend::BackendStats),
     ops: &BTreeMap<String, OpReport>,
     per_queue: &[QueueStats],
+    inject: Option<backend::InjectStats>,
 ) {
     let stats = Stats {
         image,
@@ -453,6 +482,7 @@ fn write_stats(
         runtime,
         queue,
         backend,
+        inject,
         allocations: crate::alloc_count::allocations(),
         ops,
         per_queue,
