@@ -69,9 +69,10 @@ pub struct Args {
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
     poll_us: u64,
     /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
-    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. Default: with
-    /// coroutine dispatch, one per CPU this process may run on (at most 8), loop i pinned to
-    /// the i-th of them (measured best: BENCHMARKS.md); with inline dispatch, 1
+    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. With N > 1, loop i
+    /// is pinned to the i-th CPU this process may run on (cycling; `--cpus` to choose).
+    /// Default: with coroutine dispatch, one per CPU this process may run on (at most 8;
+    /// measured best: BENCHMARKS.md); with inline dispatch, 1
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     queues: Option<u16>,
     /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
@@ -108,20 +109,24 @@ pub struct Args {
 /// Most loops the default `--queues` starts.
 const MAX_DEFAULT_QUEUES: usize = 8;
 
-/// The loops to run and the CPUs to pin them to: `--queues`/`--cpus` as given, else the
-/// default (see `Args::queues`).
+/// The loops to run and the CPUs to pin them to: `--queues` as given, else the default
+/// (see `Args::queues`); `--cpus` as given, else, with more than one loop, loop i on the
+/// i-th CPU this process may run on (cycling). Several loops are always pinned: unpinned,
+/// the one that shares the client's CPU is not the one that serves it, and FUSE over
+/// io_uring, whose queue of CPU c must be served on c, loses its point.
 fn plan_loops(args: &Args) -> (usize, Vec<usize>) {
-    let given = args.cpus.as_ref().map(|c| c.0.clone());
-    match (args.queues, args.dispatch) {
-        (Some(n), _) => (usize::from(n), given.unwrap_or_default()),
-        (None, Dispatch::Coroutine) => {
-            let mut allowed = crate::bench::allowed_cpus().unwrap_or_default();
-            allowed.truncate(MAX_DEFAULT_QUEUES);
-            let n = allowed.len().max(1);
-            (n, given.unwrap_or(if n > 1 { allowed } else { Vec::new() }))
-        }
-        (None, _) => (1, given.unwrap_or_default()),
-    }
+    plan_loops_on(args, crate::bench::allowed_cpus().unwrap_or_default())
+}
+
+fn plan_loops_on(args: &Args, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
+    let n = match (args.queues, args.dispatch) {
+        (Some(n), _) => usize::from(n),
+        (None, Dispatch::Coroutine) => allowed.len().clamp(1, MAX_DEFAULT_QUEUES),
+        (None, _) => 1,
+    };
+    allowed.truncate(n);
+    let pin = if n > 1 { allowed } else { Vec::new() };
+    (n, args.cpus.as_ref().map_or(pin, |c| c.0.clone()))
 }
 
 /// The dispatch as it runs, spelled as on the command line: the mode, plus the queues
@@ -490,5 +495,47 @@ fn write_stats(
     let json = serde_json::to_string_pretty(&stats).expect("stats serialise");
     if let Err(e) = std::fs::write(path, json + "\n") {
         log::error!("cannot write stats to {}: {e}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        mount: Args,
+    }
+
+    fn loops(args: &[&str], allowed: &[usize]) -> (usize, Vec<usize>) {
+        let argv = ["mount", "null:1M", "/mnt"].iter().chain(args);
+        let cli = Cli::try_parse_from(argv).expect("parses");
+        plan_loops_on(&cli.mount, allowed.to_vec())
+    }
+
+    #[test]
+    fn several_loops_are_pinned_one_per_allowed_cpu() {
+        assert_eq!(loops(&[], &[0, 1]), (2, vec![0, 1]), "the default");
+        assert_eq!(loops(&["--queues", "2"], &[2, 5, 7]), (2, vec![2, 5]));
+        assert_eq!(
+            loops(&["--queues", "4"], &[0, 1]),
+            (4, vec![0, 1]),
+            "loop i on cpus[i % 2]"
+        );
+        assert_eq!(
+            loops(&["--queues", "1"], &[0, 1]),
+            (1, vec![]),
+            "one loop floats"
+        );
+        assert_eq!(loops(&[], &[3]), (1, vec![]));
+        assert_eq!(
+            loops(&["--queues", "2", "--cpus", "1,1"], &[0, 1]),
+            (2, vec![1, 1])
+        );
+        assert_eq!(loops(&["--dispatch", "inline"], &[0, 1]), (1, vec![]));
+        let many: Vec<usize> = (0..16).collect();
+        assert_eq!(loops(&[], &many).0, MAX_DEFAULT_QUEUES);
     }
 }
