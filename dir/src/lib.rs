@@ -1,0 +1,18 @@
+//! corofuse's directory export: a passthrough of a source directory tree, served by the
+//! same transports as the image export (`corofuse mount-dir`, issue 10). This crate holds
+//! what such a file system keeps about the tree, apart from the FUSE protocol:
+//!
+//! - [`inodes`]: the node table (an `O_PATH` handle per node, lookup counts, identity by
+//!   device and inode number so hard links are one node);
+//! - [`dirstream`]: one open directory's listing, linear however the kernel splits it;
+//! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
+//!
+//! Depends on libc, log and slab only: no FUSE, no runtime, no backend. The FileSystem on
+//! top (requests decoded by `fuse`, served by `transport`) is the next step.
+
+pub mod dirstream;
+pub mod inodes;
+mod sys;
+
+pub use dirstream::{DirEntry, DirStream, StreamStats};
+pub use inodes::{Entry, Inode, Inodes, ROOT};
