@@ -5,6 +5,8 @@
 //! - [`inodes`]: the node table (an `O_PATH` handle per node, lookup counts, identity by
 //!   device and inode number so hard links are one node);
 //! - [`dirstream`]: one open directory's listing, linear however the kernel splits it;
+//! - [`tree`]: each operation on the tree by node id (mkdir, rename, setattr, xattrs...),
+//!   with the source file system's errnos, and the permission model;
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
 //! Depends on libc, log and slab only: no FUSE, no runtime, no backend. The FileSystem on
@@ -13,6 +15,8 @@
 pub mod dirstream;
 pub mod inodes;
 mod sys;
+pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
+pub use tree::{SetAttr, Time, Tree};

@@ -73,3 +73,239 @@ pub fn seek_dir(dir: BorrowedFd<'_>, cookie: u64) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `/proc/self/fd/N` for a descriptor, NUL-terminated in a buffer of its own (no
+/// allocation): the way to reach the file behind an `O_PATH` handle with the calls that
+/// take no descriptor (reopen for I/O, chmod, xattrs), as passthrough_hp and virtiofsd do.
+pub struct ProcPath {
+    buf: [u8; 32],
+}
+
+impl ProcPath {
+    pub fn of(fd: BorrowedFd<'_>) -> ProcPath {
+        let mut buf = [0u8; 32];
+        let prefix = b"/proc/self/fd/";
+        buf[..prefix.len()].copy_from_slice(prefix);
+        let mut digits = [0u8; 10];
+        let mut n = fd.as_raw_fd() as u32;
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for (i, d) in digits[..len].iter().rev().enumerate() {
+            buf[prefix.len() + i] = *d;
+        }
+        ProcPath { buf }
+    }
+
+    pub fn as_cstr(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.buf).expect("NUL-terminated by construction")
+    }
+}
+
+/// Reopens the file behind an `O_PATH` handle with `flags` (for I/O).
+pub fn reopen(handle: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let path = ProcPath::of(handle);
+    // SAFETY: the path is NUL-terminated; the returned descriptor is fresh and ours.
+    let fd = cvt(unsafe { libc::open(path.as_cstr().as_ptr(), flags | libc::O_CLOEXEC) })?;
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat(dir, name, flags | O_CREAT | O_NOFOLLOW, mode)`.
+pub fn create(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    let flags = flags | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `name` is NUL-terminated; the returned descriptor is fresh and ours.
+    let fd = cvt(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) })?;
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub fn mkdir(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+pub fn mknod(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, rdev) }).map(drop)
+}
+
+pub fn symlink(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated.
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// A new name `name` in `dir` for the file behind `handle` (through its /proc path, so
+/// that no capability beyond the caller's is needed, unlike `AT_EMPTY_PATH`).
+pub fn link(handle: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    let path = ProcPath::of(handle);
+    // SAFETY: both strings are NUL-terminated.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            path.as_cstr().as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    cvt(rc).map(drop)
+}
+
+/// `unlinkat(dir, name, flags)` (`AT_REMOVEDIR` for rmdir).
+pub fn unlink(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `renameat2(2)` with `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT` flags.
+pub fn rename(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: u32,
+) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated; renameat2 takes no other memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The target of the symlink behind `handle`, into `buf`; returns its length (it may be
+/// cut at `buf`'s length, as readlink(2) cuts it).
+pub fn readlink(handle: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the path is empty and NUL-terminated (the handle itself); `buf` is writable
+    // for its length.
+    let n = unsafe {
+        libc::readlinkat(
+            handle.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// chmod of the file behind `handle` (symlinks have no mode of their own: EOPNOTSUPP).
+pub fn chmod(handle: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    let path = ProcPath::of(handle);
+    // SAFETY: the path is NUL-terminated.
+    cvt(unsafe { libc::chmod(path.as_cstr().as_ptr(), mode) }).map(drop)
+}
+
+/// chown of the node itself (`AT_EMPTY_PATH`: a symlink's own owner); `u32::MAX` keeps one.
+pub fn chown(handle: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
+    // SAFETY: the path is empty and NUL-terminated.
+    cvt(unsafe { libc::fchownat(handle.as_raw_fd(), c"".as_ptr(), uid, gid, flags) }).map(drop)
+}
+
+/// Sets access and modification times of the file behind `handle` (`UTIME_NOW` and
+/// `UTIME_OMIT` in `tv_nsec` as utimensat(2) has them).
+pub fn utimens(handle: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
+    let path = ProcPath::of(handle);
+    // SAFETY: the path is NUL-terminated and `times` two valid timespecs.
+    cvt(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_cstr().as_ptr(), times.as_ptr(), 0) })
+        .map(drop)
+}
+
+pub fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: a plain call on a descriptor we hold.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(drop)
+}
+
+pub fn statfs(handle: BorrowedFd<'_>) -> io::Result<libc::statvfs> {
+    // SAFETY: statvfs is plain data; all-zero is a valid value, overwritten by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable statvfs.
+    cvt(unsafe { libc::fstatvfs(handle.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// `access(2)` of the file behind `handle` with `mask` (R_OK, W_OK, X_OK, F_OK).
+pub fn access(handle: BorrowedFd<'_>, mask: i32) -> io::Result<()> {
+    let path = ProcPath::of(handle);
+    // SAFETY: the path is NUL-terminated.
+    cvt(unsafe { libc::access(path.as_cstr().as_ptr(), mask) }).map(drop)
+}
+
+fn cvt_size(n: libc::ssize_t) -> io::Result<usize> {
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// getxattr of the file behind `handle`; an empty `buf` asks for the size.
+pub fn getxattr(handle: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    let path = ProcPath::of(handle);
+    // SAFETY: both strings are NUL-terminated; `buf` is writable for its length (a null
+    // pointer with length 0 is the size query getxattr(2) defines).
+    cvt_size(unsafe {
+        libc::getxattr(
+            path.as_cstr().as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })
+}
+
+pub fn setxattr(handle: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+    let path = ProcPath::of(handle);
+    // SAFETY: both strings are NUL-terminated; `value` is readable for its length.
+    cvt(unsafe {
+        libc::setxattr(
+            path.as_cstr().as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// listxattr: NUL-separated names into `buf`; an empty `buf` asks for the size.
+pub fn listxattr(handle: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    let path = ProcPath::of(handle);
+    // SAFETY: the path is NUL-terminated; `buf` is writable for its length.
+    cvt_size(unsafe {
+        libc::listxattr(path.as_cstr().as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    })
+}
+
+pub fn removexattr(handle: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    let path = ProcPath::of(handle);
+    // SAFETY: both strings are NUL-terminated.
+    cvt(unsafe { libc::removexattr(path.as_cstr().as_ptr(), name.as_ptr()) }).map(drop)
+}

@@ -1,0 +1,289 @@
+//! What each directory-export operation does to the source tree, by node id, apart from
+//! the FUSE protocol: the layer the FileSystem's request handlers call.
+//!
+//! Why a layer of its own: each operation here is one or two `*at` system calls on the
+//! handles of the inode table, and its errors are the source file system's own errnos,
+//! which the handler passes to the client unchanged. Kept free of request decoding and
+//! replies, it is tested on a real tree without mounting anything.
+//!
+//! Permission model (for now): the daemon acts with its own credentials, so the export
+//! is meant to be mounted by root with `default_permissions` (the kernel checks the
+//! caller's permissions against the attributes this layer reports) for a single user;
+//! switching fsuid/fsgid per request is the step after. New files get the mode the kernel
+//! sends with the caller's umask applied, and are owned by the daemon's user.
+//!
+//! A read-only tree refuses every change with EROFS before any system call.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::dirstream::DirStream;
+use crate::inodes::{Entry, Inode, Inodes};
+use crate::sys;
+
+/// A time for SETATTR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Time {
+    /// The current time (`FATTR_ATIME_NOW`).
+    Now,
+    /// Seconds and nanoseconds since the epoch.
+    At(i64, u32),
+}
+
+/// The changes of one SETATTR; `None` leaves a field as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Time>,
+    pub mtime: Option<Time>,
+}
+
+/// The source tree and the nodes the kernel holds in it.
+pub struct Tree {
+    pub inodes: Inodes,
+    read_only: bool,
+}
+
+fn errno(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+impl Tree {
+    /// The tree rooted at `source` (a directory).
+    pub fn new(source: &Path, read_only: bool) -> io::Result<Tree> {
+        Ok(Tree {
+            inodes: Inodes::new(source)?,
+            read_only,
+        })
+    }
+
+    /// The node `nodeid`; ESTALE if the kernel sent an id it no longer holds.
+    pub fn node(&self, nodeid: u64) -> io::Result<Arc<Inode>> {
+        self.inodes.get(nodeid).ok_or_else(|| errno(libc::ESTALE))
+    }
+
+    fn writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(errno(libc::EROFS));
+        }
+        Ok(())
+    }
+
+    /// A directory node, for the operations on names in it.
+    fn dir(&self, nodeid: u64) -> io::Result<Arc<Inode>> {
+        let dir = self.node(nodeid)?;
+        if !dir.is_dir() {
+            return Err(errno(libc::ENOTDIR));
+        }
+        Ok(dir)
+    }
+
+    pub fn lookup(&self, parent: u64, name: &CStr) -> io::Result<Entry> {
+        let dir = self.dir(parent)?;
+        self.inodes.lookup(parent, &dir, name)
+    }
+
+    pub fn getattr(&self, nodeid: u64) -> io::Result<libc::stat> {
+        sys::stat(self.node(nodeid)?.handle())
+    }
+
+    /// Makes `name` in `parent` with `make`, then looks it up (one lookup counted).
+    fn made(
+        &self,
+        parent: u64,
+        name: &CStr,
+        make: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<Entry> {
+        self.writable()?;
+        let dir = self.dir(parent)?;
+        make(dir.handle())?;
+        self.inodes.lookup(parent, &dir, name)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &CStr, mode: u32, umask: u32) -> io::Result<Entry> {
+        self.made(parent, name, |dir| sys::mkdir(dir, name, mode & !umask))
+    }
+
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        rdev: u64,
+        umask: u32,
+    ) -> io::Result<Entry> {
+        let mode = (mode & libc::S_IFMT) | (mode & !libc::S_IFMT & !umask);
+        self.made(parent, name, |dir| sys::mknod(dir, name, mode, rdev))
+    }
+
+    pub fn symlink(&self, parent: u64, name: &CStr, target: &CStr) -> io::Result<Entry> {
+        self.made(parent, name, |dir| sys::symlink(target, dir, name))
+    }
+
+    /// LINK: a new name for `nodeid` in `parent`; the entry is the same node.
+    pub fn link(&self, nodeid: u64, parent: u64, name: &CStr) -> io::Result<Entry> {
+        let file = self.node(nodeid)?;
+        if file.is_dir() {
+            return Err(errno(libc::EPERM));
+        }
+        self.made(parent, name, |dir| sys::link(file.handle(), dir, name))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &CStr) -> io::Result<()> {
+        self.writable()?;
+        sys::unlink(self.dir(parent)?.handle(), name, 0)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &CStr) -> io::Result<()> {
+        self.writable()?;
+        sys::unlink(self.dir(parent)?.handle(), name, libc::AT_REMOVEDIR)
+    }
+
+    /// RENAME and RENAME2 (`flags`: RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT,
+    /// passed to renameat2 as they are).
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &CStr,
+        new_parent: u64,
+        new_name: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        self.writable()?;
+        let (from, to) = (self.dir(parent)?, self.dir(new_parent)?);
+        sys::rename(from.handle(), name, to.handle(), new_name, flags)
+    }
+
+    pub fn readlink(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let node = self.node(nodeid)?;
+        if node.kind != libc::S_IFLNK {
+            return Err(errno(libc::EINVAL));
+        }
+        sys::readlink(node.handle(), buf)
+    }
+
+    /// SETATTR: the changes in `set`, in the order chmod, chown, truncate, times (as
+    /// passthrough_hp does them); `open` is the file's open descriptor when the kernel
+    /// names one (FATTR_FH), used for the truncate. Returns the attributes after.
+    pub fn setattr(
+        &self,
+        nodeid: u64,
+        set: &SetAttr,
+        open: Option<BorrowedFd<'_>>,
+    ) -> io::Result<libc::stat> {
+        if *set != SetAttr::default() {
+            self.writable()?;
+        }
+        let node = self.node(nodeid)?;
+        if let Some(mode) = set.mode {
+            sys::chmod(node.handle(), mode & 0o7777)?;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            let keep = u32::MAX;
+            sys::chown(
+                node.handle(),
+                set.uid.unwrap_or(keep),
+                set.gid.unwrap_or(keep),
+            )?;
+        }
+        if let Some(size) = set.size {
+            match open {
+                Some(fd) => sys::ftruncate(fd, size)?,
+                None => {
+                    let fd = sys::reopen(node.handle(), libc::O_WRONLY)?;
+                    sys::ftruncate(fd.as_fd(), size)?;
+                }
+            }
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let spec = |t: Option<Time>| match t {
+                None => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                },
+                Some(Time::Now) => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+                Some(Time::At(s, ns)) => libc::timespec {
+                    tv_sec: s as libc::time_t,
+                    tv_nsec: ns as libc::c_long,
+                },
+            };
+            sys::utimens(node.handle(), &[spec(set.atime), spec(set.mtime)])?;
+        }
+        sys::stat(node.handle())
+    }
+
+    /// OPEN: the file behind `nodeid` opened for I/O with the client's `flags` (less
+    /// O_CREAT, O_EXCL and O_NOCTTY, which mean nothing for an existing node).
+    pub fn open(&self, nodeid: u64, flags: i32) -> io::Result<OwnedFd> {
+        let node = self.node(nodeid)?;
+        if node.is_dir() {
+            return Err(errno(libc::EISDIR));
+        }
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if writes {
+            self.writable()?;
+        }
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        sys::reopen(node.handle(), flags)
+    }
+
+    /// CREATE: `name` in `parent` created and opened with `flags` (O_CREAT added), mode
+    /// less the caller's umask; its entry (one lookup) and the open descriptor.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &CStr,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    ) -> io::Result<(OwnedFd, Entry)> {
+        self.writable()?;
+        let dir = self.dir(parent)?;
+        let fd = sys::create(dir.handle(), name, flags & !libc::O_NOCTTY, mode & !umask)?;
+        let entry = self.inodes.lookup(parent, &dir, name)?;
+        Ok((fd, entry))
+    }
+
+    pub fn opendir(&self, nodeid: u64) -> io::Result<DirStream> {
+        DirStream::open(&*self.dir(nodeid)?)
+    }
+
+    pub fn statfs(&self, nodeid: u64) -> io::Result<libc::statvfs> {
+        sys::statfs(self.node(nodeid)?.handle())
+    }
+
+    /// ACCESS with `mask`; W_OK on a read-only tree is EROFS.
+    pub fn access(&self, nodeid: u64, mask: i32) -> io::Result<()> {
+        if mask & libc::W_OK != 0 {
+            self.writable()?;
+        }
+        sys::access(self.node(nodeid)?.handle(), mask)
+    }
+
+    pub fn getxattr(&self, nodeid: u64, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+        sys::getxattr(self.node(nodeid)?.handle(), name, buf)
+    }
+
+    pub fn listxattr(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
+        sys::listxattr(self.node(nodeid)?.handle(), buf)
+    }
+
+    pub fn setxattr(&self, nodeid: u64, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+        self.writable()?;
+        sys::setxattr(self.node(nodeid)?.handle(), name, value, flags)
+    }
+
+    pub fn removexattr(&self, nodeid: u64, name: &CStr) -> io::Result<()> {
+        self.writable()?;
+        sys::removexattr(self.node(nodeid)?.handle(), name)
+    }
+}
