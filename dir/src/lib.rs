@@ -7,16 +7,22 @@
 //! - [`dirstream`]: one open directory's listing, linear however the kernel splits it;
 //! - [`tree`]: each operation on the tree by node id (mkdir, rename, setattr, xattrs...),
 //!   with the source file system's errnos, and the permission model;
+//! - [`handles`]: open files and directories by file handle; [`attr`]: `stat` as FUSE
+//!   attributes;
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
-//! Depends on libc, log and slab only: no FUSE, no runtime, no backend. The FileSystem on
-//! top (requests decoded by `fuse`, served by `transport`) is the next step.
+//! Depends on libc, log, slab and `fuse` (for the attribute struct only): no runtime, no
+//! backend, no transport. The FileSystem on top (requests decoded by `fuse`, served by
+//! `transport`, data through `backend::Ctx`) is the next step.
 
+pub mod attr;
 pub mod dirstream;
+pub mod handles;
 pub mod inodes;
 mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
+pub use handles::{Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use tree::{SetAttr, Time, Tree};
