@@ -92,7 +92,7 @@ pub mod request;
 pub mod session;
 mod sys;
 
-pub use decode::DecodeError;
+pub use decode::{DecodeError, Features};
 pub use errno::Errno;
 pub use reply::{Reply, Sent};
 pub use request::{Operation, Request, WriteData};
