@@ -139,6 +139,44 @@ impl Features {
     }
 }
 
+/// The layout of every request a directory export adds to a file export's
+/// (and LOOKUP): opcode, size of the struct that starts its arguments, and how
+/// many NUL-terminated names follow it. SETXATTR's size is that of its 8-byte
+/// layout (16 with FUSE_SETXATTR_EXT), and `size` bytes of value follow its
+/// name. For fuzzers and tests that build requests; the decoder is the
+/// opcode match below.
+pub const DIR_REQUEST_LAYOUTS: [(u32, usize, usize); 29] = [
+    (FUSE_LOOKUP, 0, 1),
+    (FUSE_READLINK, 0, 0),
+    (FUSE_SYMLINK, 0, 2),
+    (FUSE_MKNOD, 16, 1),
+    (FUSE_MKDIR, 8, 1),
+    (FUSE_UNLINK, 0, 1),
+    (FUSE_RMDIR, 0, 1),
+    (FUSE_RENAME, 8, 2),
+    (FUSE_RENAME2, 16, 2),
+    (FUSE_LINK, 8, 1),
+    (FUSE_CREATE, 16, 1),
+    (FUSE_TMPFILE, 16, 1),
+    (FUSE_OPENDIR, 8, 0),
+    (FUSE_READDIR, 40, 0),
+    (FUSE_READDIRPLUS, 40, 0),
+    (FUSE_RELEASEDIR, 24, 0),
+    (FUSE_FSYNCDIR, 16, 0),
+    (FUSE_SETXATTR, FUSE_COMPAT_SETXATTR_IN_SIZE, 1),
+    (FUSE_GETXATTR, 8, 1),
+    (FUSE_LISTXATTR, 8, 0),
+    (FUSE_REMOVEXATTR, 0, 1),
+    (FUSE_ACCESS, 8, 0),
+    (FUSE_GETLK, 48, 0),
+    (FUSE_SETLK, 48, 0),
+    (FUSE_SETLKW, 48, 0),
+    (FUSE_COPY_FILE_RANGE, 56, 0),
+    (FUSE_COPY_FILE_RANGE_64, 56, 0),
+    (FUSE_POLL, 24, 0),
+    (FUSE_SYNCFS, 8, 0),
+];
+
 /// Views the header at the start of `head`, if it is there and aligned.
 ///
 /// Lets a server reply EIO to a request that [`Request::decode`] rejected.

@@ -239,23 +239,11 @@ fn setxattr_value_may_spill_into_the_tail() {
     assert_eq!(err, DecodeError::WriteSizeMismatch { size: 4, got: 3 });
 }
 
-/// Opcodes whose arguments end in names: the struct before them, how many names.
-pub(super) const NAMED_ARGS: [(u32, usize, usize); 14] = [
-    (FUSE_LOOKUP, 0, 1),
-    (FUSE_UNLINK, 0, 1),
-    (FUSE_RMDIR, 0, 1),
-    (FUSE_REMOVEXATTR, 0, 1),
-    (FUSE_SYMLINK, 0, 2),
-    (FUSE_MKNOD, 16, 1),
-    (FUSE_MKDIR, 8, 1),
-    (FUSE_RENAME, 8, 2),
-    (FUSE_RENAME2, 16, 2),
-    (FUSE_LINK, 8, 1),
-    (FUSE_CREATE, 16, 1),
-    (FUSE_TMPFILE, 16, 1),
-    (FUSE_GETXATTR, 8, 1),
-    (FUSE_SETXATTR, 8, 1), // with a value of size 0
-];
+/// Opcodes whose arguments end in names: the struct before them, how many names
+/// (SETXATTR with a value of size 0).
+fn named_layouts() -> impl Iterator<Item = (u32, usize, usize)> {
+    DIR_REQUEST_LAYOUTS.into_iter().filter(|l| l.2 > 0)
+}
 
 /// The arguments of a named opcode: zeroed struct, then `names`.
 pub(super) fn named_args(fixed: usize, names: &[&[u8]]) -> Vec<u8> {
@@ -280,7 +268,7 @@ fn valid(opcode: u32, fixed: usize, count: usize) -> Vec<u8> {
 /// Every cut is a ShortRead inside the struct, a MissingNul after it.
 #[test]
 fn named_requests_cut_anywhere_are_rejected() {
-    for (opcode, fixed, count) in NAMED_ARGS {
+    for (opcode, fixed, count) in named_layouts() {
         let full = valid(opcode, fixed, count);
         for cut in 40..full.len() {
             let mut short = full[..cut].to_vec();
@@ -301,7 +289,7 @@ fn named_requests_cut_anywhere_are_rejected() {
 /// in the tail are all rejected.
 #[test]
 fn named_requests_with_bad_names_are_rejected() {
-    for (opcode, fixed, count) in NAMED_ARGS {
+    for (opcode, fixed, count) in named_layouts() {
         let names = &NAMES[..count];
         let mut no_nul = named_args(fixed, names);
         *no_nul.last_mut().unwrap() = b'x';

@@ -4,9 +4,9 @@
 //! inside them, SETXATTR values), with and without FUSE_SETXATTR_EXT. A
 //! plain xorshift generator keeps it deterministic and dependency-free.
 
-use super::dir_tests::{named_args, NAMED_ARGS};
+use super::dir_tests::named_args;
 use super::tests::{request, Aligned, FIXED_ARGS};
-use super::Features;
+use super::{Features, DIR_REQUEST_LAYOUTS};
 use crate::abi::{FUSE_SETXATTR, FUSE_SETXATTR_EXT};
 use crate::request::{Operation, Request};
 
@@ -33,9 +33,10 @@ fn random_name(rng: &mut XorShift) -> Vec<u8> {
     name
 }
 
-/// The arguments of an opcode with names, mostly well-formed.
-fn random_named_args(rng: &mut XorShift) -> (u32, Vec<u8>) {
-    let (opcode, fixed, count) = NAMED_ARGS[rng.below(NAMED_ARGS.len())];
+/// The arguments of a directory export's opcode (names, if any, random), mostly
+/// well-formed.
+fn random_dir_args(rng: &mut XorShift) -> (u32, Vec<u8>) {
+    let (opcode, fixed, count) = DIR_REQUEST_LAYOUTS[rng.below(DIR_REQUEST_LAYOUTS.len())];
     let names: Vec<Vec<u8>> = (0..count).map(|_| random_name(rng)).collect();
     let names: Vec<&[u8]> = names.iter().map(|n| &n[..]).collect();
     let fixed = fixed + 8 * usize::from(opcode == FUSE_SETXATTR && rng.below(2) == 0);
@@ -63,7 +64,7 @@ fn random_fixed_args(rng: &mut XorShift) -> (u32, Vec<u8>) {
 fn random_request(rng: &mut XorShift) -> Vec<u8> {
     let (opcode, args) = match rng.below(2) {
         0 => random_fixed_args(rng),
-        _ => random_named_args(rng),
+        _ => random_dir_args(rng),
     };
     let mut bytes = request(opcode, rng.next(), &args);
     for _ in 0..rng.below(6) {
@@ -119,7 +120,7 @@ fn random_buffers_never_panic() {
     let opcodes = FIXED_ARGS
         .iter()
         .map(|a| a.0)
-        .chain(NAMED_ARGS.iter().map(|a| a.0));
+        .chain(DIR_REQUEST_LAYOUTS.iter().map(|a| a.0));
     for opcode in opcodes {
         assert!(
             seen.contains(&opcode),
