@@ -2,13 +2,17 @@
 //!
 //! The format is `FUSE(unique) OPNAME key=value...`, e.g.
 //! `FUSE(  42) READ fh=7 off=4096 len=4096`, with `node=N` added when the
-//! request is not about the root. Formatting never allocates, so a
-//! `log::debug!("{req}")` costs nothing when debug logging is off.
+//! request is not about the root. Names are quoted with non-ASCII bytes and
+//! quotes escaped, so a hostile name cannot forge a log line. Formatting
+//! never allocates, so a `log::debug!("{req}")` costs nothing when debug
+//! logging is off.
 
-use crate::abi::{fuse_write_in, FUSE_ROOT_ID};
+use crate::abi::{
+    fuse_copy_file_range_in, fuse_create_in, fuse_lk_in, fuse_read_in, fuse_write_in, FUSE_ROOT_ID,
+};
 use crate::request::{Operation, Request, WriteData};
 use core::fmt;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::CStr;
 
 /// The kernel's name for an opcode, without the `FUSE_` prefix.
 pub fn opcode_name(opcode: u32) -> Option<&'static str> {
@@ -57,9 +61,7 @@ impl fmt::Display for Operation<'_> {
             Operation::Fsync { arg } => {
                 write!(f, "FSYNC fh={} flags={:#x}", arg.fh, arg.fsync_flags)
             }
-            Operation::Read { arg } => {
-                write!(f, "READ fh={} off={} len={}", arg.fh, arg.offset, arg.size)
-            }
+            Operation::Read { arg } => fmt_read(f, "READ", arg),
             Operation::Write { arg, data } => fmt_write(f, arg, data),
             Operation::Fallocate { arg } => {
                 write!(
@@ -70,9 +72,7 @@ impl fmt::Display for Operation<'_> {
             }
             Operation::Lseek { arg } => write!(f, "LSEEK off={} whence={}", arg.offset, arg.whence),
             Operation::Statfs => f.write_str("STATFS"),
-            Operation::Lookup { name } => {
-                write!(f, "LOOKUP \"{}\"", name.as_bytes().escape_ascii())
-            }
+            Operation::Lookup { name } => write!(f, "LOOKUP {}", Name(name)),
             Operation::Interrupt { arg } => write!(f, "INTERRUPT unique={}", arg.unique),
             Operation::Statx { arg } => {
                 write!(f, "STATX mask={:#x} flags={:#x}", arg.sx_mask, arg.sx_flags)
@@ -80,12 +80,132 @@ impl fmt::Display for Operation<'_> {
             Operation::Forget { arg } => write!(f, "FORGET nlookup={}", arg.nlookup),
             Operation::BatchForget { nodes, .. } => write!(f, "BATCH_FORGET count={}", nodes.len()),
             Operation::Destroy => f.write_str("DESTROY"),
+            Operation::Readlink => f.write_str("READLINK"),
+            Operation::Symlink { name, target } => {
+                write!(f, "SYMLINK {} -> {}", Name(name), Name(target))
+            }
+            Operation::Mknod { arg, name } => write!(
+                f,
+                "MKNOD {} mode={:#o} rdev={:#x} umask={:#o}",
+                Name(name),
+                arg.mode,
+                arg.rdev,
+                arg.umask
+            ),
+            Operation::Mkdir { arg, name } => write!(
+                f,
+                "MKDIR {} mode={:#o} umask={:#o}",
+                Name(name),
+                arg.mode,
+                arg.umask
+            ),
+            Operation::Unlink { name } => write!(f, "UNLINK {}", Name(name)),
+            Operation::Rmdir { name } => write!(f, "RMDIR {}", Name(name)),
+            Operation::Rename { arg, name, newname } => {
+                write!(
+                    f,
+                    "RENAME {} -> dir={} {}",
+                    Name(name),
+                    arg.newdir,
+                    Name(newname)
+                )
+            }
+            Operation::Rename2 { arg, name, newname } => write!(
+                f,
+                "RENAME2 {} -> dir={} {} flags={:#x}",
+                Name(name),
+                arg.newdir,
+                Name(newname),
+                arg.flags
+            ),
+            Operation::Link { arg, newname } => {
+                write!(f, "LINK node {} as {}", arg.oldnodeid, Name(newname))
+            }
+            Operation::Create { arg, name } => fmt_create(f, "CREATE", arg, name),
+            Operation::Tmpfile { arg, name } => fmt_create(f, "TMPFILE", arg, name),
+            Operation::Opendir { arg } => write!(f, "OPENDIR flags={:#o}", arg.flags),
+            Operation::Readdir { arg } => fmt_read(f, "READDIR", arg),
+            Operation::Readdirplus { arg } => fmt_read(f, "READDIRPLUS", arg),
+            Operation::Releasedir { arg } => write!(f, "RELEASEDIR fh={}", arg.fh),
+            Operation::Fsyncdir { arg } => {
+                write!(f, "FSYNCDIR fh={} flags={:#x}", arg.fh, arg.fsync_flags)
+            }
+            Operation::Setxattr { arg, name, .. } => write!(
+                f,
+                "SETXATTR {} size={} flags={:#x} setxattr_flags={:#x}",
+                Name(name),
+                arg.size,
+                arg.flags,
+                arg.setxattr_flags
+            ),
+            Operation::Getxattr { arg, name } => {
+                write!(f, "GETXATTR {} size={}", Name(name), arg.size)
+            }
+            Operation::Listxattr { arg } => write!(f, "LISTXATTR size={}", arg.size),
+            Operation::Removexattr { name } => write!(f, "REMOVEXATTR {}", Name(name)),
+            Operation::Access { arg } => write!(f, "ACCESS mask={:#o}", arg.mask),
+            Operation::Getlk { arg } => fmt_lk(f, "GETLK", arg),
+            Operation::Setlk { arg } => fmt_lk(f, "SETLK", arg),
+            Operation::Setlkw { arg } => fmt_lk(f, "SETLKW", arg),
+            Operation::CopyFileRange { arg } => fmt_copy(f, "COPY_FILE_RANGE", arg),
+            Operation::CopyFileRange64 { arg } => fmt_copy(f, "COPY_FILE_RANGE_64", arg),
+            Operation::Poll { arg } => write!(f, "POLL fh={} events={:#x}", arg.fh, arg.events),
+            Operation::Syncfs { .. } => f.write_str("SYNCFS"),
             Operation::Unknown { opcode } => match opcode_name(*opcode) {
                 Some(name) => write!(f, "{name} (unsupported)"),
                 None => write!(f, "opcode {opcode} (unknown)"),
             },
         }
     }
+}
+
+/// A name, quoted and escaped.
+struct Name<'a>(&'a CStr);
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\"", self.0.to_bytes().escape_ascii())
+    }
+}
+
+fn fmt_read(f: &mut fmt::Formatter<'_>, name: &str, arg: &fuse_read_in) -> fmt::Result {
+    write!(
+        f,
+        "{name} fh={} off={} len={}",
+        arg.fh, arg.offset, arg.size
+    )
+}
+
+fn fmt_create(
+    f: &mut fmt::Formatter<'_>,
+    op: &str,
+    arg: &fuse_create_in,
+    name: &CStr,
+) -> fmt::Result {
+    write!(
+        f,
+        "{op} {} flags={:#o} mode={:#o} umask={:#o}",
+        Name(name),
+        arg.flags,
+        arg.mode,
+        arg.umask
+    )
+}
+
+fn fmt_copy(f: &mut fmt::Formatter<'_>, op: &str, arg: &fuse_copy_file_range_in) -> fmt::Result {
+    write!(
+        f,
+        "{op} fh={} off={} -> node={} fh={} off={} len={}",
+        arg.fh_in, arg.off_in, arg.nodeid_out, arg.fh_out, arg.off_out, arg.len
+    )
+}
+
+fn fmt_lk(f: &mut fmt::Formatter<'_>, name: &str, arg: &fuse_lk_in) -> fmt::Result {
+    write!(
+        f,
+        "{name} fh={} owner={:#x} type={} range={}..={} flags={:#x}",
+        arg.fh, arg.owner, arg.lk.r#type, arg.lk.start, arg.lk.end, arg.lk_flags
+    )
 }
 
 fn fmt_write(f: &mut fmt::Formatter<'_>, arg: &fuse_write_in, data: &WriteData<'_>) -> fmt::Result {
@@ -124,7 +244,7 @@ mod tests {
 
     #[test]
     fn lookup_names_are_escaped() {
-        let name = std::ffi::OsStr::from_bytes(b"a\"b\n\xff");
+        let name = c"a\"b\n\xff";
         let req = Request {
             unique: 3,
             nodeid: 5,

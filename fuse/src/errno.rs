@@ -47,6 +47,22 @@ impl Errno {
     pub const EPROTO: Errno = Errno::known(libc::EPROTO);
     /// Operation not supported.
     pub const EOPNOTSUPP: Errno = Errno::known(libc::EOPNOTSUPP);
+    /// Result too large: an xattr value longer than the caller's buffer.
+    pub const ERANGE: Errno = Errno::known(libc::ERANGE);
+    /// Argument list too long: an xattr size that does not fit the reply.
+    pub const E2BIG: Errno = Errno::known(libc::E2BIG);
+    /// No such attribute (ENODATA).
+    pub const ENODATA: Errno = Errno::known(libc::ENODATA);
+    /// File exists.
+    pub const EEXIST: Errno = Errno::known(libc::EEXIST);
+    /// Directory not empty.
+    pub const ENOTEMPTY: Errno = Errno::known(libc::ENOTEMPTY);
+    /// Not a directory.
+    pub const ENOTDIR: Errno = Errno::known(libc::ENOTDIR);
+    /// Is a directory.
+    pub const EISDIR: Errno = Errno::known(libc::EISDIR);
+    /// File name too long.
+    pub const ENAMETOOLONG: Errno = Errno::known(libc::ENAMETOOLONG);
 
     /// Builds a constant from a libc code known to be in range.
     const fn known(code: i32) -> Errno {

@@ -28,9 +28,18 @@ use zerocopy::{FromZeros, IntoBytes};
 /// WRITE payload bytes that fit in the recommended in-place head.
 pub const IN_PLACE_WRITE_BYTES: usize = 4096;
 /// Recommended in-place head: header + `fuse_write_in` + 4 KiB of payload.
-/// Holds every request but large WRITEs (largest fixed one: LOOKUP, ~1 KiB).
+/// Holds every request of a single-file export but large WRITEs. A directory
+/// export also gets SETXATTR values that may continue in the tail, and
+/// SYMLINKs with long targets that may not: size its head with
+/// [`LARGEST_HEAD_ONLY_REQUEST`].
 pub const RECOMMENDED_HEAD_SIZE: usize =
     size_of::<fuse_in_header>() + size_of::<fuse_write_in>() + IN_PLACE_WRITE_BYTES;
+/// The largest request that must fit in the head, without extensions: a SYMLINK
+/// with a name of [`FUSE_NAME_MAX`] and a target of `PATH_MAX` (4096, NUL
+/// included). Extensions (FUSE_SECURITY_CTX, FUSE_CREATE_SUPP_GROUP) may add
+/// to it, and may continue in the tail.
+pub const LARGEST_HEAD_ONLY_REQUEST: usize =
+    size_of::<fuse_in_header>() + FUSE_NAME_MAX + 1 + libc::PATH_MAX as usize;
 /// Sysctl bounding `max_pages` (Linux 6.13+; 256 when absent).
 pub const MAX_PAGES_LIMIT_PATH: &str = "/proc/sys/fs/fuse/max_pages_limit";
 /// The kernel's default `max_pages_limit`, and its fixed limit before 6.13.
@@ -153,6 +162,11 @@ impl Negotiated {
     /// True if every bit of `flag` was granted.
     pub fn has(&self, flag: u64) -> bool {
         self.flags & flag == flag
+    }
+
+    /// What the granted flags change in request layouts, for [`Request::decode_with`](crate::Request::decode_with).
+    pub fn features(&self) -> crate::decode::Features {
+        crate::decode::Features::from_flags(self.flags)
     }
 
     /// Minimum total buffer for every read from now on.

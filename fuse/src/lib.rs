@@ -45,7 +45,8 @@
 //! - [`dev`]: open /dev/fuse, clone queues, read requests, write replies.
 //! - [`decode`] / [`request`]: bytes to [`Request`] with an [`Operation`].
 //! - [`init`]: INIT negotiation and the buffer sizes it implies.
-//! - [`reply`] / [`errno`]: replies as iovecs, errors as [`Errno`].
+//! - [`reply`] / [`errno`]: replies as iovecs, directory listings packed in
+//!   place ([`reply::ReaddirBuf`]), errors as [`Errno`].
 //! - [`abi`]: the kernel structs and constants (ABI 7.45).
 //! - [`session`]: the INIT handshake of a mount, on the session fd.
 //!
@@ -92,7 +93,7 @@ pub mod request;
 pub mod session;
 mod sys;
 
-pub use decode::DecodeError;
+pub use decode::{DecodeError, Features};
 pub use errno::Errno;
 pub use reply::{Reply, Sent};
 pub use request::{Operation, Request, WriteData};

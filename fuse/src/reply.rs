@@ -12,9 +12,17 @@
 //!   not a bug in the server, so [`send`] returns `Ok(Sent::Gone)` for it
 //!   instead of an error. ENODEV means the file system was unmounted: stop.
 //! - Building a reply does not allocate. [`Reply::io_slices`] gives the iovec
-//!   array for transports that submit the write themselves.
+//!   array for transports that submit the write themselves. Argument structs
+//!   are borrowed from the caller, like data: a reply lives no longer than
+//!   the storage it points to.
+//! - Directory listings are packed into the caller's (page-aligned) data
+//!   buffer by [`ReaddirBuf`] and [`ReaddirPlusBuf`], then sent as data.
 
-use crate::abi::fuse_out_header;
+mod dirents;
+
+pub use dirents::{dirent_type, Listing, Plain, Plus, Pushed, ReaddirBuf, ReaddirPlusBuf};
+
+use crate::abi::{fuse_entry_out, fuse_getxattr_out, fuse_open_out, fuse_out_header};
 use crate::dev::FuseDev;
 use crate::errno::Errno;
 use core::mem::size_of;
@@ -88,6 +96,41 @@ impl<'a> Reply<'a> {
     /// A READ reply: the data bytes, possibly fewer than requested (EOF).
     pub fn data(unique: u64, data: &'a [u8]) -> Self {
         Reply::with_payload(unique, [data])
+    }
+
+    /// A LOOKUP, MKNOD, MKDIR, SYMLINK or LINK reply. A negative entry
+    /// (`nodeid` 0, `entry_valid` > 0) lets the kernel cache the ENOENT.
+    pub fn entry(unique: u64, entry: &'a fuse_entry_out) -> Self {
+        Reply::arg(unique, entry)
+    }
+
+    /// A CREATE or TMPFILE reply: the new entry, then the open file.
+    pub fn create(unique: u64, entry: &'a fuse_entry_out, open: &'a fuse_open_out) -> Self {
+        Reply::with_payload(unique, [entry.as_bytes(), open.as_bytes()])
+    }
+
+    /// A READLINK reply: the target's bytes, without NUL (the kernel adds it).
+    pub fn readlink(unique: u64, target: &'a [u8]) -> Self {
+        Reply::data(unique, target)
+    }
+
+    /// A GETXATTR or LISTXATTR reply to a request of size 0: the value's (or
+    /// list's) size, written into `out`; E2BIG past `u32::MAX`.
+    pub fn xattr_size(unique: u64, size: usize, out: &'a mut fuse_getxattr_out) -> Self {
+        let Ok(size) = u32::try_from(size) else {
+            return Reply::error(unique, Errno::E2BIG);
+        };
+        *out = fuse_getxattr_out { size, padding: 0 };
+        Reply::arg(unique, out)
+    }
+
+    /// A GETXATTR or LISTXATTR reply to a request of `requested` > 0 bytes:
+    /// the value (a list is NUL-separated names), or ERANGE if it is longer.
+    pub fn xattr_value(unique: u64, requested: u32, value: &'a [u8]) -> Self {
+        match value.len() > requested as usize {
+            true => Reply::error(unique, Errno::ERANGE),
+            false => Reply::data(unique, value),
+        }
     }
 
     /// `Ok(())` is an empty reply, `Err(errno)` an error reply.
@@ -216,6 +259,36 @@ mod tests {
             Reply::status(11, Err(Errno::EIO)).header().error,
             -libc::EIO
         );
+    }
+
+    #[test]
+    fn entry_create_readlink_and_xattr_replies() {
+        use zerocopy::FromZeros;
+        let mut entry = fuse_entry_out::new_zeroed();
+        entry.nodeid = 5;
+        let open = fuse_open_out {
+            fh: 9,
+            open_flags: 0,
+            backing_id: 0,
+        };
+        assert_eq!(Reply::entry(1, &entry).len(), 16 + 128);
+        let create = Reply::create(2, &entry, &open);
+        assert_eq!(create.len(), 16 + 128 + 16);
+        let iov = create.io_slices();
+        assert_eq!(
+            (iov[1].len(), iov[2].as_ptr()),
+            (128, open.as_bytes().as_ptr())
+        );
+        assert_eq!(Reply::readlink(3, b"../t").len(), 20);
+        let mut out = fuse_getxattr_out::new_zeroed();
+        let size = Reply::xattr_size(4, 300, &mut out);
+        assert_eq!(
+            (size.len(), &*size.io_slices()[1]),
+            (24, &[44, 1, 0, 0, 0, 0, 0, 0][..])
+        );
+        assert_eq!(Reply::xattr_value(5, 3, b"xyz").len(), 19);
+        let too_long = Reply::xattr_value(6, 2, b"xyz");
+        assert_eq!(too_long.header().error, -libc::ERANGE);
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! A decoded request: header fields plus an [`Operation`] that borrows the
 //! request buffer.
 //!
-//! The operations are the ones a single-file export serves. Everything else
-//! decodes as [`Operation::Unknown`], which a server answers with ENOSYS
-//! (directory operations, xattrs, locks, ioctl...). Build a `Request` with
+//! The operations are the ones a single-file export serves plus those of a
+//! directory export (names, listings, xattrs, locks, copy_file_range, poll).
+//! Everything else decodes as [`Operation::Unknown`], which a server answers
+//! with ENOSYS (ioctl, bmap, DAX mappings, CUSE...), as it answers the known
+//! operations it does not serve. Names are `&CStr` borrowed from the request,
+//! NUL included (see [`crate::decode`] "Names"). Build a `Request` with
 //! [`Request::decode`]; its `Display` ([`crate::display`]) gives one log
 //! line per request, e.g. `FUSE(  42) READ fh=1 off=4096 len=4096`.
 
 use crate::abi::*;
-use std::ffi::OsStr;
+use std::ffi::CStr;
 use std::io::IoSlice;
 
 /// One request from the kernel.
@@ -95,10 +98,10 @@ pub enum Operation<'a> {
     },
     /// statfs(2).
     Statfs,
-    /// Name lookup; for a single-file export always ENOENT.
+    /// Name lookup in directory `nodeid`; for a single-file export always ENOENT.
     Lookup {
-        /// The name, without its NUL.
-        name: &'a OsStr,
+        /// The name.
+        name: &'a CStr,
     },
     /// Interrupt request `arg.unique` (reply optional; ENOSYS stops them).
     Interrupt {
@@ -124,6 +127,169 @@ pub enum Operation<'a> {
     },
     /// File system teardown (fuseblk only; a plain `fuse` mount sends none).
     Destroy,
+    /// readlink(2): reply with the target, without NUL.
+    Readlink,
+    /// symlink(2): create `name` in `nodeid`, pointing to `target`.
+    Symlink {
+        /// The new entry (sent first).
+        name: &'a CStr,
+        /// What the link points to (sent second).
+        target: &'a CStr,
+    },
+    /// mknod(2) in directory `nodeid`.
+    Mknod {
+        /// Mode (file type included), rdev, umask.
+        arg: &'a fuse_mknod_in,
+        /// The new entry.
+        name: &'a CStr,
+    },
+    /// mkdir(2) in directory `nodeid`.
+    Mkdir {
+        /// Mode and umask.
+        arg: &'a fuse_mkdir_in,
+        /// The new directory.
+        name: &'a CStr,
+    },
+    /// unlink(2) of `name` in directory `nodeid`.
+    Unlink {
+        /// The entry to remove.
+        name: &'a CStr,
+    },
+    /// rmdir(2) of `name` in directory `nodeid`.
+    Rmdir {
+        /// The directory to remove.
+        name: &'a CStr,
+    },
+    /// rename(2): `name` in `nodeid` to `newname` in `arg.newdir`.
+    Rename {
+        /// The target directory.
+        arg: &'a fuse_rename_in,
+        /// The old name (sent first).
+        name: &'a CStr,
+        /// The new name (sent second).
+        newname: &'a CStr,
+    },
+    /// renameat2(2) with flags (7.23); the kernel sends RENAME when flags are 0.
+    Rename2 {
+        /// The target directory and RENAME_* flags.
+        arg: &'a fuse_rename2_in,
+        /// The old name (sent first).
+        name: &'a CStr,
+        /// The new name (sent second).
+        newname: &'a CStr,
+    },
+    /// link(2): a new name `newname` in directory `nodeid` for `arg.oldnodeid`.
+    Link {
+        /// The existing inode.
+        arg: &'a fuse_link_in,
+        /// The new name.
+        newname: &'a CStr,
+    },
+    /// open(2) with O_CREAT in directory `nodeid`: reply entry + open.
+    Create {
+        /// Open flags, mode, umask.
+        arg: &'a fuse_create_in,
+        /// The entry to create or open.
+        name: &'a CStr,
+    },
+    /// open(2) with O_TMPFILE in directory `nodeid` (7.37): reply entry + open.
+    Tmpfile {
+        /// Open flags, mode, umask.
+        arg: &'a fuse_create_in,
+        /// The anonymous dentry's name ("/" in Linux 6.x): ignore it.
+        name: &'a CStr,
+    },
+    /// opendir(3).
+    Opendir {
+        /// open(2) flags.
+        arg: &'a fuse_open_in,
+    },
+    /// getdents(2): reply with `fuse_dirent` records ([`crate::reply::ReaddirBuf`]).
+    Readdir {
+        /// `fh`, `offset` (a cookie: 0 or the `off` of an earlier record), `size`.
+        arg: &'a fuse_read_in,
+    },
+    /// getdents(2) with attributes (FUSE_DO_READDIRPLUS): `fuse_direntplus` records.
+    Readdirplus {
+        /// As for [`Operation::Readdir`].
+        arg: &'a fuse_read_in,
+    },
+    /// Last close of an open directory.
+    Releasedir {
+        /// File handle from OPENDIR.
+        arg: &'a fuse_release_in,
+    },
+    /// fsync(2) of a directory.
+    Fsyncdir {
+        /// File handle from OPENDIR, FUSE_FSYNC_FDATASYNC.
+        arg: &'a fuse_fsync_in,
+    },
+    /// setxattr(2).
+    Setxattr {
+        /// Copied and zero-extended: 8 bytes on the wire without FUSE_SETXATTR_EXT.
+        arg: fuse_setxattr_in,
+        /// The attribute's name.
+        name: &'a CStr,
+        /// `arg.size` bytes of value, possibly split between head and tail.
+        value: WriteData<'a>,
+    },
+    /// getxattr(2): `arg.size` 0 asks for the value's size only.
+    Getxattr {
+        /// Size of the caller's buffer.
+        arg: &'a fuse_getxattr_in,
+        /// The attribute's name.
+        name: &'a CStr,
+    },
+    /// listxattr(2): `arg.size` 0 asks for the list's size only.
+    Listxattr {
+        /// Size of the caller's buffer.
+        arg: &'a fuse_getxattr_in,
+    },
+    /// removexattr(2).
+    Removexattr {
+        /// The attribute's name.
+        name: &'a CStr,
+    },
+    /// access(2) (not sent with `default_permissions`).
+    Access {
+        /// R_OK | W_OK | X_OK, or 0 for F_OK.
+        arg: &'a fuse_access_in,
+    },
+    /// F_GETLK (or F_OFD_GETLK): reply `fuse_lk_out`.
+    Getlk {
+        /// File handle, owner, range.
+        arg: &'a fuse_lk_in,
+    },
+    /// F_SETLK, or flock(2) with LOCK_NB when `arg.lk_flags` has FUSE_LK_FLOCK.
+    Setlk {
+        /// File handle, owner, range.
+        arg: &'a fuse_lk_in,
+    },
+    /// F_SETLKW (waits), or a blocking flock(2).
+    Setlkw {
+        /// File handle, owner, range.
+        arg: &'a fuse_lk_in,
+    },
+    /// copy_file_range(2) (7.28): reply `fuse_write_out`.
+    CopyFileRange {
+        /// Both files and ranges.
+        arg: &'a fuse_copy_file_range_in,
+    },
+    /// copy_file_range(2) with a 64-bit result (7.45): reply `fuse_copy_file_range_out`.
+    CopyFileRange64 {
+        /// Both files and ranges.
+        arg: &'a fuse_copy_file_range_in,
+    },
+    /// poll(2).
+    Poll {
+        /// File handle, kernel handle, events.
+        arg: &'a fuse_poll_in,
+    },
+    /// syncfs(2) (7.34).
+    Syncfs {
+        /// Padding only.
+        arg: &'a fuse_syncfs_in,
+    },
     /// Any other opcode: reply ENOSYS.
     Unknown {
         /// The raw opcode.
@@ -131,7 +297,8 @@ pub enum Operation<'a> {
     },
 }
 
-/// A WRITE payload: the part in the in-place head, then the part in the tail.
+/// A WRITE payload or SETXATTR value: the part in the in-place head, then the
+/// part in the tail.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteData<'a> {
     head: &'a [u8],

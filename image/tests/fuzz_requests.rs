@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use backend::{BlockBackend, Ctx, OpenOptions};
 use fuse::abi::*;
-use fuse::decode::header_of;
+use fuse::decode::{header_of, DIR_REQUEST_LAYOUTS};
 use fuse::request::expects_reply;
 use fuse::{Operation, Reply, Request};
 use image_export::{Export, ExportOptions};
@@ -75,9 +75,25 @@ fn opcode() -> impl Strategy<Value = u32> {
             FUSE_READ, FUSE_WRITE, FUSE_FALLOCATE, FUSE_LSEEK, FUSE_STATFS, FUSE_LOOKUP,
             FUSE_STATX, FUSE_INIT, FUSE_INTERRUPT, FUSE_FORGET, FUSE_BATCH_FORGET, FUSE_DESTROY,
         ]),
+        // A directory export's requests: the file export answers ENOSYS (or ENOENT).
+        2 => prop::sample::select(DIR_REQUEST_LAYOUTS.iter().map(|op| op.0).collect::<Vec<_>>()),
         1 => 0..64u32,
         1 => any::<u32>(),
     ]
+}
+
+/// A directory export's request: its struct (from `c.offset` and `c.size`), then up to
+/// two names cut from `c.extra` (no NUL inside, each NUL-terminated).
+fn dir_args(c: &Case, fixed: usize, names: usize) -> Vec<u8> {
+    let mut bytes = [c.offset.to_le_bytes(), u64::from(c.size).to_le_bytes()].concat();
+    bytes.resize(fixed, 0);
+    let name: Vec<u8> = c.extra.iter().map(|b| b.max(&1)).copied().collect();
+    let (first, second) = name.split_at(name.len() / 2);
+    for part in [first, second].into_iter().take(names) {
+        bytes.extend_from_slice(part);
+        bytes.push(0);
+    }
+    bytes
 }
 
 /// How a well-formed request is then damaged.
@@ -215,7 +231,10 @@ fn args(c: &Case) -> Vec<u8> {
             name.push(0);
             name
         }
-        _ => c.extra.clone(),
+        op => match DIR_REQUEST_LAYOUTS.iter().find(|d| d.0 == op) {
+            Some(&(_, fixed, names)) => dir_args(c, fixed, names),
+            None => c.extra.clone(),
+        },
     }
 }
 

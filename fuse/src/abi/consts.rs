@@ -14,6 +14,15 @@ pub const FUSE_COMPAT_INIT_OUT_SIZE: usize = 8;
 pub const FUSE_COMPAT_22_INIT_OUT_SIZE: usize = 24;
 /// Size of `fuse_init_in` before 7.36 added `flags2` and padding.
 pub const FUSE_COMPAT_INIT_IN_SIZE: usize = 16;
+/// Size of `fuse_setxattr_in` unless FUSE_SETXATTR_EXT was negotiated (7.33).
+pub const FUSE_COMPAT_SETXATTR_IN_SIZE: usize = 8;
+/// Size of `fuse_mknod_in` before 7.12 added `umask` (such kernels are refused).
+pub const FUSE_COMPAT_MKNOD_IN_SIZE: usize = 8;
+/// Longest name the kernel sends or accepts in a directory record. Not in the
+/// uapi header: `fs/fuse/fuse_i.h` (unchanged since 2.6.14 up to Linux 6.18).
+pub const FUSE_NAME_MAX: usize = 1024;
+/// `uid`/`gid` of a request whose caller has no mapping in the mount's user namespace.
+pub const FUSE_INVALID_UIDGID: u32 = u32::MAX;
 
 // enum fuse_opcode: the kernel's request types.
 /// Look up a name in a directory.
@@ -277,6 +286,24 @@ pub const FUSE_READ_LOCKOWNER: u32 = 1 << 1;
 pub const FUSE_FSYNC_FDATASYNC: u32 = 1 << 0;
 /// fuse_open_in::open_flags: kill suid and sgid if executable.
 pub const FUSE_OPEN_KILL_SUIDGID: u32 = 1 << 0;
+/// fuse_lk_in::lk_flags: a BSD flock(2) lock (needs FUSE_FLOCK_LOCKS).
+pub const FUSE_LK_FLOCK: u32 = 1 << 0;
+/// fuse_setxattr_in::setxattr_flags: clear SGID when setting a POSIX ACL.
+pub const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
+/// fuse_poll_in::flags: the server should send a FUSE_NOTIFY_POLL wakeup.
+pub const FUSE_POLL_SCHEDULE_NOTIFY: u32 = 1 << 0;
+/// fuse_attr::flags: the object is a submount root (FUSE_SUBMOUNTS).
+pub const FUSE_ATTR_SUBMOUNT: u32 = 1 << 0;
+/// fuse_attr::flags: DAX for this inode (FUSE_HAS_INODE_DAX).
+pub const FUSE_ATTR_DAX: u32 = 1 << 1;
+
+// renameat2(2) flags in fuse_rename2_in::flags, from <linux/fs.h>.
+/// Fail with EEXIST if the new name exists.
+pub const RENAME_NOREPLACE: u32 = 1 << 0;
+/// Exchange the two names atomically.
+pub const RENAME_EXCHANGE: u32 = 1 << 1;
+/// Leave a whiteout at the old name (overlayfs).
+pub const RENAME_WHITEOUT: u32 = 1 << 2;
 
 // Device ioctls: _IOR(229, 0, uint32_t) etc., spelled out (checked in tests).
 /// `ioctl(new_fd, FUSE_DEV_IOC_CLONE, &session_fd)`: attach a fresh /dev/fuse

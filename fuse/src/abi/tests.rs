@@ -36,6 +36,26 @@ fn struct_sizes_match_the_header() {
     assert_eq!(size_of::<fuse_sx_time>(), 16);
     assert_eq!(size_of::<fuse_statx>(), 256);
     assert_eq!(size_of::<fuse_statx_out>(), 288);
+    assert_eq!(size_of::<fuse_file_lock>(), 24);
+    assert_eq!(size_of::<fuse_mknod_in>(), 16);
+    assert_eq!(size_of::<fuse_mkdir_in>(), 8);
+    assert_eq!(size_of::<fuse_rename_in>(), 8);
+    assert_eq!(size_of::<fuse_rename2_in>(), 16);
+    assert_eq!(size_of::<fuse_link_in>(), 8);
+    assert_eq!(size_of::<fuse_create_in>(), 16);
+    assert_eq!(size_of::<fuse_setxattr_in>(), 16);
+    assert_eq!(size_of::<fuse_getxattr_in>(), 8);
+    assert_eq!(size_of::<fuse_getxattr_out>(), 8);
+    assert_eq!(size_of::<fuse_lk_in>(), 48);
+    assert_eq!(size_of::<fuse_lk_out>(), 24);
+    assert_eq!(size_of::<fuse_access_in>(), 8);
+    assert_eq!(size_of::<fuse_dirent>(), 24);
+    assert_eq!(size_of::<fuse_direntplus>(), 152);
+    assert_eq!(size_of::<fuse_copy_file_range_in>(), 56);
+    assert_eq!(size_of::<fuse_copy_file_range_out>(), 8);
+    assert_eq!(size_of::<fuse_poll_in>(), 24);
+    assert_eq!(size_of::<fuse_poll_out>(), 8);
+    assert_eq!(size_of::<fuse_syncfs_in>(), 8);
     assert_eq!(size_of::<fuse_uring_ent_in_out>(), 32);
     assert_eq!(size_of::<fuse_uring_req_header>(), 288);
     assert_eq!(size_of::<fuse_uring_cmd_req>(), 24);
@@ -56,6 +76,24 @@ fn compat_sizes_are_field_boundaries() {
     assert_eq!(offset_of!(fuse_init_out, flags2), 32);
     assert_eq!(offset_of!(fuse_in_header, total_extlen), 36);
     assert_eq!(offset_of!(fuse_uring_req_header, ring_ent_in_out), 256);
+    assert_eq!(
+        offset_of!(fuse_setxattr_in, setxattr_flags),
+        FUSE_COMPAT_SETXATTR_IN_SIZE
+    );
+    assert_eq!(offset_of!(fuse_mknod_in, umask), FUSE_COMPAT_MKNOD_IN_SIZE);
+}
+
+/// `offsetof(struct fuse_dirent, name)` and `offsetof(struct fuse_direntplus,
+/// dirent.name)`, and the record alignment macro.
+#[test]
+fn dirent_layout() {
+    assert_eq!(FUSE_NAME_OFFSET, 24);
+    assert_eq!(FUSE_NAME_OFFSET_DIRENTPLUS, 152);
+    assert_eq!(offset_of!(fuse_direntplus, dirent), 128);
+    assert_eq!(offset_of!(fuse_dirent, r#type), 20);
+    assert_eq!(offset_of!(fuse_lk_in, lk_flags), 40);
+    let aligned: Vec<usize> = [0, 1, 7, 8, 9, 25].map(FUSE_DIRENT_ALIGN).to_vec();
+    assert_eq!(aligned, [0, 8, 8, 8, 16, 32]);
 }
 
 /// The decoder views 8-byte aligned buffers; no struct may need more.
