@@ -34,6 +34,8 @@ pub struct DirEntry<'a> {
     /// `DT_*` type, as `getdents64` gives it (`DT_UNKNOWN` on some file systems).
     pub kind: u8,
     pub name: &'a [u8],
+    /// The same name with its NUL, for the `*at` calls (READDIRPLUS looks each entry up).
+    pub cname: &'a std::ffi::CStr,
 }
 
 impl DirEntry<'_> {
@@ -82,6 +84,11 @@ impl DirStream {
 
     pub fn stats(&self) -> StreamStats {
         self.stats
+    }
+
+    /// The open directory (for FSYNCDIR).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir.as_fd()
     }
 
     /// Hands `fill` the entries from `offset` on (0: the start; else a `next` this stream
@@ -140,14 +147,14 @@ fn parse(bytes: &[u8]) -> io::Result<(DirEntry<'_>, usize)> {
         .get(..reclen)
         .filter(|_| reclen > 19)
         .ok_or_else(bad)?;
-    let name = &record[19..];
-    let name = &name[..name.iter().position(|&b| b == 0).ok_or_else(bad)?];
+    let cname = std::ffi::CStr::from_bytes_until_nul(&record[19..]).map_err(|_| bad())?;
     Ok((
         DirEntry {
             ino,
             next,
             kind: record[18],
-            name,
+            name: cname.to_bytes(),
+            cname,
         },
         reclen,
     ))

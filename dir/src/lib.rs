@@ -11,18 +11,23 @@
 //!   attributes;
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
-//! Depends on libc, log, slab and `fuse` (for the attribute struct only): no runtime, no
-//! backend, no transport. The FileSystem on top (requests decoded by `fuse`, served by
-//! `transport`, data through `backend::Ctx`) is the next step.
+//! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
+//!   by `fuse`, data through `backend::Ctx`), which every transport can serve.
+//!
+//! Depends on libc, log, slab, zerocopy, `fuse` (the protocol), `transport` (the
+//! FileSystem trait) and `backend` (only for `Ctx`, the I/O context): no block backend
+//! is used. Not mounted by the `corofuse` command yet (`mount-dir` is the next step).
 
 pub mod attr;
 pub mod dirstream;
+pub mod fs;
 pub mod handles;
 pub mod inodes;
 mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
+pub use fs::{DirFs, DirOptions};
 pub use handles::{Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use tree::{SetAttr, Time, Tree};

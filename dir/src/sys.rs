@@ -309,3 +309,24 @@ pub fn removexattr(handle: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
     // SAFETY: both strings are NUL-terminated.
     cvt(unsafe { libc::removexattr(path.as_cstr().as_ptr(), name.as_ptr()) }).map(drop)
 }
+
+/// `lseek(fd, offset, whence)` (SEEK_DATA, SEEK_HOLE...), the resulting offset.
+pub fn lseek(fd: BorrowedFd<'_>, offset: u64, whence: i32) -> io::Result<u64> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: lseek on a descriptor we hold; no memory is passed.
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), off, whence) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as u64)
+}
+
+/// `fstat(2)` of an open file.
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    // SAFETY: stat is plain data; all-zero is a valid value, overwritten by the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable stat.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
