@@ -49,6 +49,9 @@ pub struct MountOptions {
     pub max_read: Option<u32>,
     /// Mount read-only (MS_RDONLY).
     pub read_only: bool,
+    /// The root is a directory (the directory export), mounted over a directory; else a
+    /// regular file over a regular file (the image export).
+    pub directory: bool,
 }
 
 impl Default for MountOptions {
@@ -60,6 +63,7 @@ impl Default for MountOptions {
             default_permissions: true,
             max_read: None,
             read_only: false,
+            directory: false,
         }
     }
 }
@@ -106,11 +110,12 @@ pub struct Mount {
     device: Option<String>,
 }
 
-/// Mounts a FUSE file system over the regular file `mountpoint`.
+/// Mounts a FUSE file system over the regular file `mountpoint` (over the directory
+/// `mountpoint` with [`MountOptions::directory`]).
 ///
 /// Returns the session's /dev/fuse fd, to be served, and the guard.
 pub fn mount(mountpoint: &Path, opts: &MountOptions) -> io::Result<(FuseDev, Mount)> {
-    let path = check::check_mountpoint(mountpoint)?;
+    let path = check::check_mountpoint(mountpoint, opts.directory)?;
     let (dev, method) = if privileged::is_root() {
         (privileged::mount(&path, opts)?, Method::Syscall)
     } else {

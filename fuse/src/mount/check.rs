@@ -11,13 +11,26 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-/// Validates `path` and returns it absolute (symlinks resolved, as mount(2) does).
-pub(super) fn check_mountpoint(path: &Path) -> io::Result<PathBuf> {
+/// Validates `path` (a regular file, or a directory for a directory export) and returns
+/// it absolute (symlinks resolved, as mount(2) does).
+pub(super) fn check_mountpoint(path: &Path, directory: bool) -> io::Result<PathBuf> {
     let abs = resolve(path).map_err(|err| stat_error(err, path))?;
     if let Some(mount) = fuse_mount_at(&abs)? {
         return Err(already_fuse(&abs, &mount));
     }
     let meta = fs::metadata(&abs).map_err(|err| stat_error(err, &abs))?;
+    if directory {
+        return match file_kind(&meta.file_type()) {
+            "directory" => Ok(abs),
+            kind => Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "{} is a {kind}, not a directory; a directory export mounts over a directory",
+                    abs.display()
+                ),
+            )),
+        };
+    }
     match file_kind(&meta.file_type()) {
         "regular file" => Ok(abs),
         "directory" => Err(io::Error::new(
@@ -266,18 +279,18 @@ mod tests {
     fn missing_and_directory_mountpoints_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope.img");
-        let err = check_mountpoint(&missing).unwrap_err();
+        let err = check_mountpoint(&missing, false).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotFound);
         assert!(err
             .to_string()
             .starts_with(&format!("mountpoint {} does not exist", missing.display())));
-        let err = check_mountpoint(dir.path()).unwrap_err();
+        let err = check_mountpoint(dir.path(), false).unwrap_err();
         assert!(
             err.to_string()
                 .ends_with("is a directory; a FUSE image export mounts over a regular file"),
             "{err}"
         );
-        let err = check_mountpoint(Path::new("/dev/null")).unwrap_err();
+        let err = check_mountpoint(Path::new("/dev/null"), false).unwrap_err();
         assert!(
             err.to_string()
                 .contains("is a character device, not a regular file"),
@@ -286,9 +299,24 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_export_mounts_over_a_directory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let abs = check_mountpoint(dir.path(), true).unwrap();
+        assert_eq!(fs::canonicalize(dir.path()).unwrap(), abs);
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let err = check_mountpoint(file.path(), true).unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "is a regular file, not a directory; a directory export mounts over a directory"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn regular_files_pass_and_come_back_absolute() {
         let file = tempfile::NamedTempFile::new().unwrap();
-        let abs = check_mountpoint(file.path()).unwrap();
+        let abs = check_mountpoint(file.path(), false).unwrap();
         assert!(abs.is_absolute());
         assert_eq!(fs::canonicalize(file.path()).unwrap(), abs);
     }

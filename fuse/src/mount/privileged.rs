@@ -18,6 +18,8 @@ use std::path::Path;
 
 /// `rootmode` for a regular file: S_IFREG in octal.
 const ROOTMODE_REGULAR: &str = "100000";
+/// `rootmode` for a directory: S_IFDIR in octal.
+const ROOTMODE_DIRECTORY: &str = "40000";
 
 /// True when running with euid 0 (mount(2) needs CAP_SYS_ADMIN).
 pub(super) fn is_root() -> bool {
@@ -34,7 +36,12 @@ fn owner() -> (u32, u32) {
 /// `fd=N,rootmode=100000,user_id=U,group_id=G[,allow_other][,default_permissions][,max_read=N]`
 pub(super) fn kernel_options(fd: i32, uid: u32, gid: u32, opts: &MountOptions) -> String {
     let common = opts.common_options();
-    format!("fd={fd},rootmode={ROOTMODE_REGULAR},user_id={uid},group_id={gid}{common}")
+    let rootmode = if opts.directory {
+        ROOTMODE_DIRECTORY
+    } else {
+        ROOTMODE_REGULAR
+    };
+    format!("fd={fd},rootmode={rootmode},user_id={uid},group_id={gid}{common}")
 }
 
 fn c_string(bytes: &[u8], what: &str) -> io::Result<CString> {
@@ -143,6 +150,14 @@ mod tests {
         assert_eq!(
             kernel_options(3, 0, 0, &bare),
             "fd=3,rootmode=100000,user_id=0,group_id=0"
+        );
+        let dir = MountOptions {
+            directory: true,
+            ..bare
+        };
+        assert_eq!(
+            kernel_options(3, 0, 0, &dir),
+            "fd=3,rootmode=40000,user_id=0,group_id=0"
         );
     }
 }
