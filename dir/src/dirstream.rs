@@ -49,8 +49,20 @@ impl DirEntry<'_> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StreamStats {
     pub getdents: u64,
+    /// Time spent in `getdents64` (the driver's own time, the 9p lesson).
+    pub getdents_ns: u64,
     pub seeks: u64,
     pub entries: u64,
+}
+
+impl StreamStats {
+    /// Field-wise sum.
+    pub fn add(&mut self, o: &StreamStats) {
+        self.getdents += o.getdents;
+        self.getdents_ns += o.getdents_ns;
+        self.seeks += o.seeks;
+        self.entries += o.entries;
+    }
 }
 
 /// An open directory's entries and where the listing stands.
@@ -110,7 +122,9 @@ impl DirStream {
                 if self.end {
                     break;
                 }
+                let started = std::time::Instant::now();
                 let n = sys::getdents(self.dir.as_fd(), &mut self.batch)?;
+                self.stats.getdents_ns += started.elapsed().as_nanos() as u64;
                 self.stats.getdents += 1;
                 (self.len, self.at, self.end) = (n, 0, n == 0);
                 if n == 0 {

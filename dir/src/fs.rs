@@ -10,7 +10,12 @@
 //! What is answered how, where it is not the obvious passthrough:
 //! - READDIRPLUS looks every entry up (one lookup counted, undone if the entry does not
 //!   fit); `.` and `..` go without attributes (node id 0: the kernel counts no lookup for
-//!   them).
+//!   them), and so does an entry whose lookup finds no descriptor left.
+//! - Every node the kernel holds keeps an `O_PATH` descriptor, so the nodes held at once
+//!   are bounded by the open-file limit (raised to the hard limit at start): a tree of
+//!   more files than that, all stat'ed while the kernel caches them, gets EMFILE. File
+//!   handles (`name_to_handle_at`, virtiofsd's `--inode-file-handles`) would lift that;
+//!   not built yet.
 //! - File locks (GETLK/SETLK/SETLKW), COPY_FILE_RANGE, POLL, TMPFILE and STATX answer
 //!   ENOSYS: the kernel then keeps POSIX and flock locks local to this host, copies with
 //!   READ and WRITE, and falls back to GETATTR. That is libfuse's default too.
@@ -80,12 +85,24 @@ impl Default for Scratch {
     }
 }
 
+/// What listings cost, summed over the directories released so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListingStats {
+    /// The streams' own counts: getdents64 calls and time, seeks, entries.
+    pub streams: crate::dirstream::StreamStats,
+    /// READDIR and READDIRPLUS requests, and the time spent answering them (the
+    /// driver's time plus encoding and, for READDIRPLUS, the lookups).
+    pub requests: u64,
+    pub request_ns: u64,
+}
+
 /// A source directory exported over FUSE.
 pub struct DirFs {
     tree: Tree,
     handles: Handles,
     options: DirOptions,
     source: String,
+    listing: std::sync::Mutex<ListingStats>,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -107,12 +124,19 @@ impl OpenFile {
 }
 
 impl DirFs {
+    /// Exports `source`. Raises the process's open-file limit to its hard limit: every
+    /// node the kernel holds keeps an `O_PATH` descriptor.
     pub fn new(source: &Path, options: DirOptions) -> io::Result<DirFs> {
+        match sys::raise_nofile_limit() {
+            Ok(limit) => log::debug!("open-file limit {limit}"),
+            Err(e) => log::warn!("cannot raise the open-file limit: {e}"),
+        }
         Ok(DirFs {
             tree: Tree::new(source, options.read_only)?,
             handles: Handles::default(),
             options,
             source: source.display().to_string(),
+            listing: Default::default(),
         })
     }
 
@@ -124,6 +148,11 @@ impl DirFs {
     /// Open handles (for tests and statistics).
     pub fn handles(&self) -> &Handles {
         &self.handles
+    }
+
+    /// What the listings of released directories cost.
+    pub fn listing_stats(&self) -> ListingStats {
+        *self.listing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn valid(&self) -> (u64, u32) {
@@ -253,6 +282,16 @@ impl DirFs {
         Ok(Reply::arg(req.unique, &s.write))
     }
 
+    /// Runs a READDIR or READDIRPLUS, counting it and its time in the listing stats.
+    fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
+        let started = std::time::Instant::now();
+        let answer = f();
+        let mut l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+        l.requests += 1;
+        l.request_ns += started.elapsed().as_nanos() as u64;
+        answer
+    }
+
     /// READDIR and READDIRPLUS from the open directory `fh`, from `arg.offset` on.
     fn readdir<'b>(
         &self,
@@ -285,8 +324,7 @@ impl DirFs {
         stream
             .read(arg.offset, |e| {
                 let counted = if e.is_dot() {
-                    out = FromZeros::new_zeroed();
-                    (out.attr.ino, out.attr.mode) = (e.ino, u32::from(e.kind) << 12);
+                    out = without_attributes(e);
                     None
                 } else {
                     match self.tree.inodes.lookup(req.nodeid, &dir, e.cname) {
@@ -296,6 +334,14 @@ impl DirFs {
                         }
                         // Gone since it was listed: leave it out.
                         Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return true,
+                        // Out of descriptors (a node each): list it without attributes,
+                        // as for `.`; a later LOOKUP of it reports the error.
+                        Err(err)
+                            if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) =>
+                        {
+                            out = without_attributes(e);
+                            None
+                        }
                         Err(err) => {
                             failed = Some(err);
                             return false;
@@ -405,7 +451,11 @@ impl DirFs {
             Operation::Write { arg, data: payload } => self.write(cx, req, arg, payload, s),
             Operation::Flush { .. } => Ok(Reply::empty(unique)),
             Operation::Release { arg } | Operation::Releasedir { arg } => {
-                self.handles.remove(arg.fh);
+                if let Some(Open::Dir(stream)) = self.handles.remove(arg.fh).as_deref() {
+                    let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+                    l.streams.add(&stream.stats());
+                }
                 Ok(Reply::empty(unique))
             }
             Operation::Fsync { arg } => match self.file(arg.fh) {
@@ -424,8 +474,8 @@ impl DirFs {
                 Ok(stream) => self.opened(unique, s, Open::Dir(std::sync::Mutex::new(stream))),
                 Err(e) => Err(errno(e)),
             },
-            Operation::Readdir { arg } => self.readdir(req, arg, false, data),
-            Operation::Readdirplus { arg } => self.readdir(req, arg, true, data),
+            Operation::Readdir { arg } => self.timed(|| self.readdir(req, arg, false, data)),
+            Operation::Readdirplus { arg } => self.timed(|| self.readdir(req, arg, true, data)),
             Operation::Fsyncdir { arg } => match self.handles.get(arg.fh).as_deref() {
                 Some(Open::Dir(stream)) => {
                     let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
@@ -503,6 +553,14 @@ impl DirFs {
             _ => Err(Errno::ENOSYS),
         })
     }
+}
+
+/// A READDIRPLUS entry that gives the kernel no node (id 0), only the inode number and
+/// type: it counts no lookup and looks the name up itself when it needs it.
+fn without_attributes(e: &crate::dirstream::DirEntry<'_>) -> fuse_entry_out {
+    let mut out = fuse_entry_out::new_zeroed();
+    (out.attr.ino, out.attr.mode) = (e.ino, u32::from(e.kind) << 12);
+    out
 }
 
 impl FileSystem for DirFs {

@@ -12,7 +12,8 @@
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
 //! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
-//!   by `fuse`, data through `backend::Ctx`), which every transport can serve.
+//!   by `fuse`, data through `backend::Ctx`), which every transport can serve;
+//!   [`harness`]: it mounted and served by worker threads, for tests and benches.
 //!
 //! Depends on libc, log, slab, zerocopy, `fuse` (the protocol), `transport` (the
 //! FileSystem trait) and `backend` (only for `Ctx`, the I/O context): no block backend
@@ -22,12 +23,13 @@ pub mod attr;
 pub mod dirstream;
 pub mod fs;
 pub mod handles;
+pub mod harness;
 pub mod inodes;
 mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
-pub use fs::{DirFs, DirOptions};
+pub use fs::{DirFs, DirOptions, ListingStats};
 pub use handles::{Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use tree::{SetAttr, Time, Tree};

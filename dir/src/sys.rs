@@ -330,3 +330,34 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     Ok(st)
 }
+
+/// Raises this process's limit on open files (every node the kernel holds keeps a
+/// descriptor, as in passthrough_hp and virtiofsd): with the privilege to (root), both
+/// limits to the kernel's `fs.nr_open`, as virtiofsd does; otherwise the soft limit to
+/// the hard one. Returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    // SAFETY: rlimit is plain data; all-zero is valid and overwritten by the call.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `lim` is a writable rlimit.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok());
+    if let Some(max) = nr_open.filter(|&max| max > lim.rlim_max) {
+        let wanted = libc::rlimit {
+            rlim_cur: max,
+            rlim_max: max,
+        };
+        // SAFETY: `wanted` is a valid rlimit; without CAP_SYS_RESOURCE this fails (EPERM)
+        // and the soft limit is raised below instead.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } == 0 {
+            return Ok(max);
+        }
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: `lim` is a valid rlimit.
+        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    }
+    Ok(lim.rlim_cur)
+}

@@ -6,16 +6,12 @@
 //! Skips visibly without root or /dev/fuse; with `COROFUSE_TEST_NO_SKIP` set (as `.ci/run`
 //! sets it), that is a failure instead.
 
+use dir_export::harness::MountedDir;
+use dir_export::DirOptions;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Arc;
-
-use dir_export::{DirFs, DirOptions};
-use fuse::init::InitConfig;
-use fuse::mount::MountOptions;
-use transport::FileSystem;
 
 fn skip(why: &str) {
     assert!(
@@ -25,34 +21,10 @@ fn skip(why: &str) {
     eprintln!("SKIPPED the directory mount test: {why}");
 }
 
-/// Mounts `source` on `mountpoint`, runs `f`, unmounts, stops the workers.
+/// Mounts `source` on `mountpoint`, runs `f`, unmounts (on every path: the guard's drop).
 fn with_mount(source: &Path, mountpoint: &Path, f: impl FnOnce(&Path)) {
-    let fs = Arc::new(DirFs::new(source, DirOptions::default()).unwrap());
-    let init = fs.init_config(InitConfig::new().with_system_limits());
-    let options = MountOptions {
-        fsname: source.display().to_string(),
-        directory: true,
-        max_read: Some(init.max_write),
-        ..MountOptions::default()
-    };
-    let (session, mount) = fuse::mount::mount(mountpoint, &options).expect("mount");
-    let negotiated = fuse::session::handshake(&session, &init).expect("INIT");
-    let workers =
-        transport::blocking::Workers::start(&session, &fs, negotiated.max_write, 2, false)
-            .expect("workers");
-    // Unmounts on every path, a failed assertion in `f` included.
-    struct Unmount(Option<fuse::mount::Mount>);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            if let Some(m) = self.0.take() {
-                let _ = m.unmount();
-            }
-        }
-    }
-    let guard = Unmount(Some(mount));
-    f(mountpoint);
-    drop(guard);
-    workers.stop();
+    let mounted = MountedDir::new(source, mountpoint, DirOptions::default(), 2).expect("mount");
+    f(mounted.path());
 }
 
 #[test]
