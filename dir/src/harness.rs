@@ -1,7 +1,8 @@
-//! [`MountedDir`]: a [`DirFs`] mounted over a directory and served by worker threads, for
-//! the crate's own end-to-end tests and benches (root and /dev/fuse needed). The
-//! `corofuse mount-dir` command will serve the same file system with every transport;
-//! this is the smallest way to put the kernel in front of it.
+//! [`MountedDir`]: a [`DirFs`] mounted over a directory and served by worker threads or
+//! by a coroutine queue on an event loop of its own, for the crate's own end-to-end tests
+//! and benches (root and /dev/fuse needed). The `corofuse mount-dir` command will serve
+//! the same file system with every transport and queue count; this is the smallest way
+//! to put the kernel in front of it.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -10,15 +11,25 @@ use std::sync::Arc;
 use fuse::init::InitConfig;
 use fuse::mount::{Mount, MountOptions};
 use transport::blocking::Workers;
-use transport::FileSystem;
+use transport::{FileSystem, Queue, QueueConfig};
 
 use crate::fs::{DirFs, DirOptions};
 
-/// A live mount; unmounts and stops its workers when dropped.
+/// Who serves the mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serve {
+    /// N worker threads with blocking I/O (`transport::blocking`).
+    Threads(usize),
+    /// One coroutine per request on an io_uring event loop (`transport::Queue`).
+    Coroutines,
+}
+
+/// A live mount; unmounts and stops its server when dropped.
 pub struct MountedDir {
     fs: Arc<DirFs>,
     mount: Option<Mount>,
     workers: Option<Workers>,
+    event_loop: Option<std::thread::JoinHandle<io::Result<()>>>,
     path: PathBuf,
 }
 
@@ -29,6 +40,16 @@ impl MountedDir {
         mountpoint: &Path,
         options: DirOptions,
         threads: usize,
+    ) -> io::Result<MountedDir> {
+        Self::served(source, mountpoint, options, Serve::Threads(threads))
+    }
+
+    /// Mounts `source` on the directory `mountpoint`, served as `serve` says.
+    pub fn served(
+        source: &Path,
+        mountpoint: &Path,
+        options: DirOptions,
+        serve: Serve,
     ) -> io::Result<MountedDir> {
         let fs = Arc::new(DirFs::new(source, options)?);
         let init = fs.init_config(InitConfig::new().with_system_limits());
@@ -41,11 +62,39 @@ impl MountedDir {
         };
         let (session, mount) = fuse::mount::mount(mountpoint, &mount_options)?;
         let negotiated = fuse::session::handshake(&session, &init)?;
-        let workers = Workers::start(&session, &fs, negotiated.max_write, threads, false)?;
+        let (mut workers, mut event_loop) = (None, None);
+        match serve {
+            Serve::Threads(n) => {
+                workers = Some(Workers::start(
+                    &session,
+                    &fs,
+                    negotiated.max_write,
+                    n,
+                    false,
+                )?)
+            }
+            Serve::Coroutines => {
+                let dev = session.clone_queue(true)?;
+                let (fs, max_write) = (Arc::clone(&fs), negotiated.max_write);
+                // The loop ends when the unmount ends its reads (ENODEV).
+                event_loop = Some(std::thread::spawn(move || -> io::Result<()> {
+                    let rt = runtime::Runtime::new(runtime::Config::default())?;
+                    rt.block_on(move |co| -> io::Result<()> {
+                        let queue = Queue::new(dev, fs, max_write, QueueConfig::default());
+                        queue.start(co)?;
+                        queue.wait_finished(co);
+                        queue
+                            .failure()
+                            .map_or(Ok(()), |why| Err(io::Error::other(why)))
+                    })?
+                }));
+            }
+        }
         Ok(MountedDir {
             fs,
             mount: Some(mount),
-            workers: Some(workers),
+            workers,
+            event_loop,
             path: mountpoint.to_path_buf(),
         })
     }
@@ -68,6 +117,13 @@ impl Drop for MountedDir {
         }
         if let Some(workers) = self.workers.take() {
             workers.stop();
+        }
+        if let Some(event_loop) = self.event_loop.take() {
+            match event_loop.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => log::error!("the event loop of {}: {e}", self.path.display()),
+                Err(_) => log::error!("the event loop of {} panicked", self.path.display()),
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 //! Skips visibly without root or /dev/fuse; with `COROFUSE_TEST_NO_SKIP` set (as `.ci/run`
 //! sets it), that is a failure instead.
 
-use dir_export::harness::MountedDir;
+use dir_export::harness::{MountedDir, Serve};
 use dir_export::DirOptions;
 use std::fs;
 use std::io::Write;
@@ -22,13 +22,24 @@ fn skip(why: &str) {
 }
 
 /// Mounts `source` on `mountpoint`, runs `f`, unmounts (on every path: the guard's drop).
-fn with_mount(source: &Path, mountpoint: &Path, f: impl FnOnce(&Path)) {
-    let mounted = MountedDir::new(source, mountpoint, DirOptions::default(), 2).expect("mount");
+fn with_mount(source: &Path, mountpoint: &Path, serve: Serve, f: impl FnOnce(&Path)) {
+    let mounted =
+        MountedDir::served(source, mountpoint, DirOptions::default(), serve).expect("mount");
     f(mounted.path());
 }
 
 #[test]
-fn a_mounted_tree_reads_writes_lists_and_renames() {
+fn a_mounted_tree_served_by_threads() {
+    a_mounted_tree_reads_writes_lists_and_renames(Serve::Threads(2));
+}
+
+/// The same on the coroutine queue: READ and WRITE go through io_uring.
+#[test]
+fn a_mounted_tree_served_by_coroutines() {
+    a_mounted_tree_reads_writes_lists_and_renames(Serve::Coroutines);
+}
+
+fn a_mounted_tree_reads_writes_lists_and_renames(serve: Serve) {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return skip("not root");
@@ -48,7 +59,7 @@ fn a_mounted_tree_reads_writes_lists_and_renames() {
     for i in 0..500 {
         fs::write(source.path().join(format!("sub/f{i:03}")), i.to_string()).unwrap();
     }
-    with_mount(source.path(), mnt.path(), |m| {
+    with_mount(source.path(), mnt.path(), serve, |m| {
         assert_eq!(fs::read(m.join("hello")).unwrap(), b"hello, world\n");
         let mut names: Vec<String> = fs::read_dir(m.join("sub"))
             .unwrap()
