@@ -4,6 +4,7 @@ mod alloc_count;
 mod bench;
 mod bench_switch;
 mod mount;
+mod mount_dir;
 mod serve_loop;
 mod serve_threads;
 mod signals;
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// Export a raw image (or null:SIZE) over a regular file, in the foreground.
     Mount(mount::Args),
+    /// Export a directory tree (passthrough of SOURCE_DIR) on a directory, in the foreground.
+    MountDir(mount_dir::Args),
     /// Measure the export against a matrix of workloads (the lab), or the runtime (`bench switch`).
     Bench(bench::Args),
     /// Summarise a `corofuse mount --stats` JSON file.
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Mount(args) => mount::run(&args),
+        Command::MountDir(args) => mount_dir::run(&args),
         Command::Bench(args) => bench::run(args),
         Command::Stats(args) => bench::stats_cmd::run(&args),
         Command::Umount(args) => umount::run(&args),

@@ -35,9 +35,6 @@ pub struct Args {
     /// Writes and truncation past the end resize the image
     #[arg(long)]
     growable: bool,
-    /// Other users may access the mount
-    #[arg(long)]
-    allow_other: bool,
     /// Open the image with O_DIRECT
     #[arg(long)]
     direct: bool,
@@ -46,47 +43,6 @@ pub struct Args {
     /// is refused where one is in; a read-only export takes what a QEMU reader takes
     #[arg(long)]
     no_lock: bool,
-    /// Written once the mount is live
-    #[arg(long, value_name = "PATH")]
-    pidfile: Option<PathBuf>,
-    /// Write the runtime's counters as JSON at exit and on SIGUSR1
-    #[arg(long, value_name = "PATH")]
-    stats: Option<PathBuf>,
-    /// Reads of /dev/fuse kept outstanding
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
-    readers: u16,
-    /// Send replies through io_uring instead of writev(2)
-    #[arg(long)]
-    ring_replies: bool,
-    /// How requests run: `coroutine` (one per request, suspending on io_uring), `inline`
-    /// (one at a time on the loop, blocking syscalls) or `threads:N` (N worker threads,
-    /// blocking syscalls, like libfuse)
-    #[arg(long, default_value = "coroutine", value_parser = parse_dispatch)]
-    dispatch: Dispatch,
-    /// Spin up to this long for the next request before sleeping (0: never). The window
-    /// adapts (QEMU's poll-max-ns): it grows while requests come quickly and drops to 0
-    /// after a long idle wait, so an idle export burns no CPU
-    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
-    poll_us: u64,
-    /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
-    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. With N > 1, loop i
-    /// is pinned to the i-th CPU this process may run on (cycling; `--cpus` to choose).
-    /// Default: with coroutine dispatch, one per CPU this process may run on (at most 8;
-    /// measured best: BENCHMARKS.md); with inline dispatch, 1
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
-    queues: Option<u16>,
-    /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
-    cpus: Option<Cpus>,
-    /// How requests reach the loops: `dev` (reads of /dev/fuse), `uring` (FUSE over
-    /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
-    /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...) or `auto` (uring where
-    /// the kernel offers it, else dev with a warning)
-    #[arg(long, default_value = "dev", value_parser = ["dev", "uring", "auto"])]
-    transport: String,
-    /// Ring entries per CPU queue with `--transport uring`
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    uring_depth: u16,
     /// Fail or delay chosen image operations, to test error paths (rules: see --help)
     ///
     /// Comma-separated rules, tried in order for each operation of the backend; `--stats`
@@ -104,6 +60,57 @@ pub struct Args {
     /// Example: read:EIO:1/100,write:ENOSPC:after=64M,flush:EIO:once,delay:read:2ms
     #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment)]
     inject: Option<backend::inject::Spec>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// How a mount is served, for `mount` and `mount-dir` alike.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Other users may access the mount
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Written once the mount is live
+    #[arg(long, value_name = "PATH")]
+    pub pidfile: Option<PathBuf>,
+    /// Write the runtime's counters as JSON at exit and on SIGUSR1
+    #[arg(long, value_name = "PATH")]
+    pub stats: Option<PathBuf>,
+    /// Reads of /dev/fuse kept outstanding
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub readers: u16,
+    /// Send replies through io_uring instead of writev(2)
+    #[arg(long)]
+    pub ring_replies: bool,
+    /// How requests run: `coroutine` (one per request, suspending on io_uring), `inline`
+    /// (one at a time on the loop, blocking syscalls) or `threads:N` (N worker threads,
+    /// blocking syscalls, like libfuse)
+    #[arg(long, default_value = "coroutine", value_parser = parse_dispatch)]
+    pub dispatch: Dispatch,
+    /// Spin up to this long for the next request before sleeping (0: never). The window
+    /// adapts (QEMU's poll-max-ns): it grows while requests come quickly and drops to 0
+    /// after a long idle wait, so an idle export burns no CPU
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
+    pub poll_us: u64,
+    /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
+    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. With N > 1, loop i
+    /// is pinned to the i-th CPU this process may run on (cycling; `--cpus` to choose).
+    /// Default: with coroutine dispatch, one per CPU this process may run on (at most 8;
+    /// measured best: BENCHMARKS.md); with inline dispatch, 1
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub queues: Option<u16>,
+    /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<Cpus>,
+    /// How requests reach the loops: `dev` (reads of /dev/fuse), `uring` (FUSE over
+    /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
+    /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...) or `auto` (uring where
+    /// the kernel offers it, else dev with a warning)
+    #[arg(long, default_value = "dev", value_parser = ["dev", "uring", "auto"])]
+    pub transport: String,
+    /// Ring entries per CPU queue with `--transport uring`
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub uring_depth: u16,
 }
 
 /// Most loops the default `--queues` starts.
@@ -114,11 +121,11 @@ const MAX_DEFAULT_QUEUES: usize = 8;
 /// i-th CPU this process may run on (cycling). Several loops are always pinned: unpinned,
 /// the one that shares the client's CPU is not the one that serves it, and FUSE over
 /// io_uring, whose queue of CPU c must be served on c, loses its point.
-fn plan_loops(args: &Args) -> (usize, Vec<usize>) {
+fn plan_loops(args: &ServeArgs) -> (usize, Vec<usize>) {
     plan_loops_on(args, crate::bench::allowed_cpus().unwrap_or_default())
 }
 
-fn plan_loops_on(args: &Args, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
+fn plan_loops_on(args: &ServeArgs, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
     let n = match (args.queues, args.dispatch) {
         (Some(n), _) => usize::from(n),
         (None, Dispatch::Coroutine) => allowed.len().clamp(1, MAX_DEFAULT_QUEUES),
@@ -132,7 +139,7 @@ fn plan_loops_on(args: &Args, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
 /// The dispatch as it runs, spelled as on the command line: the mode, plus the queues
 /// and the transport if not the defaults, e.g. `coroutine --queues 2 --transport uring`
 /// (`--transport auto` is named by what it chose: `uring` here, nothing for /dev/fuse).
-fn describe_dispatch(args: &Args, queues: usize, uring: bool) -> String {
+fn describe_dispatch(args: &ServeArgs, queues: usize, uring: bool) -> String {
     let mut text = args.dispatch.to_string();
     if queues > 1 {
         text += &format!(" --queues {queues}");
@@ -206,12 +213,14 @@ fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
 /// What `--stats` writes.
 #[derive(Serialize)]
 pub struct Stats<'a> {
+    /// The image (or, for a directory export, the source directory).
     pub image: &'a str,
     pub dispatch: String,
     pub runtime: CounterSnapshot,
     pub queue: QueueStats,
-    /// Bounces, read-modify-writes and waits for blocks in the backend.
-    pub backend: backend::BackendStats,
+    /// Bounces, read-modify-writes and waits for blocks in the backend (image exports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<backend::BackendStats>,
     /// What `--inject` rules did (only with `--inject`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inject: Option<backend::InjectStats>,
@@ -224,10 +233,23 @@ pub struct Stats<'a> {
     pub per_queue: &'a [QueueStats],
 }
 
+/// What the file system adds to `--stats`: the backend's counters, for an image export.
+#[derive(Default)]
+pub struct BackendReport {
+    pub backend: Option<backend::BackendStats>,
+    pub inject: Option<backend::InjectStats>,
+}
+
+/// Reads the file system's own counters for `--stats`, at any time.
+pub type ReportFn = Box<dyn Fn() -> BackendReport + Send + Sync>;
+
 /// Everything a serving loop needs once the mount is live.
-pub struct Serving {
-    pub args: Args,
-    pub export: Arc<Export>,
+pub struct Serving<F: FileSystem> {
+    pub args: ServeArgs,
+    pub export: Arc<F>,
+    /// What `--stats` names the export by (the image, or the source directory).
+    pub name: String,
+    pub report: ReportFn,
     pub session: fuse::dev::FuseDev,
     pub max_write: u32,
     pub signals: SignalFd,
@@ -241,7 +263,7 @@ pub struct Serving {
     pub dispatch: String,
 }
 
-impl Serving {
+impl<F: FileSystem> Serving<F> {
     pub fn queue_config(&self) -> QueueConfig {
         QueueConfig {
             readers: self.args.readers as usize,
@@ -271,7 +293,7 @@ impl Serving {
         usize::from(self.args.uring_depth)
     }
 
-    /// Makes the image durable once the last request is done.
+    /// Makes the export durable once the last request is done.
     pub fn flush(&self, cx: &Ctx<'_>) -> Result<(), String> {
         log::info!(
             "no request left in flight; flushing {}",
@@ -289,17 +311,8 @@ impl Serving {
         per_queue: &[QueueStats],
     ) {
         if let Some(path) = &self.args.stats {
-            let backend = self.export.backend().stats();
-            let totals = (runtime, queue, backend);
-            write_stats(
-                path,
-                &self.args.image,
-                &self.dispatch,
-                totals,
-                ops,
-                per_queue,
-                self.export.backend().inject_stats(),
-            );
+            let served = (runtime, queue, (self.report)());
+            write_stats(path, &self.name, &self.dispatch, served, ops, per_queue);
         }
     }
 }
@@ -330,16 +343,79 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
     }
+    check_serve_args(&args.serve)?;
+    let options = OpenOptions {
+        writable: args.writable,
+        direct: args.direct,
+        lock: !args.no_lock,
+    };
+    let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
+    // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
+    let disk = match args.inject.clone() {
+        Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),
+        None => disk,
+    };
+    let export = Arc::new(Export::new(
+        Arc::clone(&disk),
+        ExportOptions {
+            writable: args.writable,
+            growable: args.growable,
+            allow_other: args.serve.allow_other,
+        },
+    ));
+    let report: ReportFn = Box::new(move || BackendReport {
+        backend: Some(disk.stats()),
+        inject: disk.inject_stats(),
+    });
+    let target = Target {
+        mountpoint: &args.mountpoint,
+        name: &args.image,
+        directory: false,
+        read_only: false,
+    };
+    serve_mounted(&args.serve, &target, export, report)
+}
+
+/// The option combinations refused before anything is opened.
+pub fn check_serve_args(args: &ServeArgs) -> Result<(), String> {
+    if args.transport == "uring" && args.dispatch != Dispatch::Coroutine {
+        return Err(format!(
+            "--transport uring needs --dispatch coroutine (not {})",
+            args.dispatch
+        ));
+    }
+    if let (Dispatch::Threads(n), Some(2..)) = (args.dispatch, args.queues) {
+        return Err(format!(
+            "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
+        ));
+    }
+    Ok(())
+}
+
+/// Where and as what a file system is mounted.
+pub struct Target<'a> {
+    pub mountpoint: &'a Path,
+    /// The image or source directory, as /proc/mounts and `--stats` show it.
+    pub name: &'a str,
+    /// A directory root over a directory (else a regular file over a regular file).
+    pub directory: bool,
+    /// Mount read-only (MS_RDONLY).
+    pub read_only: bool,
+}
+
+/// Mounts `fs` on `target`, answers INIT, writes the pidfile, serves as `args` say until
+/// SIGINT/SIGTERM or the unmount, then unmounts and writes `--stats`: the life of every
+/// corofuse export.
+pub fn serve_mounted<F: FileSystem>(
+    args: &ServeArgs,
+    target: &Target<'_>,
+    fs: Arc<F>,
+    report: ReportFn,
+) -> Result<(), String> {
     let (queues, cpus) = plan_loops(args);
     let uring = match args.transport.as_str() {
         "dev" => false,
         "uring" => {
-            if args.dispatch != Dispatch::Coroutine {
-                return Err(format!(
-                    "--transport uring needs --dispatch coroutine (not {})",
-                    args.dispatch
-                ));
-            }
             uring_switch()
                 .map_err(|off| format!("--transport uring: {off}, or use --transport dev"))?;
             true
@@ -353,45 +429,23 @@ pub fn run(args: &Args) -> Result<(), String> {
             _ => false,
         },
     };
-    if let (Dispatch::Threads(n), Some(2..)) = (args.dispatch, args.queues) {
-        return Err(format!(
-            "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
-        ));
-    }
-    let options = OpenOptions {
-        writable: args.writable,
-        direct: args.direct,
-        lock: !args.no_lock,
-    };
-    let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
-    // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
-    let disk = match args.inject.clone() {
-        Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),
-        None => disk,
-    };
-    let export = Arc::new(Export::new(
-        disk,
-        ExportOptions {
-            writable: args.writable,
-            growable: args.growable,
-            allow_other: args.allow_other,
-        },
-    ));
     let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
-    let init = export.init_config(InitConfig {
+    let init = fs.init_config(InitConfig {
         max_background: 256,
         congestion_threshold: 192,
         io_uring: uring,
         ..InitConfig::new().with_system_limits()
     });
     let mount_options = MountOptions {
-        fsname: args.image.clone(),
+        fsname: target.name.to_string(),
         allow_other: args.allow_other,
         max_read: Some(init.max_write),
+        directory: target.directory,
+        read_only: target.read_only,
         ..MountOptions::default()
     };
     let (session, mount) =
-        fuse::mount::mount(&args.mountpoint, &mount_options).map_err(|e| e.to_string())?;
+        fuse::mount::mount(target.mountpoint, &mount_options).map_err(|e| e.to_string())?;
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
     let uring = uring && negotiated.has(fuse::abi::FUSE_OVER_IO_URING);
     if args.transport == "uring" && !uring {
@@ -409,7 +463,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let dispatch = describe_dispatch(args, queues, uring);
     log::info!(
         "exporting {} on {} ({} dispatch)",
-        export.describe(),
+        fs.describe(),
         mount.path().display(),
         dispatch
     );
@@ -417,10 +471,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
     }
-    let backend = Arc::clone(export.backend());
     let serving = Serving {
         args: args.clone(),
-        export,
+        export: fs,
+        name: target.name.to_string(),
+        report,
         session,
         max_write: negotiated.max_write,
         signals,
@@ -430,22 +485,19 @@ pub fn run(args: &Args) -> Result<(), String> {
         dispatch: dispatch.clone(),
     };
     let served = match args.dispatch {
-        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(serving),
-        Dispatch::Threads(n) => serve_threads::serve(serving, n),
+        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(&serving),
+        Dispatch::Threads(n) => serve_threads::serve(&serving, n),
     };
     let unmounted = mount.unmount();
     if let Some(path) = &args.stats {
-        let inject = backend.inject_stats();
-        let backend = backend.stats();
-        let totals = (served.runtime, served.queue, backend);
+        let totals = (served.runtime, served.queue, (serving.report)());
         write_stats(
             path,
-            &args.image,
+            target.name,
             &dispatch,
             totals,
             &served.ops,
             &served.per_queue,
-            inject,
         );
     }
     served.result?;
@@ -455,8 +507,9 @@ pub fn run(args: &Args) -> Result<(), String> {
             served.queue.stream_errors
         ));
     }
-    unmounted.map_err(|e| format!("unmount {}: {e}", args.mountpoint.display()))?;
-    log::info!("unmounted {}", args.mountpoint.display());
+    let shown = target.mountpoint.display();
+    unmounted.map_err(|e| format!("unmount {shown}: {e}"))?;
+    log::info!("unmounted {shown}");
     Ok(())
 }
 
@@ -476,18 +529,17 @@ fn write_stats(
     path: &Path,
     image: &str,
     dispatch: &str,
-    (runtime, queue, backend): (CounterSnapshot, QueueStats, backend::BackendStats),
+    (runtime, queue, report): (CounterSnapshot, QueueStats, BackendReport),
     ops: &BTreeMap<String, OpReport>,
     per_queue: &[QueueStats],
-    inject: Option<backend::InjectStats>,
 ) {
     let stats = Stats {
         image,
         dispatch: dispatch.to_string(),
         runtime,
         queue,
-        backend,
-        inject,
+        backend: report.backend,
+        inject: report.inject,
         allocations: crate::alloc_count::allocations(),
         ops,
         per_queue,
@@ -512,7 +564,7 @@ mod tests {
     fn loops(args: &[&str], allowed: &[usize]) -> (usize, Vec<usize>) {
         let argv = ["mount", "null:1M", "/mnt"].iter().chain(args);
         let cli = Cli::try_parse_from(argv).expect("parses");
-        plan_loops_on(&cli.mount, allowed.to_vec())
+        plan_loops_on(&cli.mount.serve, allowed.to_vec())
     }
 
     #[test]

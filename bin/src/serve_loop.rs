@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use backend::Ctx;
 use fuse::dev::FuseDev;
-use image_export::Export;
 use runtime::{Co, Config, CounterSnapshot, Runtime};
 use transport::accounting::Accounting;
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
+use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
 
 use crate::mount::{Served, Serving};
@@ -89,13 +89,13 @@ impl Control {
 }
 
 /// Everything a loop thread needs.
-struct LoopSetup {
+struct LoopSetup<F: FileSystem> {
     index: usize,
     loops: usize,
     dev: FuseDev,
     /// With `--transport uring`: the fd the ring entries use, and their depth.
     ring: Option<(FuseDev, usize)>,
-    export: Arc<Export>,
+    export: Arc<F>,
     max_write: u32,
     queue: QueueConfig,
     runtime: Config,
@@ -104,11 +104,11 @@ struct LoopSetup {
     snapshots: Sender<LoopReport>,
 }
 
-pub fn serve(serving: Serving) -> Served {
+pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
     let (snapshots, reports) = mpsc::channel();
     let mut loops = Vec::with_capacity(serving.queues);
     for index in 0..serving.queues {
-        match start_loop(&serving, index, snapshots.clone()) {
+        match start_loop(serving, index, snapshots.clone()) {
             Ok(started) => loops.push(started),
             Err(e) => {
                 stop_all(&loops);
@@ -123,7 +123,7 @@ pub fn serve(serving: Serving) -> Served {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
             if serving.uring() {
-                let left = settle_and_leave(&serving, &loops, &reports);
+                let left = settle_and_leave(serving, &loops, &reports);
                 return Served {
                     result: Err("an event loop failed (see above); unmounted".into()),
                     ..left
@@ -141,7 +141,7 @@ pub fn serve(serving: Serving) -> Served {
                 log::info!("signal {signo}: finishing the requests in flight, then unmounting");
                 stop_all(&loops);
                 if serving.uring() {
-                    return settle_and_leave(&serving, &loops, &reports);
+                    return settle_and_leave(serving, &loops, &reports);
                 }
                 break;
             }
@@ -164,8 +164,8 @@ type Started = (JoinHandle<Result<LoopReport, String>>, Arc<Control>);
 /// running until the unmount (or the process exit) ends them. Waits until no loop serves a
 /// request, flushes, and returns the last snapshot; the caller unmounts and the process
 /// exits, which closes the rings.
-fn settle_and_leave(
-    serving: &Serving,
+fn settle_and_leave<F: FileSystem>(
+    serving: &Serving<F>,
     loops: &[Started],
     reports: &Receiver<LoopReport>,
 ) -> Served {
@@ -192,8 +192,8 @@ fn settle_and_leave(
     }
 }
 
-fn start_loop(
-    serving: &Serving,
+fn start_loop<F: FileSystem>(
+    serving: &Serving<F>,
     index: usize,
     snapshots: Sender<LoopReport>,
 ) -> io::Result<Started> {
@@ -306,7 +306,7 @@ impl LoopReport {
         self.accounting.merge(&other.accounting);
     }
 
-    fn of(index: usize, co: &Co<'_>, served: &LoopWork) -> LoopReport {
+    fn of<F: FileSystem>(index: usize, co: &Co<'_>, served: &LoopWork<F>) -> LoopReport {
         let mut queue = served.queue.stats();
         let mut accounting = served.queue.accounting_copy();
         if let Some(ring) = &served.ring {
@@ -327,13 +327,22 @@ impl LoopReport {
 
 /// What one loop serves: its /dev/fuse queue and, with `--transport uring`, its ring
 /// entries.
-#[derive(Clone)]
-struct LoopWork {
-    queue: Rc<Queue<Export>>,
-    ring: Option<Rc<RingQueues<Export>>>,
+struct LoopWork<F: FileSystem> {
+    queue: Rc<Queue<F>>,
+    ring: Option<Rc<RingQueues<F>>>,
 }
 
-impl LoopWork {
+// Not derived: a derive would ask `F: Clone`, and only the `Rc`s are cloned.
+impl<F: FileSystem> Clone for LoopWork<F> {
+    fn clone(&self) -> Self {
+        LoopWork {
+            queue: Rc::clone(&self.queue),
+            ring: self.ring.clone(),
+        }
+    }
+}
+
+impl<F: FileSystem> LoopWork<F> {
     fn stop(&self, co: &Co<'_>) {
         self.queue.stop(co);
         if let Some(ring) = &self.ring {
@@ -343,7 +352,7 @@ impl LoopWork {
 }
 
 /// One loop thread: serve until stopped or unmounted, then report.
-fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
+fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
     let index = setup.index;
     if let Some(cpu) = setup.cpu {
         crate::bench::pin_thread(cpu)
@@ -404,10 +413,10 @@ fn run_loop(setup: LoopSetup) -> Result<LoopReport, String> {
 }
 
 /// Reads kicks from the main thread: a snapshot request, or stop.
-fn watch_control(
+fn watch_control<F: FileSystem>(
     co: &Co<'_>,
     index: usize,
-    served: &LoopWork,
+    served: &LoopWork<F>,
     control: &Control,
     snapshots: &Sender<LoopReport>,
 ) {

@@ -9,11 +9,12 @@ use std::os::fd::{AsFd, AsRawFd};
 use backend::Ctx;
 use runtime::CounterSnapshot;
 use transport::blocking::Workers;
+use transport::FileSystem;
 
 use crate::mount::{Served, Serving};
 use crate::signals::SignalFd;
 
-pub fn serve(serving: Serving, threads: usize) -> Served {
+pub fn serve<F: FileSystem>(serving: &Serving<F>, threads: usize) -> Served {
     let started = Workers::start(
         &serving.session,
         &serving.export,

@@ -9,8 +9,6 @@
 use dir_export::harness::{MountedDir, Serve};
 use dir_export::DirOptions;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 fn skip(why: &str) {
@@ -39,6 +37,9 @@ fn a_mounted_tree_served_by_coroutines() {
     a_mounted_tree_reads_writes_lists_and_renames(Serve::Coroutines);
 }
 
+/// The harness the readdir bench uses works on both servers: a read, a listing, a write
+/// seen on the source. (Every operation in every mode: tests/tests/mount_dir.rs, through
+/// the `corofuse mount-dir` command.)
 fn a_mounted_tree_reads_writes_lists_and_renames(serve: Serve) {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -54,59 +55,15 @@ fn a_mounted_tree_reads_writes_lists_and_renames(serve: Serve) {
     }
     let source = tempfile::tempdir().unwrap();
     let mnt = tempfile::tempdir().unwrap();
-    fs::write(source.path().join("hello"), b"hello, world\n").unwrap();
-    fs::create_dir(source.path().join("sub")).unwrap();
-    for i in 0..500 {
-        fs::write(source.path().join(format!("sub/f{i:03}")), i.to_string()).unwrap();
-    }
+    fs::write(source.path().join("hello"), b"hello").unwrap();
     with_mount(source.path(), mnt.path(), serve, |m| {
-        assert_eq!(fs::read(m.join("hello")).unwrap(), b"hello, world\n");
-        let mut names: Vec<String> = fs::read_dir(m.join("sub"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        assert_eq!(names.len(), 500);
-        assert_eq!(names[0], "f000");
-        assert_eq!(fs::read_to_string(m.join("sub/f499")).unwrap(), "499");
-        // Writes, creates, directories, renames, links, removals: seen on the source.
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(m.join("hello"))
-            .unwrap();
-        f.write_all(b"more\n").unwrap();
-        drop(f);
-        fs::write(m.join("new"), b"created").unwrap();
-        fs::create_dir(m.join("d")).unwrap();
-        fs::rename(m.join("new"), m.join("d/moved")).unwrap();
-        fs::hard_link(m.join("d/moved"), m.join("hard")).unwrap();
-        assert_eq!(fs::metadata(m.join("hard")).unwrap().nlink(), 2);
-        std::os::unix::fs::symlink("d/moved", m.join("ln")).unwrap();
-        assert_eq!(fs::read_link(m.join("ln")).unwrap(), Path::new("d/moved"));
-        assert_eq!(
-            fs::read(m.join("ln")).unwrap(),
-            b"created",
-            "followed by the kernel"
-        );
-        fs::remove_file(m.join("sub/f000")).unwrap();
-        let meta = fs::metadata(m.join("hello")).unwrap();
-        assert_eq!(meta.len(), 18);
-        assert_eq!(
-            meta.ino(),
-            fs::metadata(source.path().join("hello")).unwrap().ino(),
-            "the source's inode numbers"
-        );
-        let err = fs::read(m.join("missing")).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(fs::read(m.join("hello")).unwrap(), b"hello");
+        fs::write(m.join("new"), b"written").unwrap();
+        assert_eq!(fs::read_dir(m).unwrap().count(), 2);
     });
-    let s = source.path();
-    assert_eq!(fs::read(s.join("hello")).unwrap(), b"hello, world\nmore\n");
-    assert_eq!(fs::read(s.join("d/moved")).unwrap(), b"created");
-    assert_eq!(fs::metadata(s.join("hard")).unwrap().nlink(), 2);
-    assert!(!s.join("sub/f000").exists());
-    assert!(fs::symlink_metadata(s.join("ln")).unwrap().is_symlink());
+    assert_eq!(fs::read(source.path().join("new")).unwrap(), b"written");
     assert!(
         fs::read_dir(mnt.path()).unwrap().next().is_none(),
-        "unmounted: the mountpoint is an empty directory again"
+        "unmounted"
     );
 }

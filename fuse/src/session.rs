@@ -30,7 +30,8 @@ pub fn handshake(dev: &FuseDev, config: &InitConfig) -> io::Result<Negotiated> {
         match answer {
             InitReply::Accepted { negotiated, .. } => {
                 log::info!("FUSE session: {negotiated}");
-                if !negotiated.has(FUSE_DIRECT_IO_ALLOW_MMAP) {
+                let wanted = config.flags & FUSE_DIRECT_IO_ALLOW_MMAP != 0;
+                if wanted && !negotiated.has(FUSE_DIRECT_IO_ALLOW_MMAP) {
                     log::warn!(
                         "this kernel (FUSE 7.{}) does not offer DIRECT_IO_ALLOW_MMAP: \
                          shared mappings of the exported file fail with ENODEV",

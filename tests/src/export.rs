@@ -55,9 +55,32 @@ impl MountedExport {
         Self::try_start(image, mountpoint, dispatch, args).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Starts `corofuse mount-dir SOURCE MOUNTPOINT ARGS... --dispatch MODE` (the directory
+    /// export) and waits until the mount is live, as [`start`](Self::start) does.
+    #[track_caller]
+    pub fn start_dir(
+        source: &Path,
+        mountpoint: &Path,
+        dispatch: Dispatch,
+        args: &[&str],
+    ) -> MountedExport {
+        Self::try_start_command("mount-dir", source.as_os_str(), mountpoint, dispatch, args)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// As [`start`](Self::start), but returns the failure.
     pub fn try_start(
         image: impl AsRef<OsStr>,
+        mountpoint: &Path,
+        dispatch: Dispatch,
+        args: &[&str],
+    ) -> Result<MountedExport, String> {
+        Self::try_start_command("mount", image.as_ref(), mountpoint, dispatch, args)
+    }
+
+    fn try_start_command(
+        subcommand: &str,
+        image: &OsStr,
         mountpoint: &Path,
         dispatch: Dispatch,
         args: &[&str],
@@ -73,8 +96,8 @@ impl MountedExport {
         let mounts_before = fuse_mounts_at(&mountpoint);
         let mut command = Command::new(crate::bin::corofuse());
         command
-            .arg("mount")
-            .arg(image.as_ref())
+            .arg(subcommand)
+            .arg(image)
             .arg(&mountpoint)
             .args(args)
             .args(dispatch.args())

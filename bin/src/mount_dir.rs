@@ -1,0 +1,60 @@
+//! `corofuse mount-dir`: export a directory tree (a passthrough of SOURCE_DIR) on a
+//! directory, until SIGINT/SIGTERM or unmount, served by the same transports, queues and
+//! accounting as `corofuse mount` (`mount::serve_mounted`).
+//!
+//! Permission model: the daemon acts with its own credentials and the mount has
+//! `default_permissions`, so the kernel checks each caller against the attributes the
+//! source reports; run it as the user who owns the tree (or as root for a single-user
+//! export). New files are owned by the daemon's user. The file system itself is
+//! `dir_export::DirFs`; what it answers how is documented there.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dir_export::{DirFs, DirOptions};
+
+use crate::mount::{self, BackendReport, ReportFn, ServeArgs, Target};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Args {
+    /// The directory to export
+    source: PathBuf,
+    /// An existing directory to mount it on
+    mountpoint: PathBuf,
+    /// Refuse every change (EROFS), and mount read-only
+    #[arg(long)]
+    read_only: bool,
+    /// Seconds the kernel may cache names and attributes (0: ask every time)
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    timeout: f64,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    mount::check_serve_args(&args.serve)?;
+    if !(args.timeout >= 0.0 && args.timeout.is_finite()) {
+        return Err("--timeout must be a number of seconds, 0 or more".into());
+    }
+    let meta =
+        std::fs::metadata(&args.source).map_err(|e| format!("{}: {e}", args.source.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", args.source.display()));
+    }
+    let options = DirOptions {
+        read_only: args.read_only,
+        timeout: Duration::from_secs_f64(args.timeout),
+    };
+    let fs =
+        DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?;
+    let name = args.source.display().to_string();
+    let target = Target {
+        mountpoint: &args.mountpoint,
+        name: &name,
+        directory: true,
+        read_only: args.read_only,
+    };
+    let report: ReportFn = Box::new(BackendReport::default);
+    mount::serve_mounted(&args.serve, &target, Arc::new(fs), report)
+}
