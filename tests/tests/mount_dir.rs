@@ -113,3 +113,72 @@ fn mount_dir_refuses_a_source_or_mountpoint_that_is_not_a_directory() {
     assert!(run(dir.path(), &file)
         .contains("not a directory; a directory export mounts over a directory"));
 }
+
+dispatch_tests!(mount_dir_concurrent_create_rename_unlink_keeps_the_tree[coroutine, threads, queues]);
+/// Four threads create, write, rename (within and across directories) and unlink files
+/// at once, each tracking what it expects; afterwards the tree listed through the mount
+/// and on the source is exactly the union of their models, every file with its content.
+fn mount_dir_concurrent_create_rename_unlink_keeps_the_tree(mode: Dispatch) {
+    use std::collections::BTreeMap;
+    let src = tempfile::tempdir().unwrap();
+    for t in 0..4 {
+        fs::create_dir(src.path().join(format!("t{t}"))).unwrap();
+    }
+    fs::create_dir(src.path().join("shared")).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let m = export.path().to_path_buf();
+    let models: Vec<BTreeMap<String, Vec<u8>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let m = &m;
+                s.spawn(move || {
+                    let mut model = BTreeMap::new();
+                    let mut rng = corofuse_tests::Rng::new(t + 1);
+                    for i in 0..300u64 {
+                        let own = format!("t{t}/f{i}");
+                        let data = format!("{t}:{i}").into_bytes();
+                        fs::write(m.join(&own), &data).unwrap();
+                        model.insert(own.clone(), data);
+                        match rng.next_u64() % 4 {
+                            0 => {
+                                fs::remove_file(m.join(&own)).unwrap();
+                                model.remove(&own);
+                            }
+                            1 => {
+                                let to = format!("t{t}/g{i}");
+                                fs::rename(m.join(&own), m.join(&to)).unwrap();
+                                let d = model.remove(&own).unwrap();
+                                model.insert(to, d);
+                            }
+                            2 => {
+                                let to = format!("shared/t{t}-{i}");
+                                fs::rename(m.join(&own), m.join(&to)).unwrap();
+                                let d = model.remove(&own).unwrap();
+                                model.insert(to, d);
+                            }
+                            _ => {}
+                        }
+                    }
+                    model
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let want: BTreeMap<String, Vec<u8>> = models.into_iter().flatten().collect();
+    let listed = |root: &Path| -> BTreeMap<String, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        for dir in ["t0", "t1", "t2", "t3", "shared"] {
+            for e in fs::read_dir(root.join(dir)).unwrap() {
+                let name = format!("{dir}/{}", e.unwrap().file_name().into_string().unwrap());
+                let data = fs::read(root.join(&name)).unwrap();
+                out.insert(name, data);
+            }
+        }
+        out
+    };
+    assert_eq!(listed(&m), want, "through the mount");
+    export.stop();
+    assert_eq!(listed(src.path()), want, "on the source");
+}
