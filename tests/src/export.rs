@@ -423,3 +423,49 @@ pub fn assert_setup_error(
     assert_eq!(fuse_mounts_at(&abs), mounts_before, "{argv:?}: mount left");
     failure.stderr
 }
+
+/// The `--stats` JSON at `path`, once the daemon has written all of it.
+pub fn read_stats(path: &Path) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let parsed = fs::read(path).map(|b| serde_json::from_slice::<serde_json::Value>(&b));
+        match parsed {
+            Ok(Ok(json)) => return json,
+            _ if start.elapsed() > TIMEOUT => panic!("no valid JSON in {}", path.display()),
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// No heap allocation per request in steady state: after `io(2_000)` warms the daemon up,
+/// its allocation counter (`--stats` at `stats`, snapshots by SIGUSR1) moves by fewer
+/// than 200 (writing the JSON allocates a little) while `io(20_000)` runs.
+#[track_caller]
+pub fn assert_serving_allocates_nothing(
+    export: &mut MountedExport,
+    stats: &Path,
+    io: &mut dyn FnMut(u64),
+) {
+    let snapshot = |export: &mut MountedExport| {
+        let _ = fs::remove_file(stats);
+        export.signal(libc::SIGUSR1);
+        let json = read_stats(stats);
+        let requests = json["queue"]["requests"].as_u64().expect("queue.requests");
+        (json["allocations"].as_u64().expect("allocations"), requests)
+    };
+    io(2_000);
+    let (before, requests_before) = snapshot(export);
+    io(20_000);
+    let (after, requests_after) = snapshot(export);
+    assert!(
+        requests_after - requests_before >= 20_000,
+        "requests were counted"
+    );
+    assert!(
+        after - before < 200,
+        "{} allocations for {} requests ({})",
+        after - before,
+        requests_after - requests_before,
+        export.dispatch()
+    );
+}

@@ -182,3 +182,33 @@ fn mount_dir_concurrent_create_rename_unlink_keeps_the_tree(mode: Dispatch) {
     export.stop();
     assert_eq!(listed(src.path()), want, "on the source");
 }
+
+dispatch_tests!(mount_dir_serving_requests_allocates_nothing);
+/// Reads, writes and stats of one open file (`--timeout 0`, so every stat reaches the
+/// daemon) allocate nothing in the daemon once warm; new names (LOOKUP, CREATE) do, one
+/// node each, which is why they are not in the loop.
+fn mount_dir_serving_requests_allocates_nothing(mode: Dispatch) {
+    use std::os::unix::fs::FileExt;
+    let src = tempfile::tempdir().unwrap();
+    fs::write(src.path().join("f"), vec![1u8; 1 << 20]).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let stats = src.path().join("stats.json");
+    let args = ["--timeout", "0", "--stats", stats.to_str().unwrap()];
+    let mut export = MountedExport::start_dir(src.path(), mnt.path(), mode, &args);
+    let file = corofuse_tests::open_direct(&export.path().join("f"), true).unwrap();
+    let mut buf = corofuse_tests::AlignedBuf::zeroed(4096);
+    let path = export.path().join("f");
+    let mut io = |ops: u64| {
+        for i in 0..ops {
+            let offset = (i * 7919 % 256) * 4096;
+            match i % 3 {
+                0 => file.read_exact_at(&mut buf, offset).unwrap(),
+                1 => file.write_all_at(&buf, offset).unwrap(),
+                _ => drop(fs::metadata(&path).unwrap()),
+            }
+        }
+    };
+    corofuse_tests::export::assert_serving_allocates_nothing(&mut export, &stats, &mut io);
+    drop(file);
+    export.stop();
+}

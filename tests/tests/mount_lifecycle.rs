@@ -7,9 +7,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use corofuse_tests::export::{wait_for_progress, TIMEOUT};
+use corofuse_tests::export::{read_stats, wait_for_progress, TIMEOUT};
 use corofuse_tests::{
     assert_bytes_eq, dispatch_tests, open_direct, pattern, sys, AlignedBuf, Dispatch,
     MountedExport, Sandbox, KIB, MIB,
@@ -190,18 +190,6 @@ fn mount_unmount_from_outside_ends_the_daemon(mode: Dispatch) {
 }
 
 /// The stats file, once it is complete JSON (it may be half-written when first seen).
-fn read_stats(path: &Path) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        let parsed = fs::read(path).map(|b| serde_json::from_slice::<serde_json::Value>(&b));
-        match parsed {
-            Ok(Ok(json)) => return json,
-            _ if start.elapsed() > TIMEOUT => panic!("no valid JSON in {}", path.display()),
-            _ => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
 fn counter(stats: &serde_json::Value, section: &str, name: &str) -> u64 {
     stats[section][name]
         .as_u64()
@@ -330,8 +318,6 @@ dispatch_tests!(mount_serving_requests_allocates_nothing);
 /// No heap allocation per request in steady state: the daemon's allocation counter (in
 /// `--stats`) barely moves while it serves thousands of requests after a warm-up.
 fn mount_serving_requests_allocates_nothing(mode: Dispatch) {
-    const WARM_UP: u64 = 2_000;
-    const MEASURED: u64 = 20_000;
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(3, 0, 4 * MIB as usize));
     let stats = sandbox.path("stats.json");
@@ -353,30 +339,7 @@ fn mount_serving_requests_allocates_nothing(mode: Dispatch) {
             }
         }
     };
-    let snapshot = |export: &mut MountedExport| {
-        let _ = fs::remove_file(&stats);
-        export.signal(libc::SIGUSR1);
-        let json = read_stats(&stats);
-        (
-            json["allocations"].as_u64().unwrap(),
-            counter(&json, "queue", "requests"),
-        )
-    };
-    io(WARM_UP);
-    let (before, requests_before) = snapshot(&mut export);
-    io(MEASURED);
-    let (after, requests_after) = snapshot(&mut export);
-    assert!(
-        requests_after - requests_before >= MEASURED,
-        "requests were counted"
-    );
-    // Writing the statistics allocates a little (JSON); serving must add nothing.
-    assert!(
-        after - before < 200,
-        "{} allocations for {} requests ({mode:?})",
-        after - before,
-        requests_after - requests_before
-    );
+    corofuse_tests::export::assert_serving_allocates_nothing(&mut export, &stats, &mut io);
     drop(file);
     export.stop();
 }
