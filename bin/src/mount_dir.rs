@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dir_export::{DirFs, DirOptions};
+use dir_export::{Cache, DirFs, DirOptions};
 
 use crate::mount::{self, BackendReport, ReportFn, ServeArgs, Target};
 
@@ -28,8 +28,26 @@ pub struct Args {
     /// Seconds the kernel may cache names and attributes (0: ask every time)
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
     timeout: f64,
+    /// The page cache for file data: `never` (every read and write reaches the daemon),
+    /// `auto` (cached while open, dropped at each open: others' changes show at the next
+    /// open) or `always` (kept across opens: for a source nobody else changes)
+    #[arg(long, value_enum, default_value = "auto")]
+    cache: CacheArg,
+    /// The kernel's writeback cache: writes gathered in the page cache and sent later in
+    /// large pieces (faster small writes; data reaches the source at fsync, close or
+    /// writeback, not at write(2))
+    #[arg(long)]
+    writeback: bool,
     #[command(flatten)]
     serve: ServeArgs,
+}
+
+/// `--cache` as clap spells it.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum CacheArg {
+    Never,
+    Auto,
+    Always,
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -45,6 +63,12 @@ pub fn run(args: &Args) -> Result<(), String> {
     let options = DirOptions {
         read_only: args.read_only,
         timeout: Duration::from_secs_f64(args.timeout),
+        cache: match args.cache {
+            CacheArg::Never => Cache::Never,
+            CacheArg::Auto => Cache::Auto,
+            CacheArg::Always => Cache::Always,
+        },
+        writeback: args.writeback,
     };
     let fs =
         DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?;

@@ -42,6 +42,19 @@ use crate::inodes::Entry;
 use crate::sys;
 use crate::tree::{SetAttr, Time, Tree};
 
+/// What the kernel's page cache keeps of the files' data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cache {
+    /// Nothing: every read and write reaches the daemon (`FOPEN_DIRECT_IO`).
+    Never,
+    /// Cached while open, dropped at each open (the kernel's default): changes made on the
+    /// source by others show at the next open.
+    #[default]
+    Auto,
+    /// Kept across opens (`FOPEN_KEEP_CACHE`): for a source nobody else changes.
+    Always,
+}
+
 /// How the export is served.
 #[derive(Clone, Copy, Debug)]
 pub struct DirOptions {
@@ -49,6 +62,12 @@ pub struct DirOptions {
     pub read_only: bool,
     /// How long the kernel may cache names and attributes.
     pub timeout: Duration,
+    pub cache: Cache,
+    /// The kernel's writeback cache (`FUSE_WRITEBACK_CACHE`): writes are gathered in the
+    /// page cache and sent later, in large pieces. Files are then opened read-write even
+    /// for writing only (the kernel reads to fill partly written pages) and without
+    /// O_APPEND (the kernel places appends itself).
+    pub writeback: bool,
 }
 
 impl Default for DirOptions {
@@ -56,6 +75,8 @@ impl Default for DirOptions {
         DirOptions {
             read_only: false,
             timeout: Duration::from_secs(1),
+            cache: Cache::Auto,
+            writeback: false,
         }
     }
 }
@@ -198,9 +219,37 @@ impl DirFs {
     }
 
     fn opened<'b>(&self, unique: u64, s: &'b mut Scratch, open: Open) -> Answer<'b> {
-        s.open = FromZeros::new_zeroed();
-        s.open.fh = self.handles.insert(open);
+        let file = matches!(open, Open::File(_));
+        self.fill_open(&mut s.open, open);
+        if !file {
+            s.open.open_flags = 0;
+        }
         Ok(Reply::arg(unique, &s.open))
+    }
+
+    /// Registers `open` and fills its OPEN/CREATE reply (the cache policy as open flags).
+    fn fill_open(&self, out: &mut fuse_open_out, open: Open) {
+        *out = FromZeros::new_zeroed();
+        out.fh = self.handles.insert(open);
+        out.open_flags = match self.options.cache {
+            Cache::Never => FOPEN_DIRECT_IO,
+            Cache::Auto => 0,
+            Cache::Always => FOPEN_KEEP_CACHE,
+        };
+    }
+
+    /// The flags a file is opened with on the source: as the client asked, but under the
+    /// writeback cache read-write for writing and without O_APPEND (see [`DirOptions`]).
+    fn source_flags(&self, flags: i32) -> i32 {
+        if !self.options.writeback {
+            return flags;
+        }
+        let flags = flags & !libc::O_APPEND;
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            (flags & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            flags
+        }
     }
 
     fn setattr<'b>(
@@ -432,16 +481,24 @@ impl DirFs {
                 self.attr(unique, s, st)
             }
             Operation::Setattr { arg } => self.setattr(req, arg, s),
-            Operation::Open { arg } => match tree.open(node, arg.flags as i32) {
-                Ok(fd) => self.opened(unique, s, Open::File(fd)),
-                Err(e) => Err(errno(e)),
-            },
+            Operation::Open { arg } => {
+                let asked = arg.flags as i32;
+                // Read-write for the writeback cache where the file allows it, else as
+                // asked (a write-only file stays write-only).
+                let opened = tree
+                    .open(node, self.source_flags(asked))
+                    .or_else(|_| tree.open(node, asked));
+                match opened {
+                    Ok(fd) => self.opened(unique, s, Open::File(fd)),
+                    Err(e) => Err(errno(e)),
+                }
+            }
             Operation::Create { arg, name } => {
-                match tree.create(node, name, arg.flags as i32, arg.mode, arg.umask) {
+                let flags = self.source_flags(arg.flags as i32);
+                match tree.create(node, name, flags, arg.mode, arg.umask) {
                     Ok((fd, e)) => {
                         self.fill_entry(&mut s.entry, &e);
-                        s.open = FromZeros::new_zeroed();
-                        s.open.fh = self.handles.insert(Open::File(fd));
+                        self.fill_open(&mut s.open, Open::File(fd));
                         Ok(Reply::create(unique, &s.entry, &s.open))
                     }
                     Err(e) => Err(errno(e)),
@@ -567,9 +624,12 @@ impl FileSystem for DirFs {
     type Scratch = Scratch;
 
     /// The protocol's defaults plus READDIRPLUS (adaptive: the kernel asks for it when a
-    /// listing is followed by stats, as `ls -l` does).
+    /// listing is followed by stats, as `ls -l` does), and the writeback cache if asked.
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
         config.flags |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO;
+        if self.options.writeback {
+            config.flags |= FUSE_WRITEBACK_CACHE;
+        }
         config
     }
 

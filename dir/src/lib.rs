@@ -29,7 +29,7 @@ mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
-pub use fs::{DirFs, DirOptions, ListingStats};
+pub use fs::{Cache, DirFs, DirOptions, ListingStats};
 pub use handles::{Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use tree::{SetAttr, Time, Tree};

@@ -212,3 +212,63 @@ fn mount_dir_serving_requests_allocates_nothing(mode: Dispatch) {
     drop(file);
     export.stop();
 }
+
+dispatch_tests!(mount_dir_cache_never_sees_changes_made_on_the_source[coroutine, threads]);
+/// `--cache never --timeout 0`: a change made on the source behind the mount's back shows
+/// at once, through a file opened before it.
+fn mount_dir_cache_never_sees_changes_made_on_the_source(mode: Dispatch) {
+    use std::os::unix::fs::FileExt;
+    let src = tempfile::tempdir().unwrap();
+    fs::write(src.path().join("f"), b"before").unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let args = ["--cache", "never", "--timeout", "0"];
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &args);
+    let file = fs::File::open(export.path().join("f")).unwrap();
+    let mut buf = [0u8; 6];
+    file.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"before");
+    fs::write(src.path().join("f"), b"after!").unwrap();
+    file.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"after!", "no page cache in between");
+    drop(file);
+    export.stop();
+}
+
+dispatch_tests!(mount_dir_writeback_cache_keeps_appends_and_partial_writes[coroutine, threads, uring]);
+/// `--writeback`: appends, write-only opens and writes of parts of pages land right on
+/// the source once the file is closed (the kernel reads to fill pages, so the daemon
+/// opens for writing read-write; it places appends itself).
+fn mount_dir_writeback_cache_keeps_appends_and_partial_writes(mode: Dispatch) {
+    use std::os::unix::fs::FileExt;
+    let src = tempfile::tempdir().unwrap();
+    fs::write(src.path().join("log"), b"one\n").unwrap();
+    fs::write(src.path().join("page"), vec![b'.'; 10_000]).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--writeback"]);
+    let m = export.path();
+    for line in [&b"two\n"[..], b"three\n"] {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(m.join("log"))
+            .unwrap();
+        f.write_all(line).unwrap();
+    }
+    let w = fs::OpenOptions::new()
+        .write(true)
+        .open(m.join("page"))
+        .unwrap();
+    w.write_all_at(b"XY", 4095).unwrap();
+    w.write_all_at(b"Z", 9999).unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    assert_eq!(fs::read(m.join("log")).unwrap(), b"one\ntwo\nthree\n");
+    export.stop();
+    assert_eq!(
+        fs::read(src.path().join("log")).unwrap(),
+        b"one\ntwo\nthree\n"
+    );
+    let mut want = vec![b'.'; 10_000];
+    want[4095..4097].copy_from_slice(b"XY");
+    want[9999] = b'Z';
+    assert_eq!(fs::read(src.path().join("page")).unwrap(), want);
+}
