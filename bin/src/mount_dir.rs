@@ -2,10 +2,12 @@
 //! directory, until SIGINT/SIGTERM or unmount, served by the same transports, queues and
 //! accounting as `corofuse mount` (`mount::serve_mounted`).
 //!
-//! Permission model: the daemon acts with its own credentials and the mount has
-//! `default_permissions`, so the kernel checks each caller against the attributes the
-//! source reports; run it as the user who owns the tree (or as root for a single-user
-//! export). New files are owned by the daemon's user. The file system itself is
+//! Permission model: the mount has `default_permissions`, so the kernel checks each
+//! caller against the attributes the source reports, and the daemon acts with its own
+//! credentials. Run as root (with `--allow-other` for other users to reach the mount),
+//! a node a caller creates is then given to that caller (owner, and group unless the
+//! directory is set-group-ID), as on a local file system; run as a user, the export is
+//! that user's and new nodes are theirs. The file system itself is
 //! `dir_export::DirFs`; what it answers how is documented there.
 
 use std::path::PathBuf;

@@ -124,6 +124,8 @@ pub struct DirFs {
     options: DirOptions,
     source: String,
     listing: std::sync::Mutex<ListingStats>,
+    /// The daemon runs as root: new nodes are given to their caller.
+    as_root: bool,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -158,6 +160,8 @@ impl DirFs {
             options,
             source: source.display().to_string(),
             listing: Default::default(),
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            as_root: unsafe { libc::geteuid() } == 0,
         })
     }
 
@@ -331,6 +335,22 @@ impl DirFs {
         Ok(Reply::arg(req.unique, &s.write))
     }
 
+    /// Gives a node just made by a caller other than root to that caller, as a local
+    /// file system would (the daemon made it with its own credentials): owner the caller's
+    /// uid, group the caller's gid unless the parent directory is set-group-ID (the group
+    /// the source file system gave it then stands). Only a daemon running as root can.
+    fn own(&self, req: &Request<'_>, parent: u64, made: io::Result<Entry>) -> io::Result<Entry> {
+        let mut e = made?;
+        if !self.as_root || (req.uid == 0 && req.gid == 0) {
+            return Ok(e);
+        }
+        let setgid = self.tree.getattr(parent)?.st_mode & libc::S_ISGID != 0;
+        let gid = if setgid { u32::MAX } else { req.gid };
+        sys::chown(e.inode.handle(), req.uid, gid)?;
+        e.attr = sys::stat(e.inode.handle())?;
+        Ok(e)
+    }
+
     /// Runs a READDIR or READDIRPLUS, counting it and its time in the listing stats.
     fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
         let started = std::time::Instant::now();
@@ -495,7 +515,10 @@ impl DirFs {
             }
             Operation::Create { arg, name } => {
                 let flags = self.source_flags(arg.flags as i32);
-                match tree.create(node, name, flags, arg.mode, arg.umask) {
+                let created = tree
+                    .create(node, name, flags, arg.mode, arg.umask)
+                    .and_then(|(fd, e)| Ok((fd, self.own(req, node, Ok(e))?)));
+                match created {
                     Ok((fd, e)) => {
                         self.fill_entry(&mut s.entry, &e);
                         self.fill_open(&mut s.open, Open::File(fd));
@@ -541,15 +564,16 @@ impl DirFs {
                 _ => Err(Errno::EBADF),
             },
             Operation::Mkdir { arg, name } => {
-                self.entry(unique, s, tree.mkdir(node, name, arg.mode, arg.umask))
+                let made = tree.mkdir(node, name, arg.mode, arg.umask);
+                self.entry(unique, s, self.own(req, node, made))
             }
-            Operation::Mknod { arg, name } => self.entry(
-                unique,
-                s,
-                tree.mknod(node, name, arg.mode, u64::from(arg.rdev), arg.umask),
-            ),
+            Operation::Mknod { arg, name } => {
+                let made = tree.mknod(node, name, arg.mode, u64::from(arg.rdev), arg.umask);
+                self.entry(unique, s, self.own(req, node, made))
+            }
             Operation::Symlink { name, target } => {
-                self.entry(unique, s, tree.symlink(node, name, target))
+                let made = tree.symlink(node, name, target);
+                self.entry(unique, s, self.own(req, node, made))
             }
             Operation::Link { arg, newname } => {
                 self.entry(unique, s, tree.link(arg.oldnodeid, node, newname))

@@ -272,3 +272,67 @@ fn mount_dir_writeback_cache_keeps_appends_and_partial_writes(mode: Dispatch) {
     want[9999] = b'Z';
     assert_eq!(fs::read(src.path().join("page")).unwrap(), want);
 }
+
+dispatch_tests!(mount_dir_gives_new_nodes_to_their_caller[coroutine, threads]);
+/// A daemon running as root, `--allow-other`: what user `nobody` creates through the mount
+/// is owned by `nobody` on the source (file, directory, symlink), and the kernel's
+/// permission checks (`default_permissions`) keep `nobody` out of a root-only directory.
+fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return corofuse_tests::require::report_skip("needs root to act as another user");
+    }
+    const NOBODY: u32 = 65534;
+    let src = tempfile::tempdir().unwrap();
+    fs::set_permissions(src.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::create_dir(src.path().join("private")).unwrap();
+    fs::set_permissions(
+        src.path().join("private"),
+        fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--allow-other"]);
+    let m = export.path();
+    let as_nobody = |script: &str| {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c").arg(script).current_dir("/");
+        // SAFETY: setgid and setuid are async-signal-safe; the child only drops privileges.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.output().unwrap()
+    };
+    let made = as_nobody(&format!(
+        "echo hi > {0}/file && mkdir {0}/dir && ln -s file {0}/link",
+        m.display()
+    ));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    for name in ["file", "dir", "link"] {
+        let meta = fs::symlink_metadata(src.path().join(name)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (NOBODY, NOBODY),
+            "{name} on the source"
+        );
+    }
+    let refused = as_nobody(&format!("ls {}/private", m.display()));
+    assert!(
+        !refused.status.success(),
+        "nobody listed a root-only directory"
+    );
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
+    export.stop();
+}
