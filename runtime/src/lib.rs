@@ -36,6 +36,7 @@ mod coro_store;
 mod counters;
 mod executor;
 pub mod histogram;
+mod job;
 mod join;
 mod loop_cell;
 mod ops;
@@ -44,6 +45,7 @@ mod reactor;
 mod stack_pool;
 mod sync;
 mod task;
+mod worker;
 
 pub use co::{Co, CoStats};
 pub use config::{Config, DEFAULT_STACK_SIZE};
