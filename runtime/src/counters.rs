@@ -42,6 +42,7 @@ pub(crate) struct Counters {
     pub(crate) completed: Counter,
     pub(crate) panicked: Counter,
     pub(crate) stacks_allocated: Counter,
+    /// Bare stacks taken from the pool (`stacks_reused` adds `workers_reused`).
     pub(crate) stacks_reused: Counter,
     pub(crate) workers_reused: Counter,
     pub(crate) jobs_boxed: Counter,
@@ -99,6 +100,12 @@ pub struct CounterSnapshot {
 }
 
 impl Counters {
+    /// Coroutines spawned and not yet finished.
+    #[inline(always)]
+    pub(crate) fn live(&self) -> u64 {
+        self.spawned.get() - self.completed.get() - self.panicked.get()
+    }
+
     pub(crate) fn snapshot(&self) -> CounterSnapshot {
         let finished = self.completed.get() + self.panicked.get();
         CounterSnapshot {
@@ -108,7 +115,7 @@ impl Counters {
             live: self.spawned.get() - finished,
             peak_live: self.peak_live.get(),
             stacks_allocated: self.stacks_allocated.get(),
-            stacks_reused: self.stacks_reused.get(),
+            stacks_reused: self.stacks_reused.get() + self.workers_reused.get(),
             workers_reused: self.workers_reused.get(),
             jobs_boxed: self.jobs_boxed.get(),
             resumes: self.resumes.get(),

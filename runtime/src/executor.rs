@@ -43,7 +43,6 @@ use crate::worker::worker;
 struct Sched {
     tasks: Vec<Slot>,
     no_worker: Vec<usize>,
-    live: usize,
     ready: VecDeque<(usize, i32)>,
 }
 
@@ -62,7 +61,6 @@ impl Sched {
 
     /// Frees the slot of a coroutine that ended; returns what it was.
     fn release(&mut self, key: usize) -> Slot {
-        self.live -= 1;
         let free = Slot {
             state: State::Free,
             id: TaskId(0),
@@ -119,7 +117,6 @@ impl Runtime {
             sched: LoopCell::new(Sched {
                 tasks: Vec::new(),
                 no_worker: Vec::new(),
-                live: 0,
                 ready: VecDeque::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
@@ -225,30 +222,32 @@ impl Inner {
         if self.closing.get() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
-        let key = match self.stacks.with(|pool| pool.pop_idle()) {
+        // Only a new worker can raise the peak: a worker is created when every existing
+        // one is busy, so busy workers never outnumber the peak when one is idle.
+        let (key, new) = match self.stacks.with(|pool| pool.pop_idle()) {
             Some(key) => {
-                self.counters.stacks_reused.bump();
                 self.counters.workers_reused.bump();
-                key
+                (key, false)
             }
-            None => self.new_worker()?,
+            None => (self.new_worker()?, true),
         };
         let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
         if self.coros.with(|coros| coros.put_job(key, id, f)) {
             self.counters.jobs_boxed.bump();
         }
-        let live = self.sched.with(|s| {
+        self.sched.with(|s| {
             s.tasks[key] = Slot {
                 state: State::Ready,
                 id,
                 name,
             };
-            s.live += 1;
             s.ready.push_back((key, 0));
-            s.live as u64
         });
         self.counters.spawned.bump();
-        self.counters.peak_live.set_max(live);
+        if new {
+            self.counters.peak_live.set_max(self.counters.live());
+        }
+        debug_assert!(self.counters.live() <= self.counters.peak_live.get());
         Ok(id)
     }
 
@@ -392,7 +391,7 @@ impl Inner {
                 }
                 self.reap();
             } else if idle {
-                let live = self.sched.with(|s| s.live);
+                let live = self.counters.live();
                 if live == 0 {
                     return Ok(());
                 }
@@ -539,7 +538,7 @@ impl Inner {
     /// or ends if the pool is full.
     #[inline(always)]
     fn retire(&self, key: usize) {
-        self.sched.with(|s| s.release(key));
+        self.sched.with(|s| s.tasks[key].state = State::Free);
         if !self.stacks.with(|pool| pool.keep_idle(key)) {
             self.end_idle(key);
         }
@@ -606,6 +605,7 @@ impl Inner {
             s.ready.clear();
             let live = s.live_keys(|_| true).into_iter();
             let mut slots: Vec<_> = live.map(|k| (k, s.release(k))).collect();
+            debug_assert!(slots.iter().all(|(_, slot)| slot.state != State::Free));
             slots.extend(idle.into_iter().map(|k| (k, s.tasks[k])));
             slots
         });
