@@ -16,9 +16,9 @@
 //! memory the kernel may still write to is never freed.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -34,6 +34,7 @@ use crate::join::{JoinHandle, JoinState};
 use crate::loop_cell::LoopCell;
 use crate::poll::AdaptivePoll;
 use crate::reactor::{Reactor, INTERNAL};
+use crate::run_queue::RunQueue;
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
 use crate::worker::worker;
@@ -43,7 +44,7 @@ use crate::worker::worker;
 struct Sched {
     tasks: Vec<Slot>,
     no_worker: Vec<usize>,
-    ready: VecDeque<(usize, i32)>,
+    ready: RunQueue,
 }
 
 impl Sched {
@@ -117,7 +118,7 @@ impl Runtime {
             sched: LoopCell::new(Sched {
                 tasks: Vec::new(),
                 no_worker: Vec::new(),
-                ready: VecDeque::new(),
+                ready: RunQueue::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
             reactor,
@@ -461,12 +462,14 @@ impl Inner {
     /// whether `stop()` held.
     #[inline]
     fn run_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> bool {
+        // Looked up once: the slot stays put while its coroutine lives.
+        let slot = self.coros.with(|coros| coros.slot(key));
         loop {
             if stop() {
                 self.sched.with(|s| s.ready.push_back((key, 0)));
                 return true;
             }
-            if !self.run_task(key, 0) {
+            if !self.run_in(slot, key, 0) {
                 return false;
             }
             if !self.alone() {
@@ -480,7 +483,12 @@ impl Inner {
     /// Returns whether it yielded (`Park::Yield`): then the caller queues it.
     #[inline(always)]
     fn run_task(&self, key: usize, value: i32) -> bool {
-        let slot = self.coros.with(|coros| coros.slot(key));
+        self.run_in(self.coros.with(|coros| coros.slot(key)), key, value)
+    }
+
+    /// [`Inner::run_task`] with the slot of `key` already looked up.
+    #[inline(always)]
+    fn run_in(&self, slot: NonNull<Option<Coro>>, key: usize, value: i32) -> bool {
         self.counters.resumes.bump();
         // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
         // while this coroutine runs nothing else touches its slot: only `retire` and `end`

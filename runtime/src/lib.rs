@@ -42,6 +42,7 @@ mod loop_cell;
 mod ops;
 mod poll;
 mod reactor;
+mod run_queue;
 mod stack_pool;
 mod sync;
 mod task;
