@@ -3,6 +3,8 @@
 //! One loop turn runs every coroutine that was ready when the turn began (FIFO), then enters
 //! the kernel once to submit all SQEs queued during the turn and, if nothing is ready, to
 //! wait for a completion; then it moves every available CQE's coroutine to the run queue.
+//! A coroutine that yields as the last of its turn, with nothing else ready and nothing in
+//! flight, is resumed again at once (`run_alone`): the same turns, without the queue.
 //!
 //! # Shutdown contract
 //! Dropping a [`Runtime`] (or calling [`Runtime::shutdown`]) with coroutines alive:
@@ -10,7 +12,9 @@
 //! 2. every SQE in flight gets an `IORING_OP_ASYNC_CANCEL`, and the loop waits until the CQE
 //!    of every SQE has been reaped: the kernel is done with every buffer;
 //! 3. only then is each remaining coroutine dropped, which unwinds its stack (destructors run;
-//!    any I/O they attempt fails at once with `ECANCELED`), and its stack is freed.
+//!    any I/O they attempt fails at once with `ECANCELED`), and its stack is freed. A job that
+//!    never started is dropped unrun, and idle workers (see `worker`) are ended by resuming
+//!    them with an empty job slot: neither has anything to unwind.
 //!
 //! If the ring fails while draining, the coroutines and their stacks are leaked on purpose:
 //! memory the kernel may still write to is never freed.
