@@ -11,6 +11,11 @@
 //! | `pread_4k` | a blocking 4 KiB `pread` from the page cache, for scale |
 //! | `accounting` | what per-request accounting adds to one request: the clock reads of a
 //! request with one I/O (4) and the recording of its sample into the opcode's histograms |
+//! | `yield_live_100`, `yield_live_10k`, `yield_live_30k` | one yield round trip with that many
+//! coroutines alive, all yielding in turn (scaling: the cost should not grow with them) |
+//!
+//! The `yield_live_*` cases stop at 30k: each stack is two mappings (the stack and its guard
+//! page), and `vm.max_map_count` (65530 by default) caps a process at about 32k stacks.
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -34,7 +39,20 @@ pub const CASES: &[&str] = &[
     "nop_coroutine",
     "pread_4k",
     "accounting",
+    "yield_live_100",
+    "yield_live_10k",
+    "yield_live_30k",
 ];
+
+/// Live coroutines of each `yield_live_*` case.
+pub fn live_count(case: &str) -> Option<usize> {
+    Some(match case {
+        "yield_live_100" => 100,
+        "yield_live_10k" => 10_000,
+        "yield_live_30k" => 30_000,
+        _ => return None,
+    })
+}
 
 /// Runs `iters` iterations of `case`; `None` for an unknown case name.
 pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
@@ -53,7 +71,7 @@ pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
         "nop_coroutine" => nop_coroutine(iters),
         "pread_4k" => pread_4k(iters),
         "accounting" => accounting(iters),
-        _ => return None,
+        _ => yield_live(live_count(case)?, iters).0,
     })
 }
 
@@ -91,6 +109,52 @@ pub fn runtime_switch(iters: u64) -> Duration {
     .expect("spawn");
     rt.run().expect("run");
     elapsed.get()
+}
+
+/// `live` coroutines alive at once, yielding in turn until `iters` yields in all have run
+/// (at least one round). Returns the time of the rounds after the first (which touches
+/// every stack), scaled to `iters` yields, and the resident memory each live coroutine added, in bytes: the pages it
+/// really touched (its stack, its slots), not the stack reserved for it.
+pub fn yield_live(live: usize, iters: u64) -> (Duration, f64) {
+    let rounds = (iters / live as u64).max(1);
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    let rss_before = resident_bytes();
+    let started = Rc::new(Cell::new(None));
+    let warm = Rc::new(Cell::new(0usize));
+    for _ in 0..live {
+        let (started, warm) = (started.clone(), warm.clone());
+        rt.spawn(move |co| {
+            co.yield_now(); // every coroutine has run once: its stack is touched
+            warm.set(warm.get() + 1);
+            if warm.get() == live {
+                started.set(Some((Instant::now(), resident_bytes())));
+            }
+            for _ in 0..rounds {
+                co.yield_now();
+            }
+        })
+        .expect("spawn (raise vm.max_map_count for more live coroutines)");
+    }
+    rt.run().expect("run");
+    let (start, rss_live) = started.get().expect("every coroutine ran");
+    // Per `iters` iterations, whatever whole rounds ran (criterion asks for any count).
+    let elapsed = start
+        .elapsed()
+        .mul_f64(iters as f64 / (rounds * live as u64) as f64);
+    let per_coroutine = rss_live.saturating_sub(rss_before) as f64 / live as f64;
+    (elapsed, per_coroutine)
+}
+
+/// This process's resident memory (`/proc/self/statm`), in bytes.
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("rss");
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
 }
 
 /// Spawns `iters` empty coroutines in batches of 64 and runs each batch to completion.
@@ -207,6 +271,9 @@ pub struct CaseResult {
     /// Instructions per iteration, when measured under callgrind.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<f64>,
+    /// `yield_live_*` only: resident bytes each live coroutine added (pages touched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resident_bytes_per_live: Option<f64>,
 }
 
 /// Times `case` `runs` times with `iters` iterations each; keeps the median.
@@ -223,6 +290,7 @@ pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
         min_ns: per_iter[0],
         max_ns: per_iter[per_iter.len() - 1],
         instructions: None,
+        resident_bytes_per_live: live_count(case).map(|live| yield_live(live, iters).1),
     })
 }
 
@@ -232,6 +300,8 @@ pub fn default_iters(case: &str) -> u64 {
         "raw_switch" | "runtime_switch" => 2_000_000,
         "spawn_pooled" => 500_000,
         "spawn_fresh" => 20_000,
+        // A multiple of every live count: whole rounds.
+        c if live_count(c).is_some() => 3_000_000,
         _ => 100_000,
     }
 }

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use corofuse_benches::switch::{default_iters, measure, run_case, CaseResult, CASES};
+use corofuse_benches::switch::{default_iters, live_count, measure, run_case, CaseResult, CASES};
 use serde::Serialize;
 
 #[derive(clap::Args)]
@@ -48,6 +48,17 @@ struct Ratios {
     spawn_pooled_ns: Option<f64>,
     /// Fresh-stack spawn over pooled spawn.
     spawn_fresh_over_pooled: Option<f64>,
+    /// The same comparisons in instructions (with `--callgrind`): exact and repeatable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<InstructionRatios>,
+}
+
+/// [`Ratios`] counted in instructions per iteration instead of time.
+#[derive(Serialize)]
+struct InstructionRatios {
+    runtime_switch_over_raw: Option<f64>,
+    nop_coroutine_over_bare: Option<f64>,
+    spawn_pooled: Option<f64>,
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -68,7 +79,8 @@ pub fn run(args: &Args) -> Result<(), String> {
         let iters = args.iters.unwrap_or_else(|| default_iters(case));
         log::info!("measuring {case} ({} runs of {iters})", args.runs);
         let mut result = measure(case, iters, args.runs).ok_or("unknown case")?;
-        if args.callgrind {
+        // valgrind cannot map the 60k segments of 30k stacks ("VG_N_SEGMENTS is too low").
+        if args.callgrind && live_count(case).is_none_or(|live| live <= 10_000) {
             result.instructions = Some(instructions_per_iter(case)?);
         }
         results.push(result);
@@ -85,24 +97,34 @@ pub fn run(args: &Args) -> Result<(), String> {
 }
 
 fn ratios(results: &[CaseResult]) -> Ratios {
-    let ns = |case: &str| {
+    let find = |case: &str| results.iter().find(|r| r.case == case);
+    let ns = |case: &str| find(case).map(|r| r.ns_per_iter);
+    let ratio = |a: &str, b: &str| Some(ns(a)? / ns(b)?);
+    let ins = |case: &str| find(case)?.instructions;
+    let ins_ratio = |a: &str, b: &str| Some(ins(a)? / ins(b)?);
+    let instructions =
         results
             .iter()
-            .find(|r| r.case == case)
-            .map(|r| r.ns_per_iter)
-    };
-    let ratio = |a: &str, b: &str| Some(ns(a)? / ns(b)?);
+            .any(|r| r.instructions.is_some())
+            .then(|| InstructionRatios {
+                runtime_switch_over_raw: ins_ratio("runtime_switch", "raw_switch"),
+                nop_coroutine_over_bare: ins_ratio("nop_coroutine", "nop_bare"),
+                spawn_pooled: ins("spawn_pooled"),
+            });
     Ratios {
         runtime_switch_over_raw: ratio("runtime_switch", "raw_switch"),
         nop_coroutine_over_bare: ratio("nop_coroutine", "nop_bare"),
         spawn_pooled_ns: ns("spawn_pooled"),
         spawn_fresh_over_pooled: ratio("spawn_fresh", "spawn_pooled"),
+        instructions,
     }
 }
 
 /// Instructions per iteration: callgrind at two iteration counts, differenced.
 fn instructions_per_iter(case: &str) -> Result<f64, String> {
-    let (small, large) = (20_000u64, 60_000u64);
+    // Whole rounds of the `yield_live_*` cases at both counts, so their difference is too.
+    let unit = live_count(case).map_or(10_000, |live| live.max(10_000)) as u64;
+    let (small, large) = (2 * unit, 6 * unit);
     let a = callgrind_total(case, small)?;
     let b = callgrind_total(case, large)?;
     Ok((b as f64 - a as f64) / (large - small) as f64)

@@ -42,7 +42,10 @@ pub(crate) struct Counters {
     pub(crate) completed: Counter,
     pub(crate) panicked: Counter,
     pub(crate) stacks_allocated: Counter,
+    /// Bare stacks taken from the pool (`stacks_reused` adds `workers_reused`).
     pub(crate) stacks_reused: Counter,
+    pub(crate) workers_reused: Counter,
+    pub(crate) jobs_boxed: Counter,
     pub(crate) resumes: Counter,
     pub(crate) suspends: Counter,
     pub(crate) sqes_submitted: Counter,
@@ -71,8 +74,13 @@ pub struct CounterSnapshot {
     pub peak_live: u64,
     /// Stacks mapped fresh because the pool was empty.
     pub stacks_allocated: u64,
-    /// Stacks taken from the pool.
+    /// Spawns that reused pooled capacity: an idle worker or a bare stack.
     pub stacks_reused: u64,
+    /// Spawns that took an idle worker, still initialised (the pointer-pop spawn).
+    pub workers_reused: u64,
+    /// Spawns whose closure was too large for a worker's inline job slot and was boxed
+    /// (one allocation); a per-request path should keep this at zero.
+    pub jobs_boxed: u64,
     /// Times the loop switched into a coroutine.
     pub resumes: u64,
     /// Times a coroutine suspended itself (waiting for I/O, a queue, or yielding).
@@ -92,6 +100,12 @@ pub struct CounterSnapshot {
 }
 
 impl Counters {
+    /// Coroutines spawned and not yet finished.
+    #[inline(always)]
+    pub(crate) fn live(&self) -> u64 {
+        self.spawned.get() - self.completed.get() - self.panicked.get()
+    }
+
     pub(crate) fn snapshot(&self) -> CounterSnapshot {
         let finished = self.completed.get() + self.panicked.get();
         CounterSnapshot {
@@ -101,7 +115,9 @@ impl Counters {
             live: self.spawned.get() - finished,
             peak_live: self.peak_live.get(),
             stacks_allocated: self.stacks_allocated.get(),
-            stacks_reused: self.stacks_reused.get(),
+            stacks_reused: self.stacks_reused.get() + self.workers_reused.get(),
+            workers_reused: self.workers_reused.get(),
+            jobs_boxed: self.jobs_boxed.get(),
             resumes: self.resumes.get(),
             suspends: self.suspends.get(),
             switches: self.resumes.get() + self.suspends.get() + finished,
@@ -130,6 +146,8 @@ impl CounterSnapshot {
         self.peak_live += other.peak_live;
         self.stacks_allocated += other.stacks_allocated;
         self.stacks_reused += other.stacks_reused;
+        self.workers_reused += other.workers_reused;
+        self.jobs_boxed += other.jobs_boxed;
         self.resumes += other.resumes;
         self.suspends += other.suspends;
         self.switches += other.switches;
@@ -150,6 +168,8 @@ impl CounterSnapshot {
             peak_live: self.peak_live,
             stacks_allocated: self.stacks_allocated - earlier.stacks_allocated,
             stacks_reused: self.stacks_reused - earlier.stacks_reused,
+            workers_reused: self.workers_reused - earlier.workers_reused,
+            jobs_boxed: self.jobs_boxed - earlier.jobs_boxed,
             resumes: self.resumes - earlier.resumes,
             suspends: self.suspends - earlier.suspends,
             switches: self.switches - earlier.switches,

@@ -3,6 +3,8 @@
 //! One loop turn runs every coroutine that was ready when the turn began (FIFO), then enters
 //! the kernel once to submit all SQEs queued during the turn and, if nothing is ready, to
 //! wait for a completion; then it moves every available CQE's coroutine to the run queue.
+//! A coroutine that yields as the last of its turn, with nothing else ready and nothing in
+//! flight, is resumed again at once (`run_alone`): the same turns, without the queue.
 //!
 //! # Shutdown contract
 //! Dropping a [`Runtime`] (or calling [`Runtime::shutdown`]) with coroutines alive:
@@ -10,37 +12,74 @@
 //! 2. every SQE in flight gets an `IORING_OP_ASYNC_CANCEL`, and the loop waits until the CQE
 //!    of every SQE has been reaped: the kernel is done with every buffer;
 //! 3. only then is each remaining coroutine dropped, which unwinds its stack (destructors run;
-//!    any I/O they attempt fails at once with `ECANCELED`), and its stack is freed.
+//!    any I/O they attempt fails at once with `ECANCELED`), and its stack is freed. A job that
+//!    never started is dropped unrun, and idle workers (see `worker`) are ended by resuming
+//!    them with an empty job slot: neither has anything to unwind.
 //!
 //! If the ring fails while draining, the coroutines and their stacks are leaked on purpose:
 //! memory the kernel may still write to is never freed.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::time::Instant;
 
-use corosensei::{Coroutine, CoroutineResult};
+use corosensei::CoroutineResult;
 use io_uring::{opcode, squeue};
-use slab::Slab;
 
 use crate::co::Co;
 use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
+use crate::job::Job;
 use crate::join::{JoinHandle, JoinState};
 use crate::loop_cell::LoopCell;
 use crate::poll::AdaptivePoll;
 use crate::reactor::{Reactor, INTERNAL};
+use crate::run_queue::RunQueue;
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
+use crate::worker::worker;
 
-/// Every live coroutine's slot and the run queue of `(key, resume value)`.
+/// Every key's slot, the free keys that have no worker, and the run queue of
+/// `(key, resume value)`. Free keys with an idle worker are in the `StackPool`.
 struct Sched {
-    tasks: Slab<Slot>,
-    ready: VecDeque<(usize, i32)>,
+    tasks: Vec<Slot>,
+    no_worker: Vec<usize>,
+    ready: RunQueue,
+}
+
+impl Sched {
+    /// A free key for a new worker.
+    fn new_key(&mut self) -> usize {
+        self.no_worker.pop().unwrap_or_else(|| {
+            self.tasks.push(Slot {
+                state: State::Free,
+                id: TaskId(0),
+                name: "",
+            });
+            self.tasks.len() - 1
+        })
+    }
+
+    /// Frees the slot of a coroutine that ended; returns what it was.
+    fn release(&mut self, key: usize) -> Slot {
+        let free = Slot {
+            state: State::Free,
+            id: TaskId(0),
+            name: "",
+        };
+        std::mem::replace(&mut self.tasks[key], free)
+    }
+
+    fn live_keys(&self, state: impl Fn(State) -> bool) -> Vec<usize> {
+        let live = self.tasks.iter().enumerate();
+        live.filter(|(_, slot)| slot.state != State::Free && state(slot.state))
+            .map(|(key, _)| key)
+            .collect()
+    }
 }
 
 pub(crate) struct Inner {
@@ -81,8 +120,9 @@ impl Runtime {
             .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
         let inner = Inner {
             sched: LoopCell::new(Sched {
-                tasks: Slab::new(),
-                ready: VecDeque::new(),
+                tasks: Vec::new(),
+                no_worker: Vec::new(),
+                ready: RunQueue::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
             reactor,
@@ -155,9 +195,9 @@ impl Runtime {
         self.inner.counters.snapshot()
     }
 
-    /// Finished stacks kept for reuse.
+    /// Pooled capacity kept for reuse: idle workers plus bare stacks.
     pub fn free_stacks(&self) -> usize {
-        self.inner.stacks.with(|pool| pool.free_len())
+        self.inner.stacks.with(|pool| pool.len())
     }
 
     /// Cancels what is in flight, waits for the kernel to let go of every buffer, then
@@ -177,6 +217,9 @@ impl Drop for Runtime {
 }
 
 impl Inner {
+    /// Gives `f` to an idle worker (a pointer pop), or to a new one on a pooled or fresh
+    /// stack, and queues it.
+    #[inline]
     pub(crate) fn spawn<F>(self: &Rc<Self>, name: &'static str, f: F) -> io::Result<TaskId>
     where
         F: FnOnce(&Co<'_>) + 'static,
@@ -184,27 +227,44 @@ impl Inner {
         if self.closing.get() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
-        let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
+        // Only a new worker can raise the peak: a worker is created when every existing
+        // one is busy, so busy workers never outnumber the peak when one is idle.
+        let (key, new) = match self.stacks.with(|pool| pool.pop_idle()) {
+            Some(key) => {
+                self.counters.workers_reused.bump();
+                (key, false)
+            }
+            None => (self.new_worker()?, true),
+        };
         let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
-        let key = self.sched.with(|s| s.tasks.vacant_key());
-        let inner = Rc::clone(self);
-        let co: Coro = Coroutine::with_stack(stack, move |yielder, _first: i32| {
-            f(&Co::new(yielder, &inner, key, id))
-        });
-        self.coros.with(|coros| coros.put(key, co));
-        let live = self.sched.with(|s| {
-            let inserted = s.tasks.insert(Slot {
+        if self.coros.with(|coros| coros.put_job(key, id, f)) {
+            self.counters.jobs_boxed.bump();
+        }
+        self.sched.with(|s| {
+            s.tasks[key] = Slot {
                 state: State::Ready,
                 id,
                 name,
-            });
-            debug_assert_eq!(inserted, key);
+            };
             s.ready.push_back((key, 0));
-            s.tasks.len() as u64
         });
         self.counters.spawned.bump();
-        self.counters.peak_live.set_max(live);
+        if new {
+            self.counters.peak_live.set_max(self.counters.live());
+        }
+        debug_assert!(self.counters.live() <= self.counters.peak_live.get());
         Ok(id)
+    }
+
+    /// A new idle worker at a free key.
+    #[inline(never)]
+    fn new_worker(self: &Rc<Self>) -> io::Result<usize> {
+        let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
+        let key = self.sched.with(|s| s.new_key());
+        let job = self.coros.with(|coros| coros.reserve(key));
+        let co = worker(stack, Rc::clone(self), key, job);
+        self.coros.with(|coros| coros.put(key, co));
+        Ok(key)
     }
 
     pub(crate) fn spawn_joinable<T, F>(
@@ -287,10 +347,8 @@ impl Inner {
     /// result, if it completed first). Returns whether `id` was waiting on I/O.
     pub(crate) fn cancel_io(&self, id: TaskId) -> io::Result<bool> {
         let key = self.sched.with(|s| {
-            s.tasks
-                .iter()
-                .find(|(_, slot)| slot.id == id && slot.state == State::Io)
-                .map(|(key, _)| key)
+            let io = s.live_keys(|state| state == State::Io);
+            io.into_iter().find(|&key| s.tasks[key].id == id)
         });
         let Some(key) = key else {
             return Ok(false);
@@ -311,10 +369,19 @@ impl Inner {
     fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
         loop {
             let turn = self.sched.with(|s| s.ready.len());
-            for _ in 0..turn {
-                match self.sched.with(|s| s.ready.pop_front()) {
-                    Some((key, value)) => self.run_task(key, value),
-                    None => break,
+            for left in (0..turn).rev() {
+                let Some((key, value)) = self.sched.with(|s| s.ready.pop_front()) else {
+                    break;
+                };
+                if !self.run_task(key, value) {
+                    continue;
+                }
+                if left == 0 && self.alone() {
+                    if self.run_alone(key, &mut stop) {
+                        return Ok(());
+                    }
+                } else {
+                    self.sched.with(|s| s.ready.push_back((key, 0)));
                 }
             }
             if stop() {
@@ -329,7 +396,7 @@ impl Inner {
                 }
                 self.reap();
             } else if idle {
-                let live = self.sched.with(|s| s.tasks.len());
+                let live = self.counters.live();
                 if live == 0 {
                     return Ok(());
                 }
@@ -385,51 +452,127 @@ impl Inner {
         }
     }
 
-    /// Switches into one coroutine, in place in its slot, and records how it came back.
-    fn run_task(&self, key: usize, value: i32) {
+    /// Whether the coroutine that just yielded is the only thing the loop has to do: no
+    /// other coroutine is ready and no I/O is in flight (so no submit or reap is due).
+    #[inline(always)]
+    fn alone(&self) -> bool {
+        self.reactor.in_flight() == 0 && self.sched.with(|s| s.ready.is_empty())
+    }
+
+    /// The fast path for one ready coroutine: it yielded as the last of its turn and is
+    /// `alone`, so it is resumed again without the run queue. Each resume is a turn of its
+    /// own: `stop` is checked before it, as after any turn, and the coroutine goes back to
+    /// the queue as soon as anything else is ready or in flight (FIFO is kept). Returns
+    /// whether `stop()` held.
+    #[inline]
+    fn run_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> bool {
+        // Looked up once: the slot stays put while its coroutine lives.
         let slot = self.coros.with(|coros| coros.slot(key));
-        self.counters.resumes.bump();
-        // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
-        // while this coroutine runs nothing else touches its slot: only `finish` below takes
-        // it out, after `resume` has returned.
-        let co = unsafe { &mut *slot.as_ptr() }
-            .as_mut()
-            .expect("a ready coroutine is in its slot");
-        match panic::catch_unwind(AssertUnwindSafe(|| co.resume(value))) {
-            Ok(CoroutineResult::Yield(park)) => {
-                self.counters.suspends.bump();
-                self.sched.with(|s| match park {
-                    Park::Yield => s.ready.push_back((key, 0)),
-                    Park::Io => s.tasks[key].state = State::Io,
-                    Park::Wait => s.tasks[key].state = State::Waiting,
-                });
+        loop {
+            if stop() {
+                self.sched.with(|s| s.ready.push_back((key, 0)));
+                return true;
             }
-            Ok(CoroutineResult::Return(())) => {
-                self.counters.completed.bump();
-                self.finish(key);
+            if !self.run_in(slot, key, 0) {
+                return false;
             }
-            Err(payload) => {
-                self.counters.panicked.bump();
-                let slot = self.finish(key);
-                log::error!(
-                    "coroutine {} ({}) panicked: {}; the loop goes on",
-                    slot.id,
-                    slot.name,
-                    panic_message(&*payload)
-                );
+            if !self.alone() {
+                self.sched.with(|s| s.ready.push_back((key, 0)));
+                return false;
             }
         }
     }
 
-    /// Frees the slot of a finished coroutine and pools its stack.
-    fn finish(&self, key: usize) -> Slot {
-        let slot = self.sched.with(|s| s.tasks.remove(key));
+    /// Switches into one coroutine, in place in its slot, and books how it came back.
+    /// Returns whether it yielded (`Park::Yield`): then the caller queues it.
+    #[inline(always)]
+    fn run_task(&self, key: usize, value: i32) -> bool {
+        self.run_in(self.coros.with(|coros| coros.slot(key)), key, value)
+    }
+
+    /// [`Inner::run_task`] with the slot of `key` already looked up.
+    #[inline(always)]
+    fn run_in(&self, slot: NonNull<Option<Coro>>, key: usize, value: i32) -> bool {
+        self.counters.resumes.bump();
+        // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
+        // while this coroutine runs nothing else touches its slot: only `retire` and `end`
+        // below take it out, after `resume` has returned.
+        let co = unsafe { &mut *slot.as_ptr() }
+            .as_mut()
+            .expect("a ready coroutine is in its slot");
+        match panic::catch_unwind(AssertUnwindSafe(|| co.resume(value))) {
+            Ok(CoroutineResult::Yield(Park::Yield)) => {
+                self.counters.suspends.bump();
+                true
+            }
+            Ok(CoroutineResult::Yield(Park::Done)) => {
+                self.counters.completed.bump();
+                self.retire(key);
+                false
+            }
+            Ok(CoroutineResult::Yield(park)) => {
+                self.counters.suspends.bump();
+                let state = if park == Park::Io {
+                    State::Io
+                } else {
+                    State::Waiting
+                };
+                self.sched.with(|s| s.tasks[key].state = state);
+                false
+            }
+            Ok(CoroutineResult::Return(())) => {
+                unreachable!("a worker returns only when resumed without a job")
+            }
+            Err(payload) => {
+                self.panicked(key, payload);
+                false
+            }
+        }
+    }
+
+    /// Books the panic of the coroutine at `key` and ends its worker.
+    #[cold]
+    #[inline(never)]
+    fn panicked(&self, key: usize, payload: Box<dyn std::any::Any + Send>) {
+        self.counters.panicked.bump();
+        let slot = self.sched.with(|s| s.release(key));
         let co = self.coros.with(|coros| coros.take(key));
-        let stack = co
-            .expect("a finished coroutine is in its slot")
-            .into_stack();
-        self.stacks.with(|pool| pool.give(stack));
-        slot
+        self.end(key, co.expect("a panicked coroutine is in its slot"));
+        log::error!(
+            "coroutine {} ({}) panicked: {}; the loop goes on",
+            slot.id,
+            slot.name,
+            panic_message(&*payload)
+        );
+    }
+
+    /// Frees the slot of a coroutine whose job returned; its worker stays idle in the pool,
+    /// or ends if the pool is full.
+    #[inline(always)]
+    fn retire(&self, key: usize) {
+        self.sched.with(|s| s.tasks[key].state = State::Free);
+        if !self.stacks.with(|pool| pool.keep_idle(key)) {
+            self.end_idle(key);
+        }
+    }
+
+    /// Ends the idle worker at `key`: resumed with no job, it returns.
+    #[cold]
+    #[inline(never)]
+    fn end_idle(&self, key: usize) {
+        let mut co = self
+            .coros
+            .with(|coros| coros.take(key))
+            .expect("an idle worker is in its slot");
+        let ended = co.resume(0);
+        debug_assert!(matches!(ended, CoroutineResult::Return(())));
+        self.end(key, co);
+    }
+
+    /// Pools the stack of a worker that has ended, and frees its key.
+    fn end(&self, key: usize, co: Coro) {
+        self.stacks.with(|pool| pool.give(co.into_stack()));
+        self.sched.with(|s| s.no_worker.push(key));
     }
 
     fn shutdown(&self) -> io::Result<()> {
@@ -452,8 +595,9 @@ impl Inner {
         }
         // Take every coroutine out before dropping any: dropping unwinds it, running its
         // destructors, which may call back into the loop.
-        for (slot, co) in self.take_all() {
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| drop(co))) {
+        for (slot, co, job) in self.take_all() {
+            let ended = panic::catch_unwind(AssertUnwindSafe(|| end_at_shutdown(&slot, co, job)));
+            if let Err(payload) = ended {
                 log::error!(
                     "coroutine {} ({}) panicked while unwinding at shutdown: {}",
                     slot.id,
@@ -465,35 +609,49 @@ impl Inner {
         Ok(())
     }
 
-    /// Every remaining coroutine with its slot; leaves the loop empty.
-    fn take_all(&self) -> Vec<(Slot, Coro)> {
+    /// Every remaining worker with its slot and its job if it never started it (idle
+    /// workers come with a free slot and no job); leaves the loop empty.
+    fn take_all(&self) -> Vec<(Slot, Coro, Option<Job>)> {
+        let idle = self.stacks.with(|pool| pool.drain_idle());
         let slots: Vec<(usize, Slot)> = self.sched.with(|s| {
             s.ready.clear();
-            let keys: Vec<usize> = s.tasks.iter().map(|(key, _)| key).collect();
-            keys.into_iter().map(|k| (k, s.tasks.remove(k))).collect()
+            let live = s.live_keys(|_| true).into_iter();
+            let mut slots: Vec<_> = live.map(|k| (k, s.release(k))).collect();
+            debug_assert!(slots.iter().all(|(_, slot)| slot.state != State::Free));
+            slots.extend(idle.into_iter().map(|k| (k, s.tasks[k])));
+            slots
         });
         self.coros.with(|coros| {
             slots
                 .into_iter()
-                .filter_map(|(key, slot)| Some((slot, coros.take(key)?)))
+                .filter_map(|(key, slot)| {
+                    let job = coros.take_job(key);
+                    Some((slot, coros.take(key)?, job))
+                })
                 .collect()
         })
     }
 
     fn cancel_in_flight(&self) {
-        let waiting: Vec<usize> = self.sched.with(|s| {
-            s.tasks
-                .iter()
-                .filter(|(_, slot)| slot.state == State::Io)
-                .map(|(key, _)| key)
-                .collect()
-        });
+        let waiting = self.sched.with(|s| s.live_keys(|state| state == State::Io));
         for key in waiting {
             if let Err(e) = self.push_cancel(key) {
                 log::warn!("could not cancel I/O of a coroutine at shutdown: {e}");
             }
         }
     }
+}
+
+/// Ends a worker at shutdown: one that never started its job (or is idle) drops the job
+/// unrun and, resumed with an empty slot, returns; one suspended inside its job is dropped,
+/// which unwinds its stack.
+fn end_at_shutdown(slot: &Slot, mut co: Coro, job: Option<Job>) {
+    let in_job = slot.state != State::Free && job.is_none();
+    drop(job);
+    if !in_job {
+        co.resume(0);
+    }
+    drop(co);
 }
 
 /// The text of a panic payload, as the standard panic hook shows it.

@@ -25,9 +25,12 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
-//! Layout: `executor` (run queue, panic containment, shutdown), `reactor` (the ring),
-//! `co` (the in-coroutine handle), `ops` (one method per io_uring operation), `sync` (wait
-//! queue, mutex, rwlock), `join`, `stack_pool`, `counters`.
+//! Layout: `executor` (turns, the lone-yielder fast path, panic containment, shutdown),
+//! `worker` (coroutines that run job after job, as QEMU's pool does), `job` (the spawned
+//! closure, inline in its worker's slot), `coro_store` (workers at stable addresses),
+//! `run_queue`, `reactor` (the ring), `co` (the in-coroutine handle), `ops` (one method per
+//! io_uring operation), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool` (idle
+//! workers and spare stacks), `counters`.
 #![warn(missing_docs)]
 
 mod co;
@@ -36,14 +39,17 @@ mod coro_store;
 mod counters;
 mod executor;
 pub mod histogram;
+mod job;
 mod join;
 mod loop_cell;
 mod ops;
 mod poll;
 mod reactor;
+mod run_queue;
 mod stack_pool;
 mod sync;
 mod task;
+mod worker;
 
 pub use co::{Co, CoStats};
 pub use config::{Config, DEFAULT_STACK_SIZE};

@@ -1,8 +1,11 @@
-//! A bounded pool of coroutine stacks, so that steady state maps nothing.
+//! A bounded pool of spare coroutine capacity, so that steady state maps nothing: idle
+//! workers (whole coroutines, ready for their next job) and bare stacks.
 //!
 //! Each stack is a corosensei [`DefaultStack`]: an anonymous mapping with a guard page below
-//! it, so an overflow faults instead of corrupting memory. A finished coroutine gives its
-//! stack back; the pool keeps at most `max_free` of them and unmaps the rest.
+//! it, so an overflow faults instead of corrupting memory. A worker that finished its job
+//! stays initialised and waits as an idle worker; a worker that panicked gives back only its
+//! stack. Idle workers and bare stacks together stay within `max_free`; beyond it a worker is
+//! ended and its stack unmapped.
 
 use std::io;
 
@@ -12,6 +15,8 @@ use crate::counters::Counters;
 
 pub(crate) struct StackPool {
     free: Vec<DefaultStack>,
+    /// Keys of idle workers, most recently idle last (its stack is the warmest).
+    idle: Vec<usize>,
     stack_size: usize,
     max_free: usize,
 }
@@ -20,9 +25,31 @@ impl StackPool {
     pub(crate) fn new(stack_size: usize, max_free: usize) -> Self {
         StackPool {
             free: Vec::new(),
+            idle: Vec::new(),
             stack_size,
             max_free,
         }
+    }
+
+    /// The key of an idle worker, if there is one: a pooled spawn.
+    #[inline(always)]
+    pub(crate) fn pop_idle(&mut self) -> Option<usize> {
+        self.idle.pop()
+    }
+
+    /// Keeps the worker of `key` idle if the bound allows; returns whether it did.
+    #[inline(always)]
+    pub(crate) fn keep_idle(&mut self, key: usize) -> bool {
+        let room = self.len() < self.max_free;
+        if room {
+            self.idle.push(key);
+        }
+        room
+    }
+
+    /// Every idle worker's key; leaves none (shutdown).
+    pub(crate) fn drain_idle(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.idle)
     }
 
     /// A stack from the pool, or a freshly mapped one when the pool is empty.
@@ -36,14 +63,15 @@ impl StackPool {
         Ok(stack)
     }
 
-    /// Returns a stack whose coroutine has finished.
+    /// Returns the stack of a worker that ended.
     pub(crate) fn give(&mut self, stack: DefaultStack) {
-        if self.free.len() < self.max_free {
+        if self.len() < self.max_free {
             self.free.push(stack);
         }
     }
 
-    pub(crate) fn free_len(&self) -> usize {
-        self.free.len()
+    /// Idle workers plus bare stacks.
+    pub(crate) fn len(&self) -> usize {
+        self.free.len() + self.idle.len()
     }
 }

@@ -14,29 +14,35 @@ pub(crate) enum Park {
     Yield,
     /// It sits on a wait queue; whoever wakes the queue resumes it.
     Wait,
+    /// Its job returned; the worker is idle, ready for the next job.
+    Done,
 }
 
-/// A coroutine as the loop holds it: resumed with a CQE result (or 0), yields a [`Park`].
+/// A worker coroutine as the loop holds it: resumed with a CQE result (or 0), yields a
+/// [`Park`] (see `worker`).
 pub(crate) type Coro = Coroutine<i32, Park, (), DefaultStack>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
+    /// No coroutine has this key (its worker, if any, is idle).
+    Free,
     /// In the run queue, or running.
     Ready,
     Io,
     Waiting,
 }
 
-/// The loop's record of one live coroutine, at its slab key (its SQEs' `user_data`). The
-/// coroutine itself lives in the `CoroStore` at the same key.
+/// The loop's record of one key (a live coroutine's SQEs' `user_data`). The worker that
+/// runs it lives in the `CoroStore` at the same key.
+#[derive(Clone, Copy)]
 pub(crate) struct Slot {
     pub(crate) state: State,
     pub(crate) id: TaskId,
     pub(crate) name: &'static str,
 }
 
-/// Identity of a coroutine, unique for the life of its runtime (slab keys are reused; these
-/// are not). Shown as `co#N` in logs.
+/// Identity of a coroutine, unique for the life of its runtime (keys are reused; these are
+/// not). Shown as `co#N` in logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(pub u64);
 

@@ -3,6 +3,10 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+mod util;
+
+use util::SetOnDrop;
+
 use runtime::{Config, CounterSnapshot, Runtime, DEFAULT_STACK_SIZE};
 
 fn rt() -> Runtime {
@@ -35,6 +39,8 @@ fn counters_match_a_hand_computed_scenario() {
         peak_live: 2,
         stacks_allocated: 2,
         stacks_reused: 0,
+        workers_reused: 0,
+        jobs_boxed: 0,
         resumes: 6,
         suspends: 4,
         switches: 6 + 4 + 2,
@@ -163,13 +169,6 @@ fn run_until_submitted(rt: &Runtime) {
     })
     .unwrap();
     rt.run_until(|| marked.get()).unwrap();
-}
-
-struct SetOnDrop(Rc<Cell<bool>>);
-impl Drop for SetOnDrop {
-    fn drop(&mut self) {
-        self.0.set(true);
-    }
 }
 
 #[test]

@@ -1,0 +1,193 @@
+//! Worker coroutines: a finished coroutine takes its next job in place; panics and
+//! shutdown end workers cleanly; the fast path for a lone yielder keeps FIFO and counters.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+mod util;
+
+use util::SetOnDrop;
+
+use runtime::{Config, Runtime};
+
+fn rt() -> Runtime {
+    Runtime::new(Config::default()).expect("io_uring available")
+}
+
+#[test]
+fn a_finished_coroutine_takes_the_next_job_in_place() {
+    let rt = rt();
+    for _ in 0..1000 {
+        rt.spawn(|co| co.nop().unwrap()).unwrap();
+        rt.run().unwrap();
+    }
+    let c = rt.counters();
+    assert_eq!((c.spawned, c.completed, c.live), (1000, 1000, 0));
+    assert_eq!(c.stacks_allocated, 1, "one worker served every job");
+    assert_eq!((c.workers_reused, c.stacks_reused), (999, 999));
+    assert_eq!(c.jobs_boxed, 0);
+    assert_eq!(rt.free_stacks(), 1);
+}
+
+#[test]
+fn each_job_starts_with_fresh_counters_name_and_id() {
+    let rt = rt();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    for (i, name) in ["first", "second", "third"].into_iter().enumerate() {
+        let seen = seen.clone();
+        rt.spawn_named(name, move |co| {
+            let before = co.stats();
+            for _ in 0..=i {
+                co.nop().unwrap();
+            }
+            seen.borrow_mut().push((co.id(), before, co.stats()));
+            if i == 1 {
+                panic!("the second job's name is in the log");
+            }
+        })
+        .unwrap();
+        rt.run().unwrap();
+    }
+    let seen = seen.borrow();
+    let ids: Vec<_> = seen.iter().map(|s| s.0).collect();
+    assert!(
+        ids[0] < ids[1] && ids[1] < ids[2],
+        "ids are never reused: {ids:?}"
+    );
+    for (i, (_, before, after)) in seen.iter().enumerate() {
+        assert_eq!((before.suspends, before.sqes), (0, 0), "job {i}");
+        assert_eq!((after.suspends, after.sqes), (i as u32 + 1, i as u32 + 1));
+    }
+    let c = rt.counters();
+    // The first worker served job 1 and died with job 2; job 3 got a new worker on the
+    // dead one's stack.
+    assert_eq!((c.completed, c.panicked), (2, 1));
+    assert_eq!(
+        (c.stacks_allocated, c.workers_reused, c.stacks_reused),
+        (1, 1, 2)
+    );
+}
+
+#[test]
+fn a_panicking_job_ends_its_worker_not_the_next_job() {
+    let rt = rt();
+    let ran = Rc::new(Cell::new(0));
+    for i in 0..20 {
+        let ran = ran.clone();
+        rt.spawn(move |co| {
+            co.yield_now();
+            if i % 2 == 0 {
+                panic!("job {i}");
+            }
+            ran.set(ran.get() + 1);
+        })
+        .unwrap();
+    }
+    rt.run().unwrap();
+    assert_eq!(ran.get(), 10);
+    // 10 idle workers and 10 bare stacks; the next 20 jobs reuse the workers first.
+    assert_eq!(rt.free_stacks(), 20);
+    for _ in 0..20 {
+        rt.spawn(|co| co.yield_now()).unwrap();
+    }
+    rt.run().unwrap();
+    let c = rt.counters();
+    assert_eq!(
+        (c.stacks_allocated, c.workers_reused, c.stacks_reused),
+        (20, 10, 20)
+    );
+    assert_eq!(rt.free_stacks(), 20);
+}
+
+#[test]
+fn large_closures_are_boxed_and_counted() {
+    let rt = rt();
+    let big = [7u8; 256];
+    let sum = rt
+        .block_on(move |_| big.iter().map(|&b| b as u32).sum::<u32>())
+        .unwrap();
+    assert_eq!(sum, 7 * 256);
+    let small = rt.block_on(|_| 1).unwrap();
+    assert_eq!(small, 1);
+    assert_eq!(rt.counters().jobs_boxed, 1);
+}
+
+#[test]
+fn shutdown_drops_unstarted_jobs_and_ends_idle_workers() {
+    let rt = rt();
+    // Idle workers in the pool.
+    for _ in 0..8 {
+        rt.spawn(|co| co.yield_now()).unwrap();
+    }
+    rt.run().unwrap();
+    // One job given to an idle worker, one to a new worker; neither ever runs.
+    let dropped = Rc::new(Cell::new(false));
+    let guard = SetOnDrop(dropped.clone());
+    rt.spawn(move |_| drop(guard)).unwrap();
+    let flags: Vec<_> = (0..10).map(|_| Rc::new(Cell::new(false))).collect();
+    for f in &flags {
+        let g = SetOnDrop(f.clone());
+        rt.spawn(move |_| drop(g)).unwrap();
+    }
+    rt.shutdown().unwrap();
+    assert!(dropped.get());
+    assert!(flags.iter().all(|f| f.get()));
+    assert_eq!(rt.free_stacks(), 0);
+    drop(rt);
+}
+
+#[test]
+fn a_lone_yielder_runs_one_turn_per_resume_and_stops_when_asked() {
+    let rt = rt();
+    let turns = Rc::new(Cell::new(0u32));
+    let t = turns.clone();
+    rt.spawn(move |co| loop {
+        t.set(t.get() + 1);
+        co.yield_now();
+    })
+    .unwrap();
+    let mut checks = 0;
+    rt.run_until(|| {
+        checks += 1;
+        turns.get() == 100
+    })
+    .unwrap();
+    assert_eq!(turns.get(), 100);
+    assert_eq!(checks, 100, "stop() is checked once after each turn");
+    let c = rt.counters();
+    assert_eq!((c.resumes, c.suspends, c.live), (100, 100, 1));
+    // It was queued again when stopped: the next run resumes it first.
+    rt.run_until(|| turns.get() == 101).unwrap();
+    assert_eq!(turns.get(), 101);
+}
+
+#[test]
+fn a_lone_yielder_goes_back_to_the_queue_when_another_is_ready() {
+    let rt = rt();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let l = log.clone();
+    rt.spawn(move |co| {
+        for i in 0..3 {
+            l.borrow_mut().push(format!("a{i}"));
+            co.yield_now();
+        }
+        let l2 = l.clone();
+        co.spawn(move |co| {
+            for i in 0..2 {
+                l2.borrow_mut().push(format!("b{i}"));
+                co.yield_now();
+            }
+        })
+        .unwrap();
+        for i in 3..6 {
+            l.borrow_mut().push(format!("a{i}"));
+            co.yield_now();
+        }
+    })
+    .unwrap();
+    rt.run().unwrap();
+    assert_eq!(
+        *log.borrow(),
+        ["a0", "a1", "a2", "a3", "b0", "a4", "b1", "a5"]
+    );
+}
