@@ -287,7 +287,12 @@ impl DirFs {
             None
         };
         let fd = open.as_ref().map(|o| o.fd().as_fd());
-        let st = self.tree.setattr(req.nodeid, &set, fd);
+        let mut st = self.tree.setattr(req.nodeid, &set, fd);
+        if st.is_ok() && has(FATTR_KILL_SUIDGID) {
+            st = self
+                .kill_suidgid(req.nodeid)
+                .and_then(|()| self.tree.getattr(req.nodeid));
+        }
         self.attr(req.unique, s, st)
     }
 
@@ -330,6 +335,9 @@ impl DirFs {
         let n = cx
             .writev_at(fd, &payload.io_slices(), arg.offset)
             .map_err(errno)?;
+        if arg.write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
+            self.kill_suidgid(req.nodeid).map_err(errno)?;
+        }
         s.write = FromZeros::new_zeroed();
         s.write.size = n as u32;
         Ok(Reply::arg(req.unique, &s.write))
@@ -349,6 +357,25 @@ impl DirFs {
         sys::chown(e.inode.handle(), req.uid, gid)?;
         e.attr = sys::stat(e.inode.handle())?;
         Ok(e)
+    }
+
+    /// Clears set-user-ID, and set-group-ID where the group may execute, as a write,
+    /// truncate or `O_TRUNC` open by an unprivileged caller does on a local file system: the
+    /// kernel asks for it (FUSE_WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID,
+    /// FUSE_OPEN_KILL_SUIDGID) under HANDLE_KILLPRIV_V2, and the daemon, root, would not
+    /// lose them by itself. (File capabilities the source file system removes on its own.)
+    fn kill_suidgid(&self, nodeid: u64) -> io::Result<()> {
+        let node = self.tree.node(nodeid)?;
+        let st = sys::stat(node.handle())?;
+        let mut mode = st.st_mode & 0o7777;
+        mode &= !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            mode &= !libc::S_ISGID;
+        }
+        if mode != st.st_mode & 0o7777 {
+            sys::chmod(node.handle(), mode)?;
+        }
+        Ok(())
     }
 
     /// Runs a READDIR or READDIRPLUS, counting it and its time in the listing stats.
@@ -508,7 +535,11 @@ impl DirFs {
                 let opened = tree
                     .open(node, self.source_flags(asked))
                     .or_else(|_| tree.open(node, asked));
-                match opened {
+                let kill = arg.open_flags & FUSE_OPEN_KILL_SUIDGID != 0;
+                match opened.and_then(|fd| match kill {
+                    true => self.kill_suidgid(node).map(|()| fd),
+                    false => Ok(fd),
+                }) {
                     Ok(fd) => self.opened(unique, s, Open::File(fd)),
                     Err(e) => Err(errno(e)),
                 }
@@ -648,9 +679,12 @@ impl FileSystem for DirFs {
     type Scratch = Scratch;
 
     /// The protocol's defaults plus READDIRPLUS (adaptive: the kernel asks for it when a
-    /// listing is followed by stats, as `ls -l` does), and the writeback cache if asked.
+    /// listing is followed by stats, as `ls -l` does), HANDLE_KILLPRIV_V2 (the kernel
+    /// then sends no GETXATTR of `security.capability` before each WRITE; the daemon
+    /// clears set-user-ID and set-group-ID where the kernel says so, see
+    /// [`DirFs::kill_suidgid`]), and the writeback cache if asked.
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
-        config.flags |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO;
+        config.flags |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_HANDLE_KILLPRIV_V2;
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
         }
