@@ -482,24 +482,14 @@ pub fn serve_mounted<F: FileSystem>(
         uring,
         queues,
         cpus,
-        dispatch: dispatch.clone(),
+        dispatch,
     };
     let served = match args.dispatch {
         Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(&serving),
         Dispatch::Threads(n) => serve_threads::serve(&serving, n),
     };
     let unmounted = mount.unmount();
-    if let Some(path) = &args.stats {
-        let totals = (served.runtime, served.queue, (serving.report)());
-        write_stats(
-            path,
-            target.name,
-            &dispatch,
-            totals,
-            &served.ops,
-            &served.per_queue,
-        );
-    }
+    serving.write_stats(served.runtime, served.queue, &served.ops, &served.per_queue);
     served.result?;
     if served.queue.stream_errors > 0 {
         return Err(format!(

@@ -223,23 +223,20 @@ impl DirFs {
     }
 
     fn opened<'b>(&self, unique: u64, s: &'b mut Scratch, open: Open) -> Answer<'b> {
-        let file = matches!(open, Open::File(_));
         self.fill_open(&mut s.open, open);
-        if !file {
-            s.open.open_flags = 0;
-        }
         Ok(Reply::arg(unique, &s.open))
     }
 
-    /// Registers `open` and fills its OPEN/CREATE reply (the cache policy as open flags).
+    /// Registers `open` and fills its OPEN/OPENDIR/CREATE reply: for a file, the cache
+    /// policy as open flags; a directory gets none.
     fn fill_open(&self, out: &mut fuse_open_out, open: Open) {
         *out = FromZeros::new_zeroed();
-        out.fh = self.handles.insert(open);
-        out.open_flags = match self.options.cache {
-            Cache::Never => FOPEN_DIRECT_IO,
-            Cache::Auto => 0,
-            Cache::Always => FOPEN_KEEP_CACHE,
+        out.open_flags = match (&open, self.options.cache) {
+            (Open::Dir(_), _) | (_, Cache::Auto) => 0,
+            (_, Cache::Never) => FOPEN_DIRECT_IO,
+            (_, Cache::Always) => FOPEN_KEEP_CACHE,
         };
+        out.fh = self.handles.insert(open);
     }
 
     /// The flags a file is opened with on the source: as the client asked, but under the

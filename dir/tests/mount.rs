@@ -1,7 +1,6 @@
-//! The directory export mounted for real (root and /dev/fuse), served by the worker-thread
-//! transport, used through ordinary file-system calls on the mountpoint, and checked on
-//! the source tree. The `corofuse mount-dir` command will wrap the same pieces; until
-//! then this is the end-to-end check that the kernel and `DirFs` agree.
+//! The crate's own harness (`MountedDir`, which the readdir bench uses) mounted for real
+//! on both of its servers; every operation in every mode is tested through the
+//! `corofuse mount-dir` command (tests/tests/mount_dir.rs).
 //!
 //! Skips visibly without root or /dev/fuse; with `COROFUSE_TEST_NO_SKIP` set (as `.ci/run`
 //! sets it), that is a failure instead.
@@ -10,14 +9,6 @@ use dir_export::harness::{MountedDir, Serve};
 use dir_export::DirOptions;
 use std::fs;
 use std::path::Path;
-
-fn skip(why: &str) {
-    assert!(
-        std::env::var_os("COROFUSE_TEST_NO_SKIP").is_none(),
-        "cannot run: {why} (COROFUSE_TEST_NO_SKIP is set)"
-    );
-    eprintln!("SKIPPED the directory mount test: {why}");
-}
 
 /// Mounts `source` on `mountpoint`, runs `f`, unmounts (on every path: the guard's drop).
 fn with_mount(source: &Path, mountpoint: &Path, serve: Serve, f: impl FnOnce(&Path)) {
@@ -41,18 +32,7 @@ fn a_mounted_tree_served_by_coroutines() {
 /// seen on the source. (Every operation in every mode: tests/tests/mount_dir.rs, through
 /// the `corofuse mount-dir` command.)
 fn a_mounted_tree_reads_writes_lists_and_renames(serve: Serve) {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("not root");
-    }
-    if fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_err()
-    {
-        return skip("no /dev/fuse");
-    }
+    corofuse_tests::require_fuse!();
     let source = tempfile::tempdir().unwrap();
     let mnt = tempfile::tempdir().unwrap();
     fs::write(source.path().join("hello"), b"hello").unwrap();

@@ -96,8 +96,7 @@ impl Variant {
     }
 }
 
-/// The fuse module's switch for FUSE over io_uring.
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+use crate::mount::ENABLE_URING;
 
 /// While alive, `enable_uring` is Y; dropping it writes back what it found.
 pub struct UringSwitch {
