@@ -224,6 +224,9 @@ pub struct Stats<'a> {
     /// What `--inject` rules did (only with `--inject`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inject: Option<backend::InjectStats>,
+    /// Nodes, open files, the node descriptor budget and listings (directory exports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<dir_export::DirStats>,
     /// Heap allocations made by the whole process so far (see `alloc_count`).
     pub allocations: u64,
     /// Per-opcode accounting (see `transport::accounting`).
@@ -238,6 +241,7 @@ pub struct Stats<'a> {
 pub struct BackendReport {
     pub backend: Option<backend::BackendStats>,
     pub inject: Option<backend::InjectStats>,
+    pub dir: Option<dir_export::DirStats>,
 }
 
 /// Reads the file system's own counters for `--stats`, at any time.
@@ -366,6 +370,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let report: ReportFn = Box::new(move || BackendReport {
         backend: Some(disk.stats()),
         inject: disk.inject_stats(),
+        dir: None,
     });
     let target = Target {
         mountpoint: &args.mountpoint,
@@ -530,6 +535,7 @@ fn write_stats(
         queue,
         backend: report.backend,
         inject: report.inject,
+        dir: report.dir,
         allocations: crate::alloc_count::allocations(),
         ops,
         per_queue,

@@ -11,11 +11,11 @@
 //! - READDIRPLUS looks every entry up (one lookup counted, undone if the entry does not
 //!   fit); `.` and `..` go without attributes (node id 0: the kernel counts no lookup for
 //!   them), and so does an entry whose lookup finds no descriptor left.
-//! - Every node the kernel holds keeps an `O_PATH` descriptor, so the nodes held at once
-//!   are bounded by the open-file limit (raised to the hard limit at start): a tree of
-//!   more files than that, all stat'ed while the kernel caches them, gets EMFILE. File
-//!   handles (`name_to_handle_at`, virtiofsd's `--inode-file-handles`) would lift that;
-//!   not built yet.
+//! - Every node the kernel holds keeps an `O_PATH` descriptor while it is among the
+//!   [`DirOptions::node_fds`] most recently used; the others are closed and reopened
+//!   from their file handles when next used ([`crate::nodefd`]), so the nodes held at once
+//!   are not bounded by the open-file limit (where file handles work: as root, on a file
+//!   system that has them).
 //! - File locks (GETLK/SETLK/SETLKW), COPY_FILE_RANGE, POLL, TMPFILE and STATX answer
 //!   ENOSYS: the kernel then keeps POSIX and flock locks local to this host, copies with
 //!   READ and WRITE, and falls back to GETATTR. That is libfuse's default too.
@@ -68,6 +68,9 @@ pub struct DirOptions {
     /// for writing only (the kernel reads to fill partly written pages) and without
     /// O_APPEND (the kernel places appends itself).
     pub writeback: bool,
+    /// Node descriptors kept open at most where file handles allow reopening the others
+    /// ([`crate::nodefd`]); `None`: half the open-file limit.
+    pub node_fds: Option<usize>,
 }
 
 impl Default for DirOptions {
@@ -77,6 +80,7 @@ impl Default for DirOptions {
             timeout: Duration::from_secs(1),
             cache: Cache::Auto,
             writeback: false,
+            node_fds: None,
         }
     }
 }
@@ -107,7 +111,7 @@ impl Default for Scratch {
 }
 
 /// What listings cost, summed over the directories released so far.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct ListingStats {
     /// The streams' own counts: getdents64 calls and time, seeks, entries.
     pub streams: crate::dirstream::StreamStats,
@@ -115,6 +119,18 @@ pub struct ListingStats {
     /// driver's time plus encoding and, for READDIRPLUS, the lookups).
     pub requests: u64,
     pub request_ns: u64,
+}
+
+/// What the directory export adds to `--stats`.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct DirStats {
+    /// Nodes the kernel holds now, the root included.
+    pub nodes: u64,
+    /// Files and directories open now.
+    pub open: u64,
+    /// The node descriptor budget ([`crate::nodefd`]).
+    pub descriptors: crate::nodefd::DescriptorStats,
+    pub listing: ListingStats,
 }
 
 /// A source directory exported over FUSE.
@@ -147,15 +163,24 @@ impl OpenFile {
 }
 
 impl DirFs {
-    /// Exports `source`. Raises the process's open-file limit to its hard limit: every
-    /// node the kernel holds keeps an `O_PATH` descriptor.
+    /// Exports `source`. Raises the process's open-file limit as far as it may: every
+    /// node the kernel holds keeps an `O_PATH` descriptor while it is within the budget
+    /// ([`DirOptions::node_fds`]; by default half the limit, the other half left for open
+    /// files and directories).
     pub fn new(source: &Path, options: DirOptions) -> io::Result<DirFs> {
-        match sys::raise_nofile_limit() {
-            Ok(limit) => log::debug!("open-file limit {limit}"),
-            Err(e) => log::warn!("cannot raise the open-file limit: {e}"),
-        }
+        let limit = match sys::raise_nofile_limit() {
+            Ok(limit) => limit,
+            Err(e) => {
+                log::warn!("cannot raise the open-file limit: {e}");
+                1024
+            }
+        };
+        let node_fds = options
+            .node_fds
+            .unwrap_or_else(|| usize::try_from(limit / 2).unwrap_or(usize::MAX));
+        log::debug!("open-file limit {limit}, node descriptors kept open {node_fds}");
         Ok(DirFs {
-            tree: Tree::new(source, options.read_only)?,
+            tree: Tree::new(source, options.read_only, node_fds)?,
             handles: Handles::default(),
             options,
             source: source.display().to_string(),
@@ -173,6 +198,16 @@ impl DirFs {
     /// Open handles (for tests and statistics).
     pub fn handles(&self) -> &Handles {
         &self.handles
+    }
+
+    /// The counters `--stats` shows.
+    pub fn stats(&self) -> DirStats {
+        DirStats {
+            nodes: self.tree.inodes.len() as u64,
+            open: self.handles.len() as u64,
+            descriptors: self.tree.inodes.descriptor_stats(),
+            listing: self.listing_stats(),
+        }
     }
 
     /// What the listings of released directories cost.
@@ -351,8 +386,8 @@ impl DirFs {
         }
         let setgid = self.tree.getattr(parent)?.st_mode & libc::S_ISGID != 0;
         let gid = if setgid { u32::MAX } else { req.gid };
-        sys::chown(e.inode.handle(), req.uid, gid)?;
-        e.attr = sys::stat(e.inode.handle())?;
+        sys::chown(e.inode.handle()?.as_fd(), req.uid, gid)?;
+        e.attr = sys::stat(e.inode.handle()?.as_fd())?;
         Ok(e)
     }
 
@@ -363,14 +398,14 @@ impl DirFs {
     /// lose them by itself. (File capabilities the source file system removes on its own.)
     fn kill_suidgid(&self, nodeid: u64) -> io::Result<()> {
         let node = self.tree.node(nodeid)?;
-        let st = sys::stat(node.handle())?;
+        let st = sys::stat(node.handle()?.as_fd())?;
         let mut mode = st.st_mode & 0o7777;
         mode &= !libc::S_ISUID;
         if mode & libc::S_IXGRP != 0 {
             mode &= !libc::S_ISGID;
         }
         if mode != st.st_mode & 0o7777 {
-            sys::chmod(node.handle(), mode)?;
+            sys::chmod(node.handle()?.as_fd(), mode)?;
         }
         Ok(())
     }

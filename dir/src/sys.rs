@@ -361,3 +361,84 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     }
     Ok(lim.rlim_cur)
 }
+
+/// The kernel's largest file handle (`MAX_HANDLE_SZ`).
+const MAX_HANDLE_SZ: usize = 128;
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct RawFileHandle {
+    handle_bytes: u32,
+    handle_type: libc::c_int,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+/// A file handle (`name_to_handle_at(2)`): names a file on its file system for as long as
+/// the file exists, without holding it open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHandle {
+    kind: libc::c_int,
+    bytes: Box<[u8]>,
+}
+
+/// The file handle of the file behind `fd` (`name_to_handle_at(fd, "", AT_EMPTY_PATH)`)
+/// and the id of the mount it is on.
+pub fn file_handle(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, libc::c_int)> {
+    let mut raw = RawFileHandle {
+        handle_bytes: MAX_HANDLE_SZ as u32,
+        handle_type: 0,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: the path is an empty NUL-terminated string, `raw` a writable file_handle
+    // whose handle_bytes says how much room f_handle has, `mount_id` a writable int.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            &mut raw as *mut RawFileHandle,
+            &mut mount_id as *mut libc::c_int,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);
+    let handle = FileHandle {
+        kind: raw.handle_type,
+        bytes: raw.f_handle[..len].into(),
+    };
+    Ok((handle, mount_id))
+}
+
+/// Opens the file `handle` names on the file system of `mount` (`open_by_handle_at(2)`,
+/// which needs CAP_DAC_READ_SEARCH); ESTALE once the file is gone.
+pub fn open_by_handle(
+    mount: BorrowedFd<'_>,
+    handle: &FileHandle,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    let mut raw = RawFileHandle {
+        handle_bytes: handle.bytes.len() as u32,
+        handle_type: handle.kind,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    raw.f_handle[..handle.bytes.len()].copy_from_slice(&handle.bytes);
+    // SAFETY: `raw` is a valid file_handle of handle_bytes bytes, read only by the call;
+    // the returned descriptor is fresh and ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            &raw const raw,
+            flags | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}

@@ -55,10 +55,11 @@ fn errno(code: i32) -> io::Error {
 }
 
 impl Tree {
-    /// The tree rooted at `source` (a directory).
-    pub fn new(source: &Path, read_only: bool) -> io::Result<Tree> {
+    /// The tree rooted at `source` (a directory), keeping at most `node_fds` node
+    /// descriptors open where file handles allow ([`crate::nodefd`]).
+    pub fn new(source: &Path, read_only: bool, node_fds: usize) -> io::Result<Tree> {
         Ok(Tree {
-            inodes: Inodes::new(source)?,
+            inodes: Inodes::new(source, node_fds)?,
             read_only,
         })
     }
@@ -90,7 +91,7 @@ impl Tree {
     }
 
     pub fn getattr(&self, nodeid: u64) -> io::Result<libc::stat> {
-        sys::stat(self.node(nodeid)?.handle())
+        sys::stat(self.node(nodeid)?.handle()?.as_fd())
     }
 
     /// Makes `name` in `parent` with `make`, then looks it up (one lookup counted).
@@ -102,7 +103,7 @@ impl Tree {
     ) -> io::Result<Entry> {
         self.writable()?;
         let dir = self.dir(parent)?;
-        make(dir.handle())?;
+        make(dir.handle()?.as_fd())?;
         self.inodes.lookup(parent, &dir, name)
     }
 
@@ -132,17 +133,23 @@ impl Tree {
         if file.is_dir() {
             return Err(errno(libc::EPERM));
         }
-        self.made(parent, name, |dir| sys::link(file.handle(), dir, name))
+        self.made(parent, name, |dir| {
+            sys::link(file.handle()?.as_fd(), dir, name)
+        })
     }
 
     pub fn unlink(&self, parent: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::unlink(self.dir(parent)?.handle(), name, 0)
+        sys::unlink(self.dir(parent)?.handle()?.as_fd(), name, 0)
     }
 
     pub fn rmdir(&self, parent: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::unlink(self.dir(parent)?.handle(), name, libc::AT_REMOVEDIR)
+        sys::unlink(
+            self.dir(parent)?.handle()?.as_fd(),
+            name,
+            libc::AT_REMOVEDIR,
+        )
     }
 
     /// RENAME and RENAME2 (`flags`: RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT,
@@ -157,7 +164,13 @@ impl Tree {
     ) -> io::Result<()> {
         self.writable()?;
         let (from, to) = (self.dir(parent)?, self.dir(new_parent)?);
-        sys::rename(from.handle(), name, to.handle(), new_name, flags)
+        sys::rename(
+            from.handle()?.as_fd(),
+            name,
+            to.handle()?.as_fd(),
+            new_name,
+            flags,
+        )
     }
 
     pub fn readlink(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
@@ -165,7 +178,7 @@ impl Tree {
         if node.kind != libc::S_IFLNK {
             return Err(errno(libc::EINVAL));
         }
-        sys::readlink(node.handle(), buf)
+        sys::readlink(node.handle()?.as_fd(), buf)
     }
 
     /// SETATTR: the changes in `set`, in the order chmod, chown, truncate, times (as
@@ -182,12 +195,12 @@ impl Tree {
         }
         let node = self.node(nodeid)?;
         if let Some(mode) = set.mode {
-            sys::chmod(node.handle(), mode & 0o7777)?;
+            sys::chmod(node.handle()?.as_fd(), mode & 0o7777)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
             let keep = u32::MAX;
             sys::chown(
-                node.handle(),
+                node.handle()?.as_fd(),
                 set.uid.unwrap_or(keep),
                 set.gid.unwrap_or(keep),
             )?;
@@ -196,7 +209,7 @@ impl Tree {
             match open {
                 Some(fd) => sys::ftruncate(fd, size)?,
                 None => {
-                    let fd = sys::reopen(node.handle(), libc::O_WRONLY)?;
+                    let fd = sys::reopen(node.handle()?.as_fd(), libc::O_WRONLY)?;
                     sys::ftruncate(fd.as_fd(), size)?;
                 }
             }
@@ -216,9 +229,9 @@ impl Tree {
                     tv_nsec: ns as libc::c_long,
                 },
             };
-            sys::utimens(node.handle(), &[spec(set.atime), spec(set.mtime)])?;
+            sys::utimens(node.handle()?.as_fd(), &[spec(set.atime), spec(set.mtime)])?;
         }
-        sys::stat(node.handle())
+        sys::stat(node.handle()?.as_fd())
     }
 
     /// OPEN: the file behind `nodeid` opened for I/O with the client's `flags` (less
@@ -233,7 +246,7 @@ impl Tree {
             self.writable()?;
         }
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        sys::reopen(node.handle(), flags)
+        sys::reopen(node.handle()?.as_fd(), flags)
     }
 
     /// CREATE: `name` in `parent` created and opened with `flags` (O_CREAT added), mode
@@ -248,7 +261,12 @@ impl Tree {
     ) -> io::Result<(OwnedFd, Entry)> {
         self.writable()?;
         let dir = self.dir(parent)?;
-        let fd = sys::create(dir.handle(), name, flags & !libc::O_NOCTTY, mode & !umask)?;
+        let fd = sys::create(
+            dir.handle()?.as_fd(),
+            name,
+            flags & !libc::O_NOCTTY,
+            mode & !umask,
+        )?;
         let entry = self.inodes.lookup(parent, &dir, name)?;
         Ok((fd, entry))
     }
@@ -258,7 +276,7 @@ impl Tree {
     }
 
     pub fn statfs(&self, nodeid: u64) -> io::Result<libc::statvfs> {
-        sys::statfs(self.node(nodeid)?.handle())
+        sys::statfs(self.node(nodeid)?.handle()?.as_fd())
     }
 
     /// ACCESS with `mask`; W_OK on a read-only tree is EROFS.
@@ -266,24 +284,24 @@ impl Tree {
         if mask & libc::W_OK != 0 {
             self.writable()?;
         }
-        sys::access(self.node(nodeid)?.handle(), mask)
+        sys::access(self.node(nodeid)?.handle()?.as_fd(), mask)
     }
 
     pub fn getxattr(&self, nodeid: u64, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
-        sys::getxattr(self.node(nodeid)?.handle(), name, buf)
+        sys::getxattr(self.node(nodeid)?.handle()?.as_fd(), name, buf)
     }
 
     pub fn listxattr(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
-        sys::listxattr(self.node(nodeid)?.handle(), buf)
+        sys::listxattr(self.node(nodeid)?.handle()?.as_fd(), buf)
     }
 
     pub fn setxattr(&self, nodeid: u64, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
         self.writable()?;
-        sys::setxattr(self.node(nodeid)?.handle(), name, value, flags)
+        sys::setxattr(self.node(nodeid)?.handle()?.as_fd(), name, value, flags)
     }
 
     pub fn removexattr(&self, nodeid: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::removexattr(self.node(nodeid)?.handle(), name)
+        sys::removexattr(self.node(nodeid)?.handle()?.as_fd(), name)
     }
 }

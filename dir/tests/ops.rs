@@ -19,7 +19,7 @@ fn errno<T>(r: std::io::Result<T>) -> i32 {
 }
 
 fn tree(dir: &Path) -> Tree {
-    Tree::new(dir, false).unwrap()
+    Tree::new(dir, false, 1 << 16).unwrap()
 }
 
 #[test]
@@ -203,7 +203,7 @@ fn xattrs_round_trip() {
 fn a_read_only_tree_refuses_every_change() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"x").unwrap();
-    let t = Tree::new(dir.path(), true).unwrap();
+    let t = Tree::new(dir.path(), true, 1 << 16).unwrap();
     let f = t.lookup(ROOT, &c("f")).unwrap();
     let rofs = libc::EROFS;
     assert_eq!(errno(t.mkdir(ROOT, &c("d"), 0o755, 0)), rofs);

@@ -336,3 +336,56 @@ fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
     export.stop();
 }
+
+dispatch_tests!(mount_dir_holds_more_nodes_than_its_descriptor_budget[coroutine, threads, uring]);
+/// `ls -l` and reads of 3,000 files with a budget of 64 node descriptors (`--timeout 0`,
+/// so every stat reaches the daemon): cold nodes close and come back (reopened from their
+/// file handles, or given a lookup's descriptor), every answer is right, and `--stats`
+/// shows the budget kept.
+fn mount_dir_holds_more_nodes_than_its_descriptor_budget(mode: Dispatch) {
+    let src = tempfile::tempdir().unwrap();
+    fs::create_dir(src.path().join("many")).unwrap();
+    for i in 0..3000 {
+        fs::write(src.path().join(format!("many/f{i}")), format!("{i:>8}")).unwrap();
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let stats = src.path().join("stats.json");
+    let args = [
+        "--node-fds",
+        "64",
+        "--timeout",
+        "0",
+        "--stats",
+        stats.to_str().unwrap(),
+    ];
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &args);
+    let many = export.path().join("many");
+    for round in 0..2 {
+        let mut seen = 0;
+        for entry in fs::read_dir(&many).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            let want = fs::metadata(src.path().join("many").join(entry.file_name())).unwrap();
+            assert_eq!(
+                (meta.ino(), meta.len()),
+                (want.ino(), want.len()),
+                "round {round}"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, 3000);
+    }
+    for i in (0..3000).step_by(7) {
+        let text = fs::read_to_string(many.join(format!("f{i}"))).unwrap();
+        assert_eq!(text.trim().parse::<u32>().unwrap(), i);
+    }
+    export.stop();
+    let json = corofuse_tests::export::read_stats(&stats);
+    let d = &json["dir"]["descriptors"];
+    assert_eq!(d["budget"], 64, "{json}");
+    assert_eq!(d["file_handles"], true, "{json}");
+    let count = |k: &str| d[k].as_u64().unwrap();
+    assert!(count("closed") > 2900, "{d}");
+    // With --timeout 0 each stat is a LOOKUP, whose fresh descriptor revives the node.
+    assert!(count("reopened") + count("revived") > 2900, "{d}");
+}
