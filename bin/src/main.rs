@@ -7,6 +7,7 @@ mod mount;
 mod mount_dir;
 mod serve_loop;
 mod serve_threads;
+mod setting;
 mod signals;
 mod umount;
 
