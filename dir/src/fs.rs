@@ -16,9 +16,14 @@
 //!   from their file handles when next used ([`crate::nodefd`]), so the nodes held at once
 //!   are not bounded by the open-file limit (where file handles work: as root, on a file
 //!   system that has them).
-//! - File locks (GETLK/SETLK/SETLKW), COPY_FILE_RANGE, POLL, TMPFILE and STATX answer
-//!   ENOSYS: the kernel then keeps POSIX and flock locks local to this host, copies with
-//!   READ and WRITE, and falls back to GETATTR. That is libfuse's default too.
+//! - File locks (GETLK/SETLK/SETLKW), POLL, TMPFILE and STATX answer ENOSYS: the kernel
+//!   then keeps POSIX and flock locks local to this host and falls back to GETATTR. That
+//!   is libfuse's default too.
+//! - COPY_FILE_RANGE (and its 64-bit form) is passed through: `copy_file_range(2)` between
+//!   the two source files, so the data never crosses /dev/fuse (a reflink where the source
+//!   file system has them). It is a blocking call on every transport (io_uring has no
+//!   such operation), so one request copies at most [`COPY_CHUNK`] bytes and answers the
+//!   count: a short copy, which callers of copy_file_range(2) loop on, as they must.
 //! - FLUSH answers at once (the source's own close semantics apply at RELEASE).
 //! - A GETXATTR or LISTXATTR value goes in the transport's data buffer, which it hands
 //!   over only for requests that fit its small-request area; a longer name gets ERANGE.
@@ -85,6 +90,10 @@ impl Default for DirOptions {
     }
 }
 
+/// The most one COPY_FILE_RANGE copies (a blocking call: this bounds how long it holds
+/// the loop, to about what a 1 MiB WRITE takes).
+pub const COPY_CHUNK: usize = 1 << 20;
+
 /// Storage for one reply's argument structs, on the serving coroutine's stack.
 pub struct Scratch {
     entry: fuse_entry_out,
@@ -93,6 +102,7 @@ pub struct Scratch {
     statfs: fuse_statfs_out,
     xattr: fuse_getxattr_out,
     write: fuse_write_out,
+    copy: fuse_copy_file_range_out,
     lseek: fuse_lseek_out,
 }
 
@@ -105,6 +115,7 @@ impl Default for Scratch {
             statfs: FromZeros::new_zeroed(),
             xattr: FromZeros::new_zeroed(),
             write: FromZeros::new_zeroed(),
+            copy: FromZeros::new_zeroed(),
             lseek: FromZeros::new_zeroed(),
         }
     }
@@ -250,6 +261,23 @@ impl DirFs {
 
     /// The open file behind `fh`; EBADF if this server did not open it (or it is a
     /// directory).
+    /// COPY_FILE_RANGE between two open files: at most [`COPY_CHUNK`] bytes.
+    fn copy_file_range(&self, arg: &fuse_copy_file_range_in) -> Result<usize, Errno> {
+        if self.options.read_only {
+            return Err(Errno::EROFS);
+        }
+        if arg.flags != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (from, to) = (self.file(arg.fh_in)?, self.file(arg.fh_out)?);
+        let len = usize::try_from(arg.len)
+            .unwrap_or(usize::MAX)
+            .min(COPY_CHUNK);
+        let (off_in, off_out) = (arg.off_in, arg.off_out);
+        sys::copy_file_range(from.fd().as_fd(), off_in, to.fd().as_fd(), off_out, len)
+            .map_err(errno)
+    }
+
     fn file(&self, fh: u64) -> Result<OpenFile, Errno> {
         match self.handles.get(fh) {
             Some(open) if matches!(*open, Open::File(_)) => Ok(OpenFile(open)),
@@ -689,6 +717,21 @@ impl DirFs {
                         }
                         Err(e) => Err(errno(e)),
                     }
+                }
+                Err(e) => Err(e),
+            },
+            Operation::CopyFileRange { arg } => match self.copy_file_range(arg) {
+                Ok(n) => {
+                    s.write = FromZeros::new_zeroed();
+                    s.write.size = n as u32; // at most COPY_CHUNK
+                    Ok(Reply::arg(unique, &s.write))
+                }
+                Err(e) => Err(e),
+            },
+            Operation::CopyFileRange64 { arg } => match self.copy_file_range(arg) {
+                Ok(n) => {
+                    s.copy.bytes_copied = n as u64;
+                    Ok(Reply::arg(unique, &s.copy))
                 }
                 Err(e) => Err(e),
             },

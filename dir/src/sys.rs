@@ -322,6 +322,33 @@ pub fn lseek(fd: BorrowedFd<'_>, offset: u64, whence: i32) -> io::Result<u64> {
     Ok(r as u64)
 }
 
+/// `copy_file_range(2)` of up to `len` bytes between two open files at explicit offsets
+/// (neither file position moves): the bytes copied, which may be fewer.
+pub fn copy_file_range(
+    from: BorrowedFd<'_>,
+    off_from: u64,
+    to: BorrowedFd<'_>,
+    off_to: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
+    let mut off_in = libc::off64_t::try_from(off_from).map_err(|_| invalid())?;
+    let mut off_out = libc::off64_t::try_from(off_to).map_err(|_| invalid())?;
+    // SAFETY: both descriptors are ours and both offsets writable locals; no buffer is
+    // passed (the kernel copies between the files).
+    let n = unsafe {
+        libc::copy_file_range(
+            from.as_raw_fd(),
+            &mut off_in,
+            to.as_raw_fd(),
+            &mut off_out,
+            len,
+            0,
+        )
+    };
+    cvt_size(n)
+}
+
 /// `fstat(2)` of an open file.
 pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     // SAFETY: stat is plain data; all-zero is a valid value, overwritten by the call.

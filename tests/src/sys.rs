@@ -39,6 +39,25 @@ pub fn lseek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
     syscall!(unsafe { libc::lseek(file.as_raw_fd(), offset as i64, whence) }).map(|o| o as u64)
 }
 
+/// `copy_file_range(2)` of up to `len` bytes from `from` at `off_from` to `to` at
+/// `off_to` (the file positions do not move): the bytes copied.
+pub fn copy_file_range(
+    from: &File,
+    off_from: u64,
+    to: &File,
+    off_to: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let (mut a, mut b) = (off_from as i64, off_to as i64);
+    // SAFETY: two valid fds (borrowed), two writable local offsets, plain integers.
+    let n =
+        unsafe { libc::copy_file_range(from.as_raw_fd(), &mut a, to.as_raw_fd(), &mut b, len, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// `umount2(path, MNT_DETACH)`: what `umount -l` does.
 pub fn umount_lazy(path: &Path) -> io::Result<()> {
     let target = c_path(path)?;

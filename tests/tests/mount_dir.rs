@@ -389,3 +389,49 @@ fn mount_dir_holds_more_nodes_than_its_descriptor_budget(mode: Dispatch) {
     // With --timeout 0 each stat is a LOOKUP, whose fresh descriptor revives the node.
     assert!(count("reopened") + count("revived") > 2900, "{d}");
 }
+
+dispatch_tests!(mount_dir_copy_file_range_copies_on_the_source[coroutine, threads]);
+/// copy_file_range(2) between two files of the mount is passed through: the bytes arrive,
+/// in requests of at most 1 MiB (short copies the caller loops on), and no data crosses
+/// /dev/fuse as READ or WRITE.
+fn mount_dir_copy_file_range_copies_on_the_source(mode: Dispatch) {
+    let src = tempfile::tempdir().unwrap();
+    let data = corofuse_tests::pattern(11, 0, 3 << 20);
+    fs::write(src.path().join("from"), &data).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let stats = src.path().join("stats.json");
+    let args = ["--cache", "never", "--stats", stats.to_str().unwrap()];
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &args);
+    let from = fs::File::open(export.path().join("from")).unwrap();
+    let to = fs::File::create(export.path().join("to")).unwrap();
+    let mut done = 0;
+    let mut calls = 0;
+    while done < data.len() {
+        let n = corofuse_tests::sys::copy_file_range(
+            &from,
+            done as u64,
+            &to,
+            done as u64 + 100,
+            data.len() - done,
+        )
+        .unwrap();
+        assert!(n > 0 && n <= 1 << 20, "copied {n}");
+        done += n;
+        calls += 1;
+    }
+    assert!(calls >= 3, "1 MiB per request: {calls} calls");
+    drop((from, to));
+    let copied = fs::read(src.path().join("to")).unwrap();
+    assert_eq!(copied.len(), data.len() + 100);
+    assert!(
+        copied[..100].iter().all(|&b| b == 0),
+        "the gap reads as zeroes"
+    );
+    corofuse_tests::assert_bytes_eq(&copied[100..], &data, "the copy");
+    export.stop();
+    let json = corofuse_tests::export::read_stats(&stats);
+    let count = |op: &str| json["ops"][op]["count"].as_u64().unwrap_or(0);
+    let copies = count("COPY_FILE_RANGE") + count("COPY_FILE_RANGE_64");
+    assert!(copies >= 3, "{}", json["ops"]);
+    assert_eq!((count("READ"), count("WRITE")), (0, 0), "{}", json["ops"]);
+}
