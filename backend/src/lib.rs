@@ -122,7 +122,7 @@ pub trait BlockBackend: Send + Sync {
 
 /// The costly paths a backend took, for `--stats`: each is a copy, an extra read or a wait
 /// that plain transfers do not pay.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BackendStats {
     /// O_DIRECT reads that went through a bounce buffer (unaligned offset, length or memory).
     pub bounced_reads: u64,

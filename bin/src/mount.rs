@@ -15,7 +15,6 @@ use fuse::mount::MountOptions;
 use fuse::session::handshake;
 use image_export::{Export, ExportOptions};
 use runtime::CounterSnapshot;
-use serde::Serialize;
 use transport::accounting::OpReport;
 use transport::FileSystem;
 use transport::{QueueConfig, QueueStats};
@@ -208,32 +207,6 @@ fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
             _ => Err("expected coroutine, inline or threads:N (N from 1 to 256)".into()),
         },
     }
-}
-
-/// What `--stats` writes.
-#[derive(Serialize)]
-pub struct Stats<'a> {
-    /// The image (or, for a directory export, the source directory).
-    pub image: &'a str,
-    pub dispatch: String,
-    pub runtime: CounterSnapshot,
-    pub queue: QueueStats,
-    /// Bounces, read-modify-writes and waits for blocks in the backend (image exports).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend: Option<backend::BackendStats>,
-    /// What `--inject` rules did (only with `--inject`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inject: Option<backend::InjectStats>,
-    /// Nodes, open files, the node descriptor budget and listings (directory exports).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dir: Option<dir_export::DirStats>,
-    /// Heap allocations made by the whole process so far (see `alloc_count`).
-    pub allocations: u64,
-    /// Per-opcode accounting (see `transport::accounting`).
-    pub ops: &'a BTreeMap<String, OpReport>,
-    /// Each event loop's own queue statistics, in loop order (`--queues`; empty with
-    /// `threads:N`).
-    pub per_queue: &'a [QueueStats],
 }
 
 /// What the file system adds to `--stats`: the backend's counters, for an image export.
@@ -528,20 +501,21 @@ fn write_stats(
     ops: &BTreeMap<String, OpReport>,
     per_queue: &[QueueStats],
 ) {
-    let stats = Stats {
-        image,
+    // Counted before this snapshot's own copies below.
+    let allocations = crate::alloc_count::allocations();
+    let stats = daemon_stats::Stats {
+        image: image.to_string(),
         dispatch: dispatch.to_string(),
         runtime,
         queue,
         backend: report.backend,
         inject: report.inject,
         dir: report.dir,
-        allocations: crate::alloc_count::allocations(),
-        ops,
-        per_queue,
+        allocations,
+        ops: ops.clone(),
+        per_queue: per_queue.to_vec(),
     };
-    let json = serde_json::to_string_pretty(&stats).expect("stats serialise");
-    if let Err(e) = std::fs::write(path, json + "\n") {
+    if let Err(e) = std::fs::write(path, stats.to_json()) {
         log::error!("cannot write stats to {}: {e}", path.display());
     }
 }

@@ -46,7 +46,7 @@ impl DirEntry<'_> {
 }
 
 /// What the stream has done, for tests and statistics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
     pub getdents: u64,
     /// Time spent in `getdents64` (the driver's own time, the 9p lesson).

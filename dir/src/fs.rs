@@ -122,7 +122,7 @@ impl Default for Scratch {
 }
 
 /// What listings cost, summed over the directories released so far.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListingStats {
     /// The streams' own counts: getdents64 calls and time, seeks, entries.
     pub streams: crate::dirstream::StreamStats,
@@ -133,7 +133,7 @@ pub struct ListingStats {
 }
 
 /// What the directory export adds to `--stats`.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DirStats {
     /// Nodes the kernel holds now, the root included.
     pub nodes: u64,

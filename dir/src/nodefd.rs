@@ -38,7 +38,7 @@ use crate::sys::{self, FileHandle};
 pub type Fd = Arc<OwnedFd>;
 
 /// What the budget did, for `--stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DescriptorStats {
     /// The budget: node descriptors kept open at most (beyond the pinned ones).
     pub budget: u64,
