@@ -44,6 +44,7 @@
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 
+mod aligned;
 mod ctx;
 mod direct;
 mod file;
@@ -55,6 +56,7 @@ mod range_lock;
 mod serial;
 mod sys;
 
+pub use aligned::{AlignedBuf, PAGE_ALIGN};
 pub use ctx::Ctx;
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};

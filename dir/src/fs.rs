@@ -196,8 +196,7 @@ impl DirFs {
             options,
             source: source.display().to_string(),
             listing: Default::default(),
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            as_root: unsafe { libc::geteuid() } == 0,
+            as_root: fuse::mount::is_root(),
         })
     }
 

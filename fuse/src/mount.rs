@@ -24,15 +24,16 @@
 mod check;
 mod fusermount;
 mod privileged;
+mod probe;
 
 use crate::dev::FuseDev;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-pub use check::{
-    fuse_mount_at, fuse_mount_device, is_fuse_mountpoint, mount_at, resolve, MountEntry,
-};
+pub use crate::mountinfo::MountEntry;
+pub use check::{fuse_mount_at, fuse_mount_device, is_fuse_mountpoint, mount_at, resolve};
+pub use probe::{is_root, mount_unavailable};
 
 /// How to mount: names and kernel options.
 #[derive(Debug, Clone, PartialEq, Eq)]

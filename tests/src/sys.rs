@@ -92,12 +92,6 @@ pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
     syscall!(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
 }
 
-/// The effective user id.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// Asks the kernel to send `SIGTERM` to this process when the thread that forked it
 /// exits. Meant for `CommandExt::pre_exec`: it is async-signal-safe.
 pub fn term_with_parent() -> io::Result<()> {

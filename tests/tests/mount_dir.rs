@@ -280,8 +280,7 @@ dispatch_tests!(mount_dir_gives_new_nodes_to_their_caller[coroutine, threads]);
 fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !fuse::mount::is_root() {
         return corofuse_tests::require::report_skip("needs root to act as another user");
     }
     const NOBODY: u32 = 65534;

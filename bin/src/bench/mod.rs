@@ -293,16 +293,11 @@ fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
 
 /// The lab mounts with mount(2): it needs euid 0 and a usable /dev/fuse.
 fn check_privileges() -> Result<(), String> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(
-            "corofuse bench mounts its own exports and needs root: run it with sudo".into(),
-        );
+    match fuse::mount::mount_unavailable() {
+        None => Ok(()),
+        Some(why) => Err(format!(
+            "corofuse bench mounts its own exports with mount(2), and cannot here: {why} \
+             (run it as root)"
+        )),
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map_err(|e| format!("cannot open /dev/fuse: {e} (try `modprobe fuse`)"))?;
-    Ok(())
 }
