@@ -224,6 +224,9 @@ pub struct Stats<'a> {
     /// What `--inject` rules did (only with `--inject`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inject: Option<backend::InjectStats>,
+    /// What directory listings cost (directory exports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listing: Option<crate::mount_dir::ListingReport>,
     /// Heap allocations made by the whole process so far (see `alloc_count`).
     pub allocations: u64,
     /// Per-opcode accounting (see `transport::accounting`).
@@ -233,11 +236,13 @@ pub struct Stats<'a> {
     pub per_queue: &'a [QueueStats],
 }
 
-/// What the file system adds to `--stats`: the backend's counters, for an image export.
+/// What the file system adds to `--stats`: the backend's counters, for an image export;
+/// the listings' costs, for a directory export.
 #[derive(Default)]
 pub struct BackendReport {
     pub backend: Option<backend::BackendStats>,
     pub inject: Option<backend::InjectStats>,
+    pub listing: Option<crate::mount_dir::ListingReport>,
 }
 
 /// Reads the file system's own counters for `--stats`, at any time.
@@ -366,6 +371,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let report: ReportFn = Box::new(move || BackendReport {
         backend: Some(disk.stats()),
         inject: disk.inject_stats(),
+        listing: None,
     });
     let target = Target {
         mountpoint: &args.mountpoint,
@@ -530,6 +536,7 @@ fn write_stats(
         queue,
         backend: report.backend,
         inject: report.inject,
+        listing: report.listing,
         allocations: crate::alloc_count::allocations(),
         ops,
         per_queue,

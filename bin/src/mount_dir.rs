@@ -72,8 +72,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         },
         writeback: args.writeback,
     };
-    let fs =
-        DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?;
+    let fs = Arc::new(
+        DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?,
+    );
     let name = args.source.display().to_string();
     let target = Target {
         mountpoint: &args.mountpoint,
@@ -81,6 +82,37 @@ pub fn run(args: &Args) -> Result<(), String> {
         directory: true,
         read_only: args.read_only,
     };
-    let report: ReportFn = Box::new(BackendReport::default);
-    mount::serve_mounted(&args.serve, &target, Arc::new(fs), report)
+    let listed = Arc::clone(&fs);
+    let report: ReportFn = Box::new(move || BackendReport {
+        listing: Some(listed.listing_stats().into()),
+        ..BackendReport::default()
+    });
+    mount::serve_mounted(&args.serve, &target, fs, report)
+}
+
+/// `dir_export::ListingStats` as `--stats` writes it: the driver's own time in
+/// `getdents64` on the source beside the whole READDIR/READDIRPLUS requests' time (the
+/// 9p lesson: both, and the client's, side by side). Streams count once their directory
+/// is released; requests as they finish.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct ListingReport {
+    pub getdents: u64,
+    pub getdents_ns: u64,
+    pub seeks: u64,
+    pub entries: u64,
+    pub requests: u64,
+    pub request_ns: u64,
+}
+
+impl From<dir_export::ListingStats> for ListingReport {
+    fn from(l: dir_export::ListingStats) -> ListingReport {
+        ListingReport {
+            getdents: l.streams.getdents,
+            getdents_ns: l.streams.getdents_ns,
+            seeks: l.streams.seeks,
+            entries: l.streams.entries,
+            requests: l.requests,
+            request_ns: l.request_ns,
+        }
+    }
 }

@@ -1,0 +1,87 @@
+//! The daemon's side of `--dir`'s readdir rows: what corofuse's `--stats` says the
+//! listing cost, beside the client's time (the 9p lesson: QEMU's n-square readdir only
+//! showed when the driver's own time, the whole request's and the client's were printed
+//! side by side).
+//!
+//! The driver's time is `getdents64` on the source (`listing.getdents_ns`), the
+//! requests' time READDIR/READDIRPLUS from read to reply (`listing.request_ns`, lookups
+//! of READDIRPLUS included). A stream's counts reach the stats when its directory is
+//! released, which the kernel sends after the client's `closedir` returns: [`settle`]
+//! asks again until they are in.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::bench::daemon::Daemon;
+use crate::bench::stats;
+
+/// What one listing cost the daemon (a difference of two `--stats` snapshots).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Listing {
+    /// Entries the daemon read from the source (`.` and `..` included).
+    pub entries: u64,
+    pub getdents: u64,
+    pub getdents_ns: u64,
+    /// READDIR and READDIRPLUS requests, and their time.
+    pub requests: u64,
+    pub request_ns: u64,
+}
+
+impl Listing {
+    /// From a stats document (or a difference of two); `None` without a `listing`.
+    pub fn from_stats(v: &Value) -> Option<Listing> {
+        let n = |k: &str| stats::num(v, &format!("listing/{k}")).map(|x| x as u64);
+        Some(Listing {
+            entries: n("entries")?,
+            getdents: n("getdents")?,
+            getdents_ns: n("getdents_ns")?,
+            requests: n("requests")?,
+            request_ns: n("request_ns")?,
+        })
+    }
+}
+
+/// How long [`settle`] waits for the release to be counted.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// The listing since `before`, once at least `entries` entries are counted (or after
+/// [`SETTLE`], with what is counted by then).
+pub fn settle(daemon: &mut Daemon, before: &Value, entries: u64) -> Result<Listing, String> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let after = daemon.snapshot()?;
+        let listing = Listing::from_stats(&stats::diff(before, &after))
+            .ok_or("corofuse's --stats has no listing counts")?;
+        if listing.entries >= entries || Instant::now() >= deadline {
+            return Ok(listing);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_listing_counts() {
+        let before = serde_json::json!({"listing": {"entries": 2, "getdents": 1,
+            "getdents_ns": 1000, "seeks": 0, "requests": 1, "request_ns": 5000}});
+        let after = serde_json::json!({"listing": {"entries": 1004, "getdents": 3,
+            "getdents_ns": 91000, "seeks": 0, "requests": 4, "request_ns": 405000}});
+        let l = Listing::from_stats(&stats::diff(&before, &after)).expect("listing");
+        assert_eq!(
+            l,
+            Listing {
+                entries: 1002,
+                getdents: 2,
+                getdents_ns: 90_000,
+                requests: 3,
+                request_ns: 400_000
+            }
+        );
+        assert!(Listing::from_stats(&serde_json::json!({"queue": {}})).is_none());
+    }
+}
