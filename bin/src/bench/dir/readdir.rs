@@ -4,8 +4,10 @@
 //! side by side).
 //!
 //! The driver's time is `getdents64` on the source (`listing.getdents_ns`), the
-//! requests' time READDIR/READDIRPLUS from read to reply (`listing.request_ns`, lookups
-//! of READDIRPLUS included). A stream's counts reach the stats when its directory is
+//! handler's the file system's READDIR/READDIRPLUS code (`listing.request_ns`: the
+//! driver's time, encoding and READDIRPLUS's lookups), the whole requests' time from
+//! read to reply written (the per-opcode accounting under `ops`, whose count times mean
+//! is the sum). A stream's counts reach the stats when its directory is
 //! released, which the kernel sends after the client's `closedir` returns: [`settle`]
 //! asks again until they are in.
 
@@ -24,9 +26,11 @@ pub struct Listing {
     pub entries: u64,
     pub getdents: u64,
     pub getdents_ns: u64,
-    /// READDIR and READDIRPLUS requests, and their time.
+    /// READDIR and READDIRPLUS requests, and the file system's time in them.
     pub requests: u64,
     pub request_ns: u64,
+    /// Their whole time, read to reply written (`None` without per-opcode accounting).
+    pub whole_ns: Option<u64>,
 }
 
 impl Listing {
@@ -39,8 +43,24 @@ impl Listing {
             getdents_ns: n("getdents_ns")?,
             requests: n("requests")?,
             request_ns: n("request_ns")?,
+            whole_ns: None,
         })
     }
+}
+
+/// Nanoseconds READDIR and READDIRPLUS took from read to reply, in all, by the
+/// per-opcode accounting of a stats document (count times the exact mean).
+fn whole_ns(v: &Value) -> f64 {
+    ["READDIR", "READDIRPLUS"]
+        .iter()
+        .map(|op| {
+            let total = |k: &str| stats::num(v, &format!("ops/{op}/total/{k}"));
+            // An opcode never seen has no entry: it took no time.
+            total("count")
+                .zip(total("mean_ns"))
+                .map_or(0.0, |(c, m)| c * m)
+        })
+        .sum()
 }
 
 /// How long [`settle`] waits for the release to be counted.
@@ -52,8 +72,12 @@ pub fn settle(daemon: &mut Daemon, before: &Value, entries: u64) -> Result<Listi
     let deadline = Instant::now() + SETTLE;
     loop {
         let after = daemon.snapshot()?;
-        let listing = Listing::from_stats(&stats::diff(before, &after))
+        let mut listing = Listing::from_stats(&stats::diff(before, &after))
             .ok_or("corofuse's --stats has no listing counts")?;
+        let ops = |v: &Value| v.get("ops").map(|_| whole_ns(v));
+        listing.whole_ns = ops(&after)
+            .zip(ops(before))
+            .map(|(a, b)| (a - b).max(0.0).round() as u64);
         if listing.entries >= entries || Instant::now() >= deadline {
             return Ok(listing);
         }
@@ -79,9 +103,14 @@ mod tests {
                 getdents: 2,
                 getdents_ns: 90_000,
                 requests: 3,
-                request_ns: 400_000
+                request_ns: 400_000,
+                whole_ns: None,
             }
         );
+        let ops = serde_json::json!({"ops": {"READDIRPLUS": {"count": 3,
+            "total": {"count": 3, "mean_ns": 1500}}, "READDIR": {"count": 1,
+            "total": {"count": 1, "mean_ns": 500}}}});
+        assert_eq!(whole_ns(&ops), 5000.0);
         assert!(Listing::from_stats(&serde_json::json!({"queue": {}})).is_none());
     }
 }

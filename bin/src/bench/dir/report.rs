@@ -44,10 +44,12 @@ pub struct Summary {
     pub mb_s: Option<f64>,
     pub p99_us: Option<f64>,
     pub daemon_cpu_us_per_op: Option<f64>,
-    /// Readdir rows, corofuse: getdents64 on the source, and the READDIR(PLUS)
-    /// requests' whole time, per entry the client listed.
+    /// Readdir rows, corofuse, per entry the client listed: getdents64 on the source
+    /// (the driver), the file system's READDIR(PLUS) code (the handler), and the
+    /// requests from read to reply (whole).
     pub driver_ns_per_entry: Option<f64>,
-    pub request_ns_per_entry: Option<f64>,
+    pub handler_ns_per_entry: Option<f64>,
+    pub whole_ns_per_entry: Option<f64>,
     pub requests: Option<f64>,
     pub getdents_calls: Option<f64>,
 }
@@ -94,11 +96,12 @@ fn summarise(runs: &[Outcome]) -> Option<Summary> {
         v.map(median)
     };
     let rate: Vec<f64> = ok.iter().map(|x| x.ops_per_second()).collect();
-    let per_entry = |ns: fn(&super::readdir::Listing) -> u64| {
+    let per_entry = |ns: fn(&super::readdir::Listing) -> Option<u64>| {
         move |x: &Measure| {
             x.listing
                 .filter(|_| x.ops > 0)
-                .map(|l| ns(&l) as f64 / x.ops as f64)
+                .and_then(|l| ns(&l))
+                .map(|ns| ns as f64 / x.ops as f64)
         }
     };
     Some(Summary {
@@ -110,8 +113,9 @@ fn summarise(runs: &[Outcome]) -> Option<Summary> {
         mb_s: opt(&|x| x.fio.as_ref().map(|f| f.mb_s)),
         p99_us: opt(&|x| x.fio.as_ref().map(|f| f.p99_us)),
         daemon_cpu_us_per_op: opt(&|x| x.daemon_cpu_us_per_op()),
-        driver_ns_per_entry: opt(&per_entry(|l| l.getdents_ns)),
-        request_ns_per_entry: opt(&per_entry(|l| l.request_ns)),
+        driver_ns_per_entry: opt(&per_entry(|l| Some(l.getdents_ns))),
+        handler_ns_per_entry: opt(&per_entry(|l| Some(l.request_ns))),
+        whole_ns_per_entry: opt(&per_entry(|l| l.whole_ns)),
         requests: opt(&|x| x.listing.map(|l| l.requests as f64)),
         getdents_calls: opt(&|x| x.listing.map(|l| l.getdents as f64)),
     })
@@ -196,35 +200,53 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), num)
 }
 
-fn error(r: &RowReport) -> String {
-    match (&r.first_error, r.median.is_some()) {
-        (None, _) => String::new(),
-        (Some(e), false) => format!("FAILED: {e}"),
-        (Some(e), true) => format!("{} of {} runs failed: {e}", r.failed_runs, r.runs.len()),
+/// The errors of a table's rows, numbered, printed under it.
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl Notes {
+    /// The error column of `r`: `FAILED [n]` when every run failed, `k/N failed [n]`
+    /// when some did, nothing otherwise; the error itself becomes note `n`.
+    fn error(&mut self, r: &RowReport) -> String {
+        let Some(e) = &r.first_error else {
+            return String::new();
+        };
+        self.0.push(format!("{}, {}: {e}", r.row, r.server));
+        let n = self.0.len();
+        if r.median.is_some() {
+            format!("{}/{} failed [{n}]", r.failed_runs, r.runs.len())
+        } else {
+            format!("FAILED [{n}]")
+        }
+    }
+
+    fn render(&self) -> String {
+        self.0
+            .iter()
+            .enumerate()
+            .map(|(i, e)| format!("[{}] {e}\n", i + 1))
+            .collect()
     }
 }
 
-/// The whole text output: header, the metadata and data table, the readdir table.
+/// The whole text output: header, the metadata and data table, the readdir table, each
+/// with its errors under it.
 pub fn render(r: &DirReport) -> String {
     let mut out = header(r);
     let trials = r.options.trials > 1;
-    let main: Vec<&RowReport> = r
-        .rows
-        .iter()
-        .filter(|x| x.section != Section::Readdir)
-        .collect();
+    let (readdir, main): (Vec<&RowReport>, Vec<&RowReport>) =
+        r.rows.iter().partition(|x| x.section == Section::Readdir);
+    let mut notes = Notes::default();
     if !main.is_empty() {
         out.push('\n');
-        out.push_str(&main_table(&main, trials).render());
+        out.push_str(&main_table(&main, trials, &mut notes).render());
+        out.push_str(&notes.render());
     }
-    let readdir: Vec<&RowReport> = r
-        .rows
-        .iter()
-        .filter(|x| x.section == Section::Readdir)
-        .collect();
     if !readdir.is_empty() {
+        let mut notes = Notes::default();
         out.push('\n');
-        out.push_str(&readdir_table(&readdir, &r.options).render());
+        out.push_str(&readdir_table(&readdir, &r.options, &mut notes).render());
+        out.push_str(&notes.render());
     }
     out
 }
@@ -264,7 +286,13 @@ fn header(r: &DirReport) -> String {
          threads) per operation; vs hp = corofuse's ops/s / passthrough_hp's, same row \
          (> 1.00x: corofuse is faster).\n\
          create runs on one mount, stat and unlink on the next (LOOKUPs reach the daemon); \
-         ls -l = list and lstat each entry; find = recursive listing by d_type.\n",
+         ls -l = list and lstat each entry; find = recursive listing by d_type.\n\
+         readdir (corofuse's --stats, the 9p lesson): client = the listing's time through \
+         the mount; whole = READDIR(PLUS) from read to reply written; handler = the file \
+         system's code in them (driver, encoding, READDIRPLUS's lookups); driver = \
+         getdents64 on the source; vs {} = time per entry over the smallest \
+         directory's (1.00x = flat). CPU times are clock ticks: a row shorter than a few \
+         ticks reads 0.\n",
         fmt_seconds(o.seconds),
         o.file_mib,
         e.kernel,
@@ -273,6 +301,7 @@ fn header(r: &DirReport) -> String {
         e.corofuse_version,
         o.tree,
         o.tree_fs,
+        o.entries.first().copied().unwrap_or(0),
     )
 }
 
@@ -281,7 +310,7 @@ fn fmt_seconds(s: f64) -> String {
     t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn main_table(rows: &[&RowReport], trials: bool) -> Table {
+fn main_table(rows: &[&RowReport], trials: bool, notes: &mut Notes) -> Table {
     let mut headers = vec!["row", "server", "ops", "ops/s"];
     if trials {
         headers.push("ops/s min-max");
@@ -312,7 +341,7 @@ fn main_table(rows: &[&RowReport], trials: bool) -> Table {
                 opt(m.p99_us),
                 opt(m.daemon_cpu_us_per_op),
                 ratio(r.vs_hp),
-                error(r),
+                notes.error(r),
             ]);
             row
         })
@@ -324,14 +353,15 @@ fn main_table(rows: &[&RowReport], trials: bool) -> Table {
     }
 }
 
-fn readdir_table(rows: &[&RowReport], o: &Options) -> Table {
+fn readdir_table(rows: &[&RowReport], o: &Options, notes: &mut Notes) -> Table {
     let smallest = format!("vs {}", o.entries.first().copied().unwrap_or(0));
     let headers = [
         "readdir",
         "server",
         "client ns/entry",
+        "whole ns/entry",
+        "handler ns/entry",
         "driver ns/entry",
-        "request ns/entry",
         "requests",
         "getdents",
         "cpu ns/entry",
@@ -352,14 +382,15 @@ fn readdir_table(rows: &[&RowReport], o: &Options) -> Table {
                 } else {
                     "-".into()
                 },
+                opt(m.whole_ns_per_entry),
+                opt(m.handler_ns_per_entry),
                 opt(m.driver_ns_per_entry),
-                opt(m.request_ns_per_entry),
                 m.requests.map_or_else(|| "-".into(), count),
                 m.getdents_calls.map_or_else(|| "-".into(), count),
                 opt(m.daemon_cpu_us_per_op.map(|us| us * 1000.0)),
                 ratio(r.vs_hp),
                 ratio(r.vs_smallest),
-                error(r),
+                notes.error(r),
             ]
         })
         .collect();
@@ -386,6 +417,7 @@ mod tests {
                 getdents_ns: ops * 200,
                 requests: ops / 100,
                 request_ns: ops * 700,
+                whole_ns: Some(ops * 900),
             }),
             fio: None,
         })
@@ -511,7 +543,8 @@ mod tests {
         let rd = &r.rows[8];
         let m = rd.median.as_ref().expect("ran");
         assert_eq!(m.driver_ns_per_entry, Some(200.0));
-        assert_eq!(m.request_ns_per_entry, Some(700.0));
+        assert_eq!(m.handler_ns_per_entry, Some(700.0));
+        assert_eq!(m.whole_ns_per_entry, Some(900.0));
         assert!((rd.vs_smallest.expect("flatness") - 1.2).abs() < 1e-9);
         let json = serde_json::to_value(&r).expect("serialises");
         assert_eq!(
@@ -529,22 +562,21 @@ mod tests {
         assert!(text.contains("/hp --nopassthrough"));
         assert!(line(&text, "create 100 files", "corofuse").contains("2.00x"));
         let stat = line(&text, "stat 100 files", "corofuse");
-        assert!(
-            stat.contains("1 of 3 runs failed: stat of file 7"),
-            "{stat}"
-        );
+        assert!(stat.trim_end().ends_with("1/3 failed [1]"), "{stat}");
         let ls = line(&text, "ls -l 100 entries", "corofuse");
-        assert!(ls.contains("FAILED: lstat of entry 5: EMFILE"), "{ls}");
+        assert!(ls.trim_end().ends_with("FAILED [2]"), "{ls}");
+        assert!(text.contains("\n[1] stat 100 files, corofuse: stat of file 7 of 100: Too many"));
+        assert!(text.contains("\n[2] ls -l 100 entries, corofuse: lstat of entry 5: EMFILE\n"));
         let hdr = line(&text, "readdir ", "driver ns/entry");
         assert!(
-            hdr.contains("vs 1000") && hdr.contains("request ns/entry"),
+            hdr.contains("vs 1000") && hdr.contains("whole ns/entry"),
             "{hdr}"
         );
         let cf = line(&text, "10000 ", "corofuse");
         let cols: Vec<&str> = cf.split_whitespace().collect();
         assert_eq!(
-            &cols[..5],
-            ["10000", "corofuse", "1200", "200.0", "700.0"],
+            &cols[..6],
+            ["10000", "corofuse", "1200", "900.0", "700.0", "200.0"],
             "{cf}"
         );
         assert!(cf.contains("1.67x") && cf.contains("1.20x"), "{cf}");
