@@ -131,6 +131,9 @@ enum Command {
     /// The load generator the lab runs in a child process (one JSON line on stdout).
     #[command(hide = true)]
     Load(load::Args),
+    /// The client of `--dir`'s metadata and readdir rows (one JSON line on stdout).
+    #[command(hide = true)]
+    DirClient(dir::ClientArgs),
 }
 
 #[derive(clap::Args)]
@@ -211,6 +214,7 @@ pub fn run(args: Args) -> Result<(), String> {
     match args.command {
         Some(Command::Switch(a)) => crate::bench_switch::run(&a),
         Some(Command::Load(a)) => load::run(&a),
+        Some(Command::DirClient(a)) => dir::client(&a),
         None if args.lab.dir.enabled => dir::run(&args.lab),
         None => lab(&args.lab),
     }

@@ -1,9 +1,12 @@
 //! The client side of `--dir`'s metadata and readdir rows: plain system calls from the
 //! lab's own process through the mount, timed as a whole and divided per operation.
 //!
-//! Why in-process, not `ls`/`find`/a script: the time is then the system calls' alone
-//! (no process start, no output formatting), identical for every server, and a failure
-//! is one errno at one known file, which the report prints per row. `ls -l` is a listing
+//! They run in a child of the lab (hidden `corofuse bench dir-client`, [`Args`]), which
+//! times itself and prints one JSON line: a client stuck in a FUSE request (a daemon bug
+//! is what the lab may find) is then killed at a timeout or Ctrl-C instead of hanging the
+//! lab with its mount. Why our own calls, not `ls`/`find`/a script: the time is the
+//! system calls' alone (no process start, no output formatting), identical for every
+//! server, and a failure is one errno at one known file, which the report prints per row. `ls -l` is a listing
 //! and an lstat of every entry (what `ls -l` does), `find` a recursive listing that
 //! decides what to descend into by `d_type` (what `find` does with no predicate).
 //!
@@ -16,8 +19,67 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
+
+/// What a client run does (`bench dir-client --op`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    Create,
+    Stat,
+    Unlink,
+    /// List and lstat every entry.
+    LsL,
+    Find,
+    /// List, names only.
+    List,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Stat => "stat",
+            Op::Unlink => "unlink",
+            Op::LsL => "ls-l",
+            Op::Find => "find",
+            Op::List => "list",
+        }
+    }
+}
+
+/// `corofuse bench dir-client`: one timed phase, its [`Timed`] as a JSON line on stdout.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[arg(long, value_enum)]
+    op: Op,
+    /// The directory (through the mount)
+    #[arg(long)]
+    dir: PathBuf,
+    /// Files `f0` .. `f{N-1}` (create, stat, unlink)
+    #[arg(long, default_value_t = 0)]
+    files: u64,
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let t = phase(args.op, &args.dir, args.files);
+    println!("{}", serde_json::to_string(&t).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+/// Runs one phase here, in this process.
+pub fn phase(op: Op, dir: &Path, files: u64) -> Timed {
+    match op {
+        Op::Create => create(dir, files),
+        Op::Stat => stat(dir, files),
+        Op::Unlink => unlink(dir, files),
+        Op::LsL => ls_l(dir),
+        Op::Find => find(dir),
+        Op::List => list(dir),
+    }
+}
+
 /// What one timed phase did.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timed {
     /// Operations that succeeded.
     pub ops: u64,
@@ -55,7 +117,7 @@ fn each(dir: &Path, n: u64, what: &str, op: impl Fn(&Path) -> io::Result<()>) ->
 }
 
 /// Creates (and closes) `n` empty files in `dir`, mode 0644.
-pub fn create(dir: &Path, n: u64) -> Timed {
+fn create(dir: &Path, n: u64) -> Timed {
     each(dir, n, "create", |p| {
         std::fs::OpenOptions::new()
             .write(true)
@@ -67,12 +129,12 @@ pub fn create(dir: &Path, n: u64) -> Timed {
 }
 
 /// `stat` of the first `n` files.
-pub fn stat(dir: &Path, n: u64) -> Timed {
+fn stat(dir: &Path, n: u64) -> Timed {
     each(dir, n, "stat", |p| std::fs::metadata(p).map(drop))
 }
 
 /// `unlink` of the first `n` files.
-pub fn unlink(dir: &Path, n: u64) -> Timed {
+fn unlink(dir: &Path, n: u64) -> Timed {
     each(dir, n, "unlink", |p| std::fs::remove_file(p))
 }
 
@@ -105,12 +167,12 @@ fn listing(
 }
 
 /// Lists `dir` (names only).
-pub fn list(dir: &Path) -> Timed {
+fn list(dir: &Path) -> Timed {
     counted(|ops| listing(dir, ops, |_, _| Ok(())))
 }
 
 /// `ls -l`: list `dir`, lstat each entry.
-pub fn ls_l(dir: &Path) -> Timed {
+fn ls_l(dir: &Path) -> Timed {
     counted(|ops| {
         listing(dir, ops, |entry, ops| {
             std::fs::symlink_metadata(entry.path())
@@ -121,7 +183,7 @@ pub fn ls_l(dir: &Path) -> Timed {
 }
 
 /// `find dir`: every entry below `dir`, directories descended by `d_type`.
-pub fn find(dir: &Path) -> Timed {
+fn find(dir: &Path) -> Timed {
     fn walk(dir: &Path, ops: &mut u64) -> Result<(), String> {
         listing(dir, ops, |entry, ops| {
             let kind = entry

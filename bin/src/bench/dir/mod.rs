@@ -14,7 +14,7 @@
 //!
 //! Layout: [`plan`] (the command line resolved, the interleaved order), [`servers`]
 //! (command lines and the like-for-like flags), [`tree`] (the source tree),
-//! [`meta`] (the client's timed system calls), [`readdir`] (corofuse's own count of a
+//! [`meta`] (the client's timed system calls, hidden `bench dir-client`), [`readdir`] (corofuse's own count of a
 //! listing), [`runner`] (runs the plan), [`report`] (medians, ratios, tables, JSON).
 
 mod meta;
@@ -29,6 +29,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{env, fio, interrupt, lab, mountinfo, variant, LabArgs};
+
+pub use meta::{run as client, Args as ClientArgs};
 
 /// The environment variable naming passthrough_hp's binary.
 pub const HP_ENV: &str = "COROFUSE_PASSTHROUGH_HP";

@@ -244,7 +244,14 @@ pub fn render(r: &DirReport) -> String {
     }
     if !readdir.is_empty() {
         let mut notes = Notes::default();
-        out.push('\n');
+        out.push_str(&format!(
+            "\nreaddir (corofuse's --stats, the 9p lesson): client = the listing's time \
+             through the mount; whole = READDIR(PLUS) from read to reply written; handler = \
+             the file system's code in them (driver, encoding, READDIRPLUS's lookups); \
+             driver = getdents64 on the source; vs {} = time per entry over the smallest \
+             directory's (1.00x = flat).\n",
+            r.options.entries.first().copied().unwrap_or(0)
+        ));
         out.push_str(&readdir_table(&readdir, &r.options, &mut notes).render());
         out.push_str(&notes.render());
     }
@@ -286,13 +293,8 @@ fn header(r: &DirReport) -> String {
          threads) per operation; vs hp = corofuse's ops/s / passthrough_hp's, same row \
          (> 1.00x: corofuse is faster).\n\
          create runs on one mount, stat and unlink on the next (LOOKUPs reach the daemon); \
-         ls -l = list and lstat each entry; find = recursive listing by d_type.\n\
-         readdir (corofuse's --stats, the 9p lesson): client = the listing's time through \
-         the mount; whole = READDIR(PLUS) from read to reply written; handler = the file \
-         system's code in them (driver, encoding, READDIRPLUS's lookups); driver = \
-         getdents64 on the source; vs {} = time per entry over the smallest \
-         directory's (1.00x = flat). CPU times are clock ticks: a row shorter than a few \
-         ticks reads 0.\n",
+         ls -l = list and lstat each entry; find = recursive listing by d_type. CPU \
+         times are clock ticks: a row shorter than a few ticks reads 0.\n",
         fmt_seconds(o.seconds),
         o.file_mib,
         e.kernel,
@@ -301,7 +303,6 @@ fn header(r: &DirReport) -> String {
         e.corofuse_version,
         o.tree,
         o.tree_fs,
-        o.entries.first().copied().unwrap_or(0),
     )
 }
 

@@ -10,10 +10,12 @@
 //! (/proc, all threads) is read around each timed phase.
 
 use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use serde::Serialize;
 
-use super::meta::{self, Timed};
+use super::meta::{self, Op, Timed};
 use super::plan::{schedule, DirPlan, Job, Section};
 use super::readdir::{self, Listing};
 use super::servers::Server;
@@ -21,7 +23,10 @@ use super::tree::Tree;
 use crate::bench::daemon::{Daemon, Paths};
 use crate::bench::lab::Lab;
 use crate::bench::load::LoadResult;
-use crate::bench::{fio, interrupt};
+use crate::bench::{child, fio, interrupt};
+
+/// How long one client phase may take before it is killed (a stuck FUSE request).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One row's figures from one run.
 #[derive(Clone, Debug, Serialize)]
@@ -164,11 +169,12 @@ fn run_one(
     let mnt = lab.dir_mountpoint()?;
     let outcome = match job {
         Job::Meta => unreachable!("handled above"),
-        Job::LsL => timed(&daemon, || {
-            meta::ls_l(&mnt.join(Tree::readdir_name(plan.largest_dir())))
-        }),
-        Job::Find => timed(&daemon, || meta::find(&mnt.join(Tree::FIND))),
-        Job::Readdir(n) => listing(&mut daemon, &mnt, *n, server.is_corofuse()),
+        Job::LsL => {
+            let dir = mnt.join(Tree::readdir_name(plan.largest_dir()));
+            timed(&daemon, || client(lab, Op::LsL, &dir, 0))
+        }
+        Job::Find => timed(&daemon, || client(lab, Op::Find, &mnt.join(Tree::FIND), 0)),
+        Job::Readdir(n) => listing(lab, &mut daemon, &mnt, *n, server.is_corofuse()),
         Job::Fio(f) => {
             let cpu0 = daemon.cpu_seconds();
             let (out, err) = (lab.file("fio.out"), lab.file("fio.err"));
@@ -214,7 +220,7 @@ fn metadata(
         let mut daemon = start(lab, tree, server)?;
         let dir = lab.dir_mountpoint()?.join(&name);
         std::fs::create_dir(&dir).map_err(|e| meta::describe(&e, "mkdir through the mount"))?;
-        let (created, create) = phase(&daemon, || meta::create(&dir, plan.files));
+        let (created, create) = phase(&daemon, || client(lab, Op::Create, &dir, plan.files));
         stop(&mut daemon);
         if created == 0 {
             let why = "not run: no file was created".to_string();
@@ -225,8 +231,8 @@ fn metadata(
             ]);
         }
         let mut daemon = start(lab, tree, server)?;
-        let (_, stat) = phase(&daemon, || meta::stat(&dir, created));
-        let (_, unlink) = phase(&daemon, || meta::unlink(&dir, created));
+        let (_, stat) = phase(&daemon, || client(lab, Op::Stat, &dir, created));
+        let (_, unlink) = phase(&daemon, || client(lab, Op::Unlink, &dir, created));
         stop(&mut daemon);
         Ok(vec![create, stat, unlink])
     })();
@@ -272,7 +278,7 @@ fn timed(daemon: &Daemon, f: impl FnOnce() -> Timed) -> Outcome {
 }
 
 /// A readdir row: the client's listing, and for corofuse its own count of it.
-fn listing(daemon: &mut Daemon, mnt: &Path, n: u64, corofuse: bool) -> Outcome {
+fn listing(lab: &Lab, daemon: &mut Daemon, mnt: &Path, n: u64, corofuse: bool) -> Outcome {
     let before = if corofuse {
         match daemon.snapshot() {
             Ok(v) => Some(v),
@@ -281,7 +287,8 @@ fn listing(daemon: &mut Daemon, mnt: &Path, n: u64, corofuse: bool) -> Outcome {
     } else {
         None
     };
-    let mut outcome = timed(daemon, || meta::list(&mnt.join(Tree::readdir_name(n))));
+    let dir = mnt.join(Tree::readdir_name(n));
+    let mut outcome = timed(daemon, || client(lab, Op::List, &dir, 0));
     if let (Outcome::Ok(m), Some(before)) = (&mut outcome, before) {
         if m.ops != n {
             return Outcome::Failed(format!("listed {} entries, not {n}", m.ops));
@@ -292,6 +299,45 @@ fn listing(daemon: &mut Daemon, mnt: &Path, n: u64, corofuse: bool) -> Outcome {
         }
     }
     outcome
+}
+
+/// Runs one phase in a child process (`bench dir-client`, see [`meta`]); a child that
+/// fails, hangs past [`CLIENT_TIMEOUT`] or is interrupted is an error of the phase.
+fn client(lab: &Lab, op: Op, dir: &Path, files: u64) -> Timed {
+    let failed = |e: String| Timed {
+        ops: 0,
+        seconds: 0.0,
+        error: Some(e),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return failed(format!("cannot find my own binary: {e}")),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "dir-client", "--op", op.name(), "--files"])
+        .arg(files.to_string())
+        .arg("--dir")
+        .arg(dir);
+    let (out, err) = (lab.file("client.out"), lab.file("client.err"));
+    let result = (|| {
+        let mut c = child::spawn_load(&mut cmd, None, &out, &err)?
+            .map_err(|e| format!("cannot start the client: {e}"))?;
+        let status = child::wait(&mut c, CLIENT_TIMEOUT, "the client")?;
+        if !status.success() {
+            return Err(format!(
+                "the client failed ({status}):{}",
+                child::tail(&err, 5)
+            ));
+        }
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        serde_json::from_str::<Timed>(text.trim()).map_err(|e| {
+            format!(
+                "the client printed no result ({e}):{}",
+                child::tail(&err, 5)
+            )
+        })
+    })();
+    result.unwrap_or_else(failed)
 }
 
 fn start(lab: &Lab, tree: &Tree, server: &Server) -> Result<Daemon, String> {

@@ -46,8 +46,15 @@ impl Tree {
         let root = parent.join(format!("{PREFIX}{}", std::process::id()));
         std::fs::create_dir(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let tree = Tree { root };
-        let readdir = plan.has(|j| matches!(j, Job::Readdir(_) | Job::LsL));
-        for &n in plan.entries.iter().filter(|_| readdir) {
+        // Every readdir size for the readdir rows; the largest alone for ls -l.
+        let sizes: Vec<u64> = if plan.has(|j| matches!(j, Job::Readdir(_))) {
+            plan.entries.clone()
+        } else if plan.has(|j| matches!(j, Job::LsL)) {
+            vec![plan.largest_dir()]
+        } else {
+            Vec::new()
+        };
+        for n in sizes {
             eprintln!("making {} ({n} files) ...", tree.readdir_dir(n).display());
             files(&tree.readdir_dir(n), n, 1)?;
         }
