@@ -125,7 +125,7 @@ pub fn run(args: &LabArgs) -> Result<(), String> {
     let lab = lab::Lab::new(&plan.scratch_dir)?;
     let tree = tree::Tree::create(&plan)?;
     eprintln!(
-        "corofuse bench --dir: {} mounts, {} servers, {} trials; Ctrl-C stops and cleans up",
+        "corofuse bench --dir: {} mounts ({} server(s), {} trial(s)); Ctrl-C stops and cleans up",
         plan.mounts(),
         plan.servers.len(),
         plan.trials

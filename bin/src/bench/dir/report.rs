@@ -292,7 +292,8 @@ fn header(r: &DirReport) -> String {
          time per operation (fio: mean latency); cpu us/op = the daemon's CPU time (all \
          threads) per operation; vs hp = corofuse's ops/s / passthrough_hp's, same row \
          (> 1.00x: corofuse is faster).\n\
-         create runs on one mount, stat and unlink on the next (LOOKUPs reach the daemon); \
+         create runs on one mount, stat and unlink on the next (LOOKUPs reach the daemon), \
+         over the files create made (ops) if it stopped early; \
          ls -l = list and lstat each entry; find = recursive listing by d_type. CPU \
          times are clock ticks: a row shorter than a few ticks reads 0.\n",
         fmt_seconds(o.seconds),
