@@ -29,6 +29,7 @@
 mod affinity;
 mod child;
 mod daemon;
+mod dir;
 mod env;
 mod export;
 mod fill;
@@ -73,7 +74,7 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     without O_DIRECT (they refuse it; no page cache): what the load itself can drive, \
     the ceiling of null and file (--only local,null)\n  \
     null          null:1G, the daemon's own cost\n  \
-    file          a 1 GiB raw image on tmpfs (--dir)\n  \
+    file          a 1 GiB raw image on tmpfs (--scratch-dir)\n  \
     device        a 2 GiB pre-filled image on real storage (--storage-dir), loaded \
     straight with O_DIRECT, no FUSE: the ceiling of the next two\n  \
     disk          that image exported buffered (corofuse mount -w IMG)\n  \
@@ -107,7 +108,14 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     Examples:\n  corofuse bench\n  corofuse bench --compare-qsd --trials 3 --seconds 5 --svg /tmp/bench.svg\n  \
     corofuse bench --only disk-direct --storage-dir /mnt/nvme/bench --workload randwrite-uring-qd64\n  \
     corofuse bench --only null --workload randread-psync-qd1 --cpus same --mount-opt \"--poll-us 50\"\n  \
-    corofuse bench --only null,file --queues 1,2 --transport dev,uring --compare-qsd --trials 3"
+    corofuse bench --only null,file --queues 1,2 --transport dev,uring --compare-qsd --trials 3\n\n\
+    --dir benchmarks the directory export instead (corofuse mount-dir, beside libfuse's \
+    passthrough_hp when --passthrough-hp PATH or COROFUSE_PASSTHROUGH_HP names its binary): \
+    create/stat/unlink of --files small files, ls -l and find, readdir at --entries \
+    sizes with the driver's and the requests' time beside the client's, fio 4 KiB random \
+    IOPS at qd1 and qd64 and 1 MiB random writes by 16 jobs at qd64, on a scratch tree in \
+    --storage-dir (a real file system), every row on a fresh mount, servers interleaved:\n  \
+    corofuse bench --dir --trials 5 --passthrough-hp /path/to/passthrough_hp"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -123,6 +131,9 @@ enum Command {
     /// The load generator the lab runs in a child process (one JSON line on stdout).
     #[command(hide = true)]
     Load(load::Args),
+    /// The client of `--dir`'s metadata and readdir rows (one JSON line on stdout).
+    #[command(hide = true)]
+    DirClient(dir::ClientArgs),
 }
 
 #[derive(clap::Args)]
@@ -184,9 +195,10 @@ struct LabArgs {
     /// Also write a bar chart of IOPS per workload as SVG
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
-    /// Where the lab's scratch directory (mount point, the file row's 1 GiB image) goes
+    /// Where the lab's scratch directory (mount point, the file row's 1 GiB image, logs)
+    /// goes
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
-    dir: PathBuf,
+    scratch_dir: PathBuf,
     /// Directory on the file system the storage rows measure (not tmpfs). The 2 GiB image
     /// written there is kept for the next runs
     #[arg(long, value_name = "DIR", default_value = storage::DEFAULT_DIR)]
@@ -194,12 +206,16 @@ struct LabArgs {
     /// Write the storage image again even if a filled one is kept
     #[arg(long)]
     refill_image: bool,
+    #[command(flatten)]
+    dir: dir::DirArgs,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
     match args.command {
         Some(Command::Switch(a)) => crate::bench_switch::run(&a),
         Some(Command::Load(a)) => load::run(&a),
+        Some(Command::DirClient(a)) => dir::client(&a),
+        None if args.lab.dir.enabled => dir::run(&args.lab),
         None => lab(&args.lab),
     }
 }
@@ -240,7 +256,7 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     );
     eprintln!("measuring the one-way coroutine switch (runtime_switch micro-benchmark) ...");
     let switch_ns = env::one_way_switch_ns()?;
-    let mut lab = lab::Lab::new(&args.dir)?;
+    let mut lab = lab::Lab::new(&args.scratch_dir)?;
     if plan.exports().contains(&ExportKind::File) {
         eprintln!("writing a 1 GiB image in {} ...", lab.dir().display());
         lab.create_image()?;
