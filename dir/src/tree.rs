@@ -10,7 +10,9 @@
 //! is meant to be mounted by root with `default_permissions` (the kernel checks the
 //! caller's permissions against the attributes this layer reports) for a single user;
 //! switching fsuid/fsgid per request is the step after. New files get the mode the kernel
-//! sends with the caller's umask applied, and are owned by the daemon's user.
+//! sends with the caller's umask applied, and are owned by the daemon's user. So that the
+//! daemon's own umask takes nothing more off (a caller with umask 0 making a 0777
+//! directory gets 0777), [`Tree::new`] sets the process's umask to 0.
 //!
 //! A read-only tree refuses every change with EROFS before any system call.
 
@@ -55,8 +57,14 @@ fn errno(code: i32) -> io::Error {
 }
 
 impl Tree {
-    /// The tree rooted at `source` (a directory).
+    /// The tree rooted at `source` (a directory). Clears the process's umask (see the
+    /// module docs): the caller's umask, which every request that makes a node carries,
+    /// is the one that counts.
     pub fn new(source: &Path, read_only: bool) -> io::Result<Tree> {
+        let was = sys::clear_umask();
+        if was != 0 {
+            log::debug!("umask {was:03o} cleared: the callers' umasks apply instead");
+        }
         Ok(Tree {
             inodes: Inodes::new(source)?,
             read_only,
