@@ -18,7 +18,7 @@ use std::time::Duration;
 use corofuse_tests::buf::SEED_ENV;
 use corofuse_tests::require::{note, report_skip, tool_missing};
 use corofuse_tests::tool::run_bounded;
-use corofuse_tests::{dispatch_tests, Dispatch, MountedExport, Sandbox, MIB};
+use corofuse_tests::{dispatch_tests, Dispatch, MountedExport, Sandbox, Seed, MIB};
 
 const FSX: &str = "fsx";
 
@@ -47,20 +47,6 @@ fn block_config(len: u64) -> String {
     )
 }
 
-fn seed() -> u64 {
-    match std::env::var(SEED_ENV) {
-        Ok(v) if !v.trim().is_empty() => {
-            let v = v.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => v.parse(),
-            };
-            parsed.unwrap_or_else(|e| panic!("{SEED_ENV}={v:?}: {e}"))
-        }
-        _ => SEED,
-    }
-}
-
 /// Runs `fsx -N ops -S seed -f config -P artifacts file` and asserts that it finished
 /// with every read as expected.
 #[track_caller]
@@ -68,7 +54,9 @@ fn exercise(export: &MountedExport, file: &Path, config: &str, ops: u64, what: &
     let scratch = tempfile::tempdir().unwrap();
     let config_path = scratch.path().join("fsx.toml");
     fs::write(&config_path, config).unwrap();
-    let seed = seed();
+    // Alive to the end: on a panic it prints how to replay.
+    let chosen = Seed::fixed(SEED);
+    let seed = chosen.value();
     note(&format!(
         "fsx on {what}: {ops} operations, seed {seed} (replay: {SEED_ENV}={seed})"
     ));
