@@ -248,3 +248,34 @@ fn the_daemons_own_umask_takes_nothing_off() {
         assert_eq!(meta.mode() & 0o7777, mode, "{name}");
     }
 }
+
+/// In a directory with a default ACL the ACL decides a new node's mode, not the caller's
+/// umask, as on a local file system; elsewhere the umask applies.
+#[test]
+fn a_default_acl_decides_instead_of_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl");
+    fs::create_dir(&acl).unwrap();
+    let rwx = corofuse_tests::sys::default_acl_rwx();
+    if let Err(e) = corofuse_tests::sys::setxattr(&acl, "system.posix_acl_default", &rwx) {
+        return corofuse_tests::require::report_skip(&format!(
+            "no default ACL on {}: {e}",
+            acl.display()
+        ));
+    }
+    let t = tree(dir.path());
+    let acl_node = t.lookup(ROOT, &c("acl")).unwrap().nodeid;
+    for (parent, d, f, want_d, want_f) in [
+        (acl_node, "acl/d", "acl/f", 0o777, 0o666),
+        (ROOT, "d", "f", 0o755, 0o644),
+    ] {
+        let name = |p: &str| c(p.rsplit('/').next().unwrap());
+        t.mkdir(parent, &name(d), 0o777, 0o022).unwrap();
+        drop(
+            t.create(parent, &name(f), libc::O_RDWR, 0o666, 0o022)
+                .unwrap(),
+        );
+        let mode = |p: &str| fs::metadata(dir.path().join(p)).unwrap().mode() & 0o7777;
+        assert_eq!((mode(d), mode(f)), (want_d, want_f), "{d}, {f}");
+    }
+}

@@ -336,3 +336,62 @@ fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
     export.stop();
 }
+
+dispatch_tests!(mount_dir_new_nodes_get_the_modes_a_local_file_system_gives[coroutine, threads]);
+/// Files, directories and FIFOs made through the mount get the modes the same calls give
+/// on the source itself: the caller's umask applied once (not the daemon's as well), and
+/// in a directory with a default ACL the ACL instead of the umask.
+fn mount_dir_new_nodes_get_the_modes_a_local_file_system_gives(mode: Dispatch) {
+    use std::os::unix::fs::PermissionsExt;
+    let src = tempfile::tempdir().unwrap();
+    let rwx = corofuse_tests::sys::default_acl_rwx();
+    for side in ["local", "mounted"] {
+        for dir in ["plain", "acl"] {
+            fs::create_dir_all(src.path().join(side).join(dir)).unwrap();
+        }
+        let acl = src.path().join(side).join("acl");
+        if let Err(e) = corofuse_tests::sys::setxattr(&acl, "system.posix_acl_default", &rwx) {
+            return corofuse_tests::require::report_skip(&format!("no default ACL here: {e}"));
+        }
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let make = |root: &Path| {
+        let script = "for d in plain acl; do \
+                      (umask 022; touch $d/f; mkdir $d/d; mkfifo $d/p); \
+                      (umask 0; touch $d/f0; mkdir $d/d0); (umask 077; touch $d/f7); done";
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make(&src.path().join("local"));
+    make(&export.path().join("mounted"));
+    let modes = |side: &str| -> Vec<(String, u32)> {
+        let mut all = Vec::new();
+        for dir in ["plain", "acl"] {
+            for name in ["f", "d", "p", "f0", "d0", "f7"] {
+                let path = src.path().join(side).join(dir).join(name);
+                let mode = fs::symlink_metadata(&path).unwrap().permissions().mode();
+                all.push((format!("{dir}/{name}"), mode & 0o7777));
+            }
+        }
+        all
+    };
+    let local = modes("local");
+    assert_eq!(
+        modes("mounted"),
+        local,
+        "modes through the mount and made locally"
+    );
+    assert_eq!(local[0], ("plain/f".to_string(), 0o644), "{local:?}");
+    assert_eq!(local[6], ("acl/f".to_string(), 0o666), "{local:?}");
+    export.stop();
+}

@@ -111,7 +111,7 @@ fn compare(source: &Results, mount: &Results) -> (Vec<String>, Vec<&'static str>
     (unexplained, stale)
 }
 
-dispatch_tests!(mount_dir_passes_pjdfstest_as_the_source_does[coroutine, threads]);
+dispatch_tests!(mount_dir_passes_pjdfstest_as_the_source_does[coroutine, threads, uring]);
 fn mount_dir_passes_pjdfstest_as_the_source_does(mode: Dispatch) {
     if let Some(why) = tool_missing(pjdfstest::PJDFSTEST) {
         return report_skip(&why);
