@@ -231,6 +231,19 @@ fn mount_dir_cache_never_sees_changes_made_on_the_source(mode: Dispatch) {
     file.read_exact_at(&mut buf, 0).unwrap();
     assert_eq!(&buf, b"after!", "no page cache in between");
     drop(file);
+    // Shared mappings work all the same (fsx found them refused with ENODEV), and stores
+    // reach the source at msync.
+    use corofuse_tests::{Access, Mapping, Sharing};
+    fs::write(src.path().join("mapped"), vec![b'.'; 8192]).unwrap();
+    let file = corofuse_tests::open_rw(&export.path().join("mapped")).unwrap();
+    let map = Mapping::map(&file, 0, 8192, Access::ReadWrite, Sharing::Shared)
+        .expect("MAP_SHARED of a --cache never file");
+    map.write(4096, b"mapped");
+    map.sync_all().unwrap();
+    let on_source = fs::read(src.path().join("mapped")).unwrap();
+    assert_eq!(&on_source[4096..4102], b"mapped");
+    drop(map);
+    drop(file);
     export.stop();
 }
 

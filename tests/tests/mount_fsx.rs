@@ -82,8 +82,19 @@ fn exercise(export: &MountedExport, file: &Path, config: &str, ops: u64, what: &
     );
 }
 
-dispatch_tests!(mount_dir_passes_fsx[coroutine]);
+dispatch_tests!(mount_dir_passes_fsx[coroutine, threads]);
 fn mount_dir_passes_fsx(mode: Dispatch) {
+    fsx_in_dir_mount(mode, &[], 20_000);
+}
+
+dispatch_tests!(mount_dir_passes_fsx_uncached[coroutine]);
+/// `--cache never`: every read and write reaches the daemon, mapped pages are written back
+/// around them (DIRECT_IO_ALLOW_MMAP).
+fn mount_dir_passes_fsx_uncached(mode: Dispatch) {
+    fsx_in_dir_mount(mode, &["--cache", "never"], 10_000);
+}
+
+fn fsx_in_dir_mount(mode: Dispatch, args: &[&str], ops: u64) {
     if let Some(why) = tool_missing(FSX) {
         return report_skip(&why);
     }
@@ -93,15 +104,13 @@ fn mount_dir_passes_fsx(mode: Dispatch) {
     fs::create_dir(&source).unwrap();
     let mnt = sandbox.path("mnt");
     fs::create_dir(&mnt).unwrap();
-    let export = MountedExport::start_dir(&source, &mnt, mode, &[]);
+    let export = MountedExport::start_dir(&source, &mnt, mode, args);
     let file = export.path().join("fsx.file");
-    exercise(
-        &export,
-        &file,
-        FILE_CONFIG,
-        20_000,
-        "a file in the dir mount",
-    );
+    let what = match args {
+        [] => format!("a file in the dir mount ({mode})"),
+        _ => format!("a file in the dir mount ({mode} {})", args.join(" ")),
+    };
+    exercise(&export, &file, FILE_CONFIG, ops, &what);
     export.stop();
 }
 
