@@ -756,11 +756,21 @@ impl FileSystem for DirFs {
     /// listing is followed by stats, as `ls -l` does), HANDLE_KILLPRIV_V2 (the kernel
     /// then sends no GETXATTR of `security.capability` before each WRITE; the daemon
     /// clears set-user-ID and set-group-ID where the kernel says so, see
-    /// [`DirFs::kill_suidgid`]), and the writeback cache if asked.
+    /// [`DirFs::kill_suidgid`]), DONT_MASK (the caller's umask comes unapplied, and the
+    /// tree applies it unless a default ACL decides: [`Tree::creation_mode`]), the
+    /// writeback cache if asked, and with `--cache never` shared mappings of the
+    /// direct-I/O files (DIRECT_IO_ALLOW_MMAP, 7.39+).
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
-        config.flags |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_HANDLE_KILLPRIV_V2;
+        config.flags |=
+            FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_HANDLE_KILLPRIV_V2 | FUSE_DONT_MASK;
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
+        }
+        if self.options.cache == Cache::Never {
+            // Files open FOPEN_DIRECT_IO: without this the kernel refuses MAP_SHARED of
+            // them (ENODEV); with it, it writes mapped pages back around each direct
+            // read and write.
+            config.flags |= FUSE_DIRECT_IO_ALLOW_MMAP;
         }
         config
     }

@@ -358,6 +358,14 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// Sets this process's umask to 0 and returns the one it had: the mode of a node made
+/// for a client is the one the kernel sends, with the caller's umask applied, and the
+/// daemon's own umask must not take more bits off it (as passthrough_hp clears it too).
+pub fn clear_umask() -> u32 {
+    // SAFETY: umask(2) cannot fail and takes no memory.
+    unsafe { libc::umask(0) }
+}
+
 /// Raises this process's limit on open files (every node the kernel holds keeps a
 /// descriptor, as in passthrough_hp and virtiofsd): with the privilege to (root), both
 /// limits to the kernel's `fs.nr_open`, as virtiofsd does; otherwise the soft limit to

@@ -9,8 +9,14 @@
 //! Permission model (for now): the daemon acts with its own credentials, so the export
 //! is meant to be mounted by root with `default_permissions` (the kernel checks the
 //! caller's permissions against the attributes this layer reports) for a single user;
-//! switching fsuid/fsgid per request is the step after. New files get the mode the kernel
-//! sends with the caller's umask applied, and are owned by the daemon's user.
+//! switching fsuid/fsgid per request is the step after. New nodes are owned by the
+//! daemon's user, with the mode the caller asked for less the caller's umask, as a local
+//! file system makes them: the mount asks the kernel not to apply the umask itself
+//! (FUSE_DONT_MASK) and this layer applies it, except in a directory with a default ACL,
+//! where the source file system applies the ACL instead, as it does for a local caller
+//! ([`Tree::creation_mode`]). So that the daemon's own umask takes nothing more off (a
+//! caller with umask 0 making a 0777 directory gets 0777), [`Tree::new`] sets the
+//! process's umask to 0.
 //!
 //! A read-only tree refuses every change with EROFS before any system call.
 
@@ -18,6 +24,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::dirstream::DirStream;
@@ -48,7 +55,13 @@ pub struct SetAttr {
 pub struct Tree {
     pub inodes: Inodes,
     read_only: bool,
+    /// The source file system has no POSIX ACLs (a getxattr of a default ACL answered
+    /// EOPNOTSUPP): no directory can have one, so none is asked for again.
+    no_acls: AtomicBool,
 }
+
+/// The xattr holding a directory's default ACL.
+const DEFAULT_ACL: &CStr = c"system.posix_acl_default";
 
 fn errno(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
@@ -56,12 +69,40 @@ fn errno(code: i32) -> io::Error {
 
 impl Tree {
     /// The tree rooted at `source` (a directory), keeping at most `node_fds` node
-    /// descriptors open where file handles allow ([`crate::nodefd`]).
+    /// descriptors open where file handles allow ([`crate::nodefd`]). Clears the process's
+    /// umask (see the module docs): the caller's umask, which every request that makes a
+    /// node carries, is the one that counts.
     pub fn new(source: &Path, read_only: bool, node_fds: usize) -> io::Result<Tree> {
+        let was = sys::clear_umask();
+        if was != 0 {
+            log::debug!("umask {was:03o} cleared: the callers' umasks apply instead");
+        }
         Ok(Tree {
             inodes: Inodes::new(source, node_fds)?,
             read_only,
+            no_acls: AtomicBool::new(false),
         })
+    }
+
+    /// The mode to make a node with in `dir`: `mode` less the caller's `umask`, unless
+    /// `dir` has a default ACL, which then decides instead (the source file system
+    /// applies it; a local file system ignores the umask there too). One getxattr of the
+    /// directory per node made, none when the umask takes nothing off or the source has
+    /// no ACLs.
+    pub fn creation_mode(&self, dir: BorrowedFd<'_>, mode: u32, umask: u32) -> u32 {
+        let masked = mode & !(umask & 0o777);
+        if masked == mode || self.no_acls.load(Ordering::Relaxed) {
+            return masked;
+        }
+        match sys::getxattr(dir, DEFAULT_ACL, &mut []) {
+            Ok(_) => mode,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                    self.no_acls.store(true, Ordering::Relaxed);
+                }
+                masked
+            }
+        }
     }
 
     /// The node `nodeid`; ESTALE if the kernel sent an id it no longer holds.
@@ -108,7 +149,9 @@ impl Tree {
     }
 
     pub fn mkdir(&self, parent: u64, name: &CStr, mode: u32, umask: u32) -> io::Result<Entry> {
-        self.made(parent, name, |dir| sys::mkdir(dir, name, mode & !umask))
+        self.made(parent, name, |dir| {
+            sys::mkdir(dir, name, self.creation_mode(dir, mode, umask))
+        })
     }
 
     pub fn mknod(
@@ -119,8 +162,9 @@ impl Tree {
         rdev: u64,
         umask: u32,
     ) -> io::Result<Entry> {
-        let mode = (mode & libc::S_IFMT) | (mode & !libc::S_IFMT & !umask);
-        self.made(parent, name, |dir| sys::mknod(dir, name, mode, rdev))
+        self.made(parent, name, |dir| {
+            sys::mknod(dir, name, self.creation_mode(dir, mode, umask), rdev)
+        })
     }
 
     pub fn symlink(&self, parent: u64, name: &CStr, target: &CStr) -> io::Result<Entry> {
@@ -261,12 +305,9 @@ impl Tree {
     ) -> io::Result<(OwnedFd, Entry)> {
         self.writable()?;
         let dir = self.dir(parent)?;
-        let fd = sys::create(
-            dir.handle()?.as_fd(),
-            name,
-            flags & !libc::O_NOCTTY,
-            mode & !umask,
-        )?;
+        let dir_fd = dir.handle()?;
+        let mode = self.creation_mode(dir_fd.as_fd(), mode, umask);
+        let fd = sys::create(dir_fd.as_fd(), name, flags & !libc::O_NOCTTY, mode)?;
         let entry = self.inodes.lookup(parent, &dir, name)?;
         Ok((fd, entry))
     }

@@ -45,16 +45,8 @@ pub struct Seed(u64);
 impl Seed {
     /// Chooses the seed (see [`Seed`]); panics on a value of [`SEED_ENV`] it cannot parse.
     pub fn choose() -> Seed {
-        if let Some(value) = std::env::var(SEED_ENV)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-        {
-            let v = value.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => v.parse(),
-            };
-            return Seed(parsed.unwrap_or_else(|e| panic!("{SEED_ENV}={value:?}: {e}")));
+        if let Some(seed) = Self::from_env() {
+            return seed;
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -65,6 +57,28 @@ impl Seed {
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
         Seed(Rng::new(now.as_nanos() as u64 ^ salt.rotate_left(32)).next_u64())
+    }
+
+    /// `$COROFUSE_TEST_SEED` if set, else `default`: for a test whose CI runs should
+    /// repeat one sequence (an outside tool's, say), replayable with another.
+    pub fn fixed(default: u64) -> Seed {
+        Self::from_env().unwrap_or(Seed(default))
+    }
+
+    /// `$COROFUSE_TEST_SEED` (decimal or `0x` hex), if set; panics on a value it cannot
+    /// parse.
+    fn from_env() -> Option<Seed> {
+        let value = std::env::var(SEED_ENV)
+            .ok()
+            .filter(|v| !v.trim().is_empty())?;
+        let v = value.trim();
+        let parsed = match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse(),
+        };
+        Some(Seed(
+            parsed.unwrap_or_else(|e| panic!("{SEED_ENV}={value:?}: {e}")),
+        ))
     }
 
     /// The seed.

@@ -125,3 +125,34 @@ pub fn page_size() -> usize {
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(size).expect("sysconf(_SC_PAGESIZE) fails")
 }
+
+/// `setxattr(2)` of `name` to `value` on `path` (flags 0: create or replace).
+pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let path = c_path(path)?;
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; `value` is readable
+    // for its length.
+    syscall!(unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// The `system.posix_acl_default` value that gives owner, group and others rwx (the
+/// kernel's POSIX ACL xattr format, version 2: `ACL_USER_OBJ`, `ACL_GROUP_OBJ`,
+/// `ACL_OTHER`), for a directory whose new nodes then ignore the creator's umask.
+pub fn default_acl_rwx() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for tag in [0x01u16, 0x04, 0x20] {
+        v.extend(tag.to_le_bytes());
+        v.extend(7u16.to_le_bytes());
+        v.extend(u32::MAX.to_le_bytes());
+    }
+    v
+}

@@ -231,6 +231,19 @@ fn mount_dir_cache_never_sees_changes_made_on_the_source(mode: Dispatch) {
     file.read_exact_at(&mut buf, 0).unwrap();
     assert_eq!(&buf, b"after!", "no page cache in between");
     drop(file);
+    // Shared mappings work all the same (fsx found them refused with ENODEV), and stores
+    // reach the source at msync.
+    use corofuse_tests::{Access, Mapping, Sharing};
+    fs::write(src.path().join("mapped"), vec![b'.'; 8192]).unwrap();
+    let file = corofuse_tests::open_rw(&export.path().join("mapped")).unwrap();
+    let map = Mapping::map(&file, 0, 8192, Access::ReadWrite, Sharing::Shared)
+        .expect("MAP_SHARED of a --cache never file");
+    map.write(4096, b"mapped");
+    map.sync_all().unwrap();
+    let on_source = fs::read(src.path().join("mapped")).unwrap();
+    assert_eq!(&on_source[4096..4102], b"mapped");
+    drop(map);
+    drop(file);
     export.stop();
 }
 
@@ -433,4 +446,63 @@ fn mount_dir_copy_file_range_copies_on_the_source(mode: Dispatch) {
     let copies = count("COPY_FILE_RANGE") + count("COPY_FILE_RANGE_64");
     assert!(copies >= 3, "{}", json["ops"]);
     assert_eq!((count("READ"), count("WRITE")), (0, 0), "{}", json["ops"]);
+}
+
+dispatch_tests!(mount_dir_new_nodes_get_the_modes_a_local_file_system_gives[coroutine, threads]);
+/// Files, directories and FIFOs made through the mount get the modes the same calls give
+/// on the source itself: the caller's umask applied once (not the daemon's as well), and
+/// in a directory with a default ACL the ACL instead of the umask.
+fn mount_dir_new_nodes_get_the_modes_a_local_file_system_gives(mode: Dispatch) {
+    use std::os::unix::fs::PermissionsExt;
+    let src = tempfile::tempdir().unwrap();
+    let rwx = corofuse_tests::sys::default_acl_rwx();
+    for side in ["local", "mounted"] {
+        for dir in ["plain", "acl"] {
+            fs::create_dir_all(src.path().join(side).join(dir)).unwrap();
+        }
+        let acl = src.path().join(side).join("acl");
+        if let Err(e) = corofuse_tests::sys::setxattr(&acl, "system.posix_acl_default", &rwx) {
+            return corofuse_tests::require::report_skip(&format!("no default ACL here: {e}"));
+        }
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let make = |root: &Path| {
+        let script = "for d in plain acl; do \
+                      (umask 022; touch $d/f; mkdir $d/d; mkfifo $d/p); \
+                      (umask 0; touch $d/f0; mkdir $d/d0); (umask 077; touch $d/f7); done";
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make(&src.path().join("local"));
+    make(&export.path().join("mounted"));
+    let modes = |side: &str| -> Vec<(String, u32)> {
+        let mut all = Vec::new();
+        for dir in ["plain", "acl"] {
+            for name in ["f", "d", "p", "f0", "d0", "f7"] {
+                let path = src.path().join(side).join(dir).join(name);
+                let mode = fs::symlink_metadata(&path).unwrap().permissions().mode();
+                all.push((format!("{dir}/{name}"), mode & 0o7777));
+            }
+        }
+        all
+    };
+    let local = modes("local");
+    assert_eq!(
+        modes("mounted"),
+        local,
+        "modes through the mount and made locally"
+    );
+    assert_eq!(local[0], ("plain/f".to_string(), 0o644), "{local:?}");
+    assert_eq!(local[6], ("acl/f".to_string(), 0o666), "{local:?}");
+    export.stop();
 }
