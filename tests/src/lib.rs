@@ -46,6 +46,7 @@ pub mod dispatch;
 pub mod export;
 pub mod mapping;
 pub mod mountinfo;
+pub mod qcow2;
 pub mod qemu;
 pub mod require;
 pub mod sandbox;
