@@ -164,3 +164,47 @@ fn overlay(dir: &Path, backing: &Path, format: &str, name: &str, opts: &str) -> 
         path,
     }
 }
+
+/// `qemu-img create -f qcow2 -o OPTS IMAGE [SIZE]` (no size: the backing file's).
+#[track_caller]
+pub fn create(image: &Path, opts: &str, size: Option<&str>) {
+    let mut args = vec![
+        "create",
+        "-f",
+        "qcow2",
+        "-o",
+        opts,
+        image.to_str().expect("UTF-8 path"),
+    ];
+    args.extend(size);
+    qemu_img(&args);
+}
+
+/// `qemu-img check` finds no errors and no leaked clusters in `image`.
+#[track_caller]
+pub fn assert_check_clean(image: &Path, what: &str) {
+    let out = qemu(
+        "qemu-img",
+        &["check", "-f", "qcow2", image.to_str().expect("UTF-8 path")],
+    );
+    let text = describe(&out);
+    assert!(
+        out.status.success() && text.contains("No errors were found"),
+        "{what}: qemu-img check: {text}"
+    );
+}
+
+/// `qemu-img compare` finds the qcow2 `image` identical to the raw image `raw`.
+#[track_caller]
+pub fn assert_same_as_raw(image: &Path, raw: &Path, what: &str) {
+    let (image, raw) = (image.to_str().expect("UTF-8"), raw.to_str().expect("UTF-8"));
+    let out = qemu(
+        "qemu-img",
+        &["compare", "-f", "qcow2", "-F", "raw", image, raw],
+    );
+    assert!(
+        out.status.success(),
+        "{what}: qemu-img compare: {}",
+        describe(&out)
+    );
+}
