@@ -239,3 +239,30 @@ fn qcow2_read_only_refuses_writes() {
         Some(libc::EROFS)
     );
 }
+
+/// A small write into a new cluster at the end of the file writes only its bytes: the
+/// file was extended over the cluster, which reads as zeroes already.
+#[test]
+fn qcow2_small_writes_into_new_clusters_stay_small() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(dir.path(), "big.qcow2", "compat=1.1,cluster_size=2M", "64M");
+    let disk = open_rw(&path);
+    let before = disk.allocated_bytes().unwrap();
+    let mut want = vec![0u8; 64 << 20];
+    for i in 0..8u64 {
+        let at = i * (8 << 20) + 12345;
+        let data = pattern(i, at, 4096);
+        disk.writev(&Ctx::Blocking, &[IoSlice::new(&data)], at)
+            .unwrap();
+        want[at as usize..][..4096].copy_from_slice(&data);
+    }
+    let used = disk.allocated_bytes().unwrap() - before;
+    assert!(
+        used < 1 << 20,
+        "8 writes of 4 KiB into 2 MiB clusters use {used} bytes"
+    );
+    drop(disk);
+    assert_check_clean(&path, "small writes");
+    assert!(raw_contents(&path) == want, "contents after small writes");
+}

@@ -44,12 +44,22 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// Free clusters remembered from the open-time scan, at most.
 const MAX_FREE: usize = 1 << 20;
 
+/// A cluster handed out by [`Allocator::cluster`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewCluster {
+    /// Host offset.
+    pub(crate) at: u64,
+    /// It lay past the end of the file when reserved (the file was extended over it), so
+    /// it reads as zeroes: the caller need not write the zeroes of a partial write.
+    pub(crate) zeroed: bool,
+}
+
 struct State {
     refcounts: Refcounts,
     /// First cluster index past everything that has a refcount (or a reservation).
     end: u64,
     /// Reserved clusters (refcount 1 on disk, durable), handed out from the back.
-    reserved: Vec<u64>,
+    reserved: Vec<NewCluster>,
     /// Clusters with refcount 0 below `end`.
     free: Vec<u64>,
     /// A cluster of scratch bytes for refcount runs and new blocks.
@@ -127,19 +137,22 @@ impl Allocator {
     }
 
     /// A cluster with refcount 1 on disk (durable) that nothing references: the caller
-    /// writes it, then links it. Returns its host offset.
-    pub(crate) fn cluster(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<u64> {
+    /// writes it, then links it.
+    pub(crate) fn cluster(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<NewCluster> {
         let _serial = self.serial(cx);
         if let Some(c) = self.state().reserved.pop() {
-            return Ok(c << self.cluster_bits);
+            return Ok(c);
         }
         self.reserve(cx, host)?;
-        let c = self
-            .state()
-            .reserved
-            .pop()
-            .expect("reserve reserves one at least");
-        Ok(c << self.cluster_bits)
+        let c = self.state().reserved.pop();
+        Ok(c.expect("reserve reserves one at least"))
+    }
+
+    fn new_cluster(&self, index: u64, zeroed: bool) -> NewCluster {
+        NewCluster {
+            at: index << self.cluster_bits,
+            zeroed,
+        }
     }
 
     /// Fills the reservation: free clusters first, else a run at the end. Then syncs.
@@ -158,8 +171,9 @@ impl Allocator {
             for &c in &picked {
                 s.refcounts.set_run(cx, host, c, 1, 1, &mut s.scratch)?;
             }
-            picked.reverse();
-            s.reserved.extend(picked);
+            let picked = picked.into_iter().rev();
+            s.reserved
+                .extend(picked.map(|c| self.new_cluster(c, false)));
         } else {
             self.reserve_at_end(cx, host, s, want)?;
         }
@@ -184,9 +198,12 @@ impl Allocator {
         s.refcounts
             .set_run(cx, host, first, count, 1, &mut s.scratch)?;
         s.end = first + count;
-        s.reserved.extend((first..first + count).rev());
+        let file_len = host.file.len();
+        let run = (first..first + count).rev();
+        s.reserved
+            .extend(run.map(|c| self.new_cluster(c, c << self.cluster_bits >= file_len)));
         let len = s.end << self.cluster_bits;
-        if len > host.file.len() {
+        if len > file_len {
             host.file.resize(cx, len)?;
         }
         Ok(())
@@ -255,8 +272,9 @@ impl Allocator {
         let mut s = self.state();
         let s = &mut *s;
         while let Some(c) = s.reserved.pop() {
-            s.refcounts.set_run(cx, host, c, 1, 0, &mut s.scratch)?;
-            s.free.push(c);
+            let index = c.at >> self.cluster_bits;
+            s.refcounts.set_run(cx, host, index, 1, 0, &mut s.scratch)?;
+            s.free.push(index);
         }
         Ok(())
     }

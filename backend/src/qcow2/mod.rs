@@ -212,6 +212,24 @@ impl Qcow2Backend {
 
     /// What guest cluster `cluster` maps to now.
     fn lookup(&self, cx: &Ctx<'_>, cluster: u64) -> io::Result<Mapping> {
+        self.lookup_by(cluster, |table, l2i| {
+            self.l2.get(cx, &self.host, table, l2i)
+        })
+    }
+
+    /// [`lookup`](Self::lookup) that never waits for another request (see
+    /// [`L2Cache::get_now`]).
+    fn lookup_now(&self, cluster: u64) -> io::Result<Mapping> {
+        self.lookup_by(cluster, |table, l2i| {
+            self.l2.get_now(&self.host, table, l2i)
+        })
+    }
+
+    fn lookup_by(
+        &self,
+        cluster: u64,
+        entry_of: impl FnOnce(u64, usize) -> io::Result<u64>,
+    ) -> io::Result<Mapping> {
         let (l1i, l2i) = self.split(cluster);
         let Some(l1e) = self.l1.get(l1i) else {
             return Ok(Mapping::Unallocated);
@@ -219,8 +237,7 @@ impl Qcow2Backend {
         let Some(table) = entry::l2_table(l1e.load(Ordering::Acquire)) else {
             return Ok(Mapping::Unallocated);
         };
-        let raw = self.l2.get(cx, &self.host, table, l2i)?;
-        Ok(Mapping::decode(raw, self.h.cluster_bits))
+        Ok(Mapping::decode(entry_of(table, l2i)?, self.h.cluster_bits))
     }
 
     /// (L1 index, L2 index) of a guest cluster.

@@ -124,10 +124,9 @@ impl Qcow2Backend {
         if offset >= size {
             return Err(io::Error::from_raw_os_error(libc::ENXIO));
         }
-        let cx = Ctx::Blocking;
         let cs = self.cluster_size();
         let first = self.cluster_of(offset);
-        let kind = self.status_of(offset, self.lookup(&cx, first)?)?;
+        let kind = self.status_of(offset, self.lookup_now(first)?)?;
         if let Some(Extent { kind, end }) = kind {
             return Ok(Extent {
                 kind,
@@ -135,12 +134,12 @@ impl Qcow2Backend {
             }); // from the backing file
         }
         let data = matches!(
-            self.lookup(&cx, first)?,
+            self.lookup_now(first)?,
             Mapping::Data { .. } | Mapping::Compressed { .. }
         );
         let mut end = (first + 1) * cs;
         while end < size && end / cs < first + STATUS_SCAN {
-            let m = self.lookup(&cx, end / cs)?;
+            let m = self.lookup_now(end / cs)?;
             let same = match m {
                 Mapping::Data { .. } | Mapping::Compressed { .. } => data,
                 Mapping::Zero { .. } => !data,

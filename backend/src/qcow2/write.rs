@@ -175,14 +175,19 @@ impl Qcow2Backend {
         let new = alloc.cluster(cx, &self.host)?;
         let cs = self.cluster_size();
         if len == cs {
-            self.write_at(cx, src, cs, new)?;
+            self.write_at(cx, src, cs, new.at)?;
+        } else if new.zeroed && self.reads_zero(old) {
+            // The rest reads as zeroes already: write only the new bytes.
+            if !matches!(src, Source::Zeroes) {
+                self.write_at(cx, src, len, new.at + within)?;
+            }
         } else {
             let mut buf = self.bufs.take();
             self.read_cluster(cx, cluster, old, &mut buf)?;
             src.copy_to(&mut buf[within as usize..(within + len) as usize]);
-            self.host.write(cx, &buf, new)?;
+            self.host.write(cx, &buf, new.at)?;
         }
-        self.set_l2(cx, table, l2i, Mapping::data_entry(new))?;
+        self.set_l2(cx, table, l2i, Mapping::data_entry(new.at))?;
         alloc.free_later(old.host_clusters(self.h.cluster_bits));
         Ok(())
     }
@@ -219,9 +224,12 @@ impl Qcow2Backend {
             return Ok((table, l2i)); // made meanwhile
         }
         let alloc = self.check_writable()?;
-        let table = alloc.cluster(cx, &self.host)?;
-        self.write_at(cx, Source::Zeroes, self.cluster_size(), table)?;
-        self.host.file.flush(cx)?; // the table's contents before the entry that links it
+        let new = alloc.cluster(cx, &self.host)?;
+        let table = new.at;
+        if !new.zeroed {
+            self.write_at(cx, Source::Zeroes, self.cluster_size(), table)?;
+            self.host.file.flush(cx)?; // the table's contents before the entry that links it
+        }
         let value = table | COPIED;
         self.host
             .write_u64(cx, value, self.h.l1_table_offset + l1i as u64 * 8)?;

@@ -49,7 +49,8 @@ impl Qcow2Backend {
         Ok(())
     }
 
-    fn reads_zero(&self, m: Mapping) -> bool {
+    /// Whether a cluster mapped as `m` reads as zeroes.
+    pub(super) fn reads_zero(&self, m: Mapping) -> bool {
         match m {
             Mapping::Zero { .. } => true,
             Mapping::Unallocated => self.backing.is_none(),
