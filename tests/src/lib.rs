@@ -44,6 +44,7 @@ pub mod buf;
 pub mod diag;
 pub mod dispatch;
 pub mod export;
+pub mod fio;
 pub mod mapping;
 pub mod mountinfo;
 pub mod qcow2;

@@ -152,3 +152,17 @@ dispatch_tests!(mount_qcow2_random_writes_v2_4k [coroutine, inline]);
 fn mount_qcow2_random_writes_v2_4k(mode: Dispatch) {
     random_writes_through_the_mount(mode, "compat=0.10,cluster_size=4k", false);
 }
+
+dispatch_tests!(mount_qcow2_fio_randwrite_verify [coroutine, threads]);
+/// fio verifies what it wrote at iodepth 16 into a fresh qcow2 image (every write an
+/// allocating one at first); afterwards the image checks clean.
+fn mount_qcow2_fio_randwrite_verify(mode: Dispatch) {
+    require_tool!("qemu-img", "fio");
+    let sandbox = Sandbox::new();
+    let image = sandbox.path("fio.qcow2");
+    create(&image, "compat=1.1", Some("16M"));
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    corofuse_tests::fio::randwrite_verify(export.path(), "16M", &sandbox.path(""));
+    export.stop();
+    assert_check_clean(&image, "after fio");
+}
