@@ -112,11 +112,7 @@ pub(crate) fn open_image(
     let qcow2 = match opts.format {
         Format::Raw => false,
         Format::Qcow2 => true,
-        Format::Auto => {
-            let mut magic = [0u8; 4];
-            let n = file.readv(&Ctx::Blocking, &mut [IoSliceMut::new(&mut magic)], 0)?;
-            n == 4 && magic == MAGIC
-        }
+        Format::Auto => starts_with_magic(path),
     };
     if !qcow2 {
         return Ok(Arc::new(file));
@@ -128,6 +124,16 @@ pub(crate) fn open_image(
         )
     })?;
     Ok(Arc::new(disk))
+}
+
+/// Whether the file at `path` starts with the qcow2 magic. Read through a plain fd of its
+/// own, so that the probe is never an O_DIRECT bounce of the image's backend; a file too
+/// short or unreadable here is left to the raw backend, which opened it already.
+fn starts_with_magic(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0))
+        .is_ok_and(|()| magic == MAGIC)
 }
 
 impl Qcow2Backend {
