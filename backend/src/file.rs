@@ -89,10 +89,25 @@ impl FileBackend {
     /// image /x: No such file or directory (os error 2)"; a lock that another process holds
     /// is an error of kind `ResourceBusy` carrying a [`LockError`] that names it.
     pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> io::Result<FileBackend> {
-        let path = path.as_ref();
+        Self::open_as(path.as_ref(), opts, false)
+    }
+
+    /// Opens the backing file of a qcow2 image, read-only, with the locks QEMU takes on a
+    /// backing file (`file/lock.rs`).
+    pub(crate) fn open_backing(path: &Path, opts: &OpenOptions) -> io::Result<FileBackend> {
+        let opts = OpenOptions {
+            writable: false,
+            ..*opts
+        };
+        Self::open_as(path, &opts, true)
+    }
+
+    fn open_as(path: &Path, opts: &OpenOptions, backing: bool) -> io::Result<FileBackend> {
         let file = open_file(path, opts).map_err(|e| open_error(path, e, opts))?;
-        if opts.lock {
-            lock::lock(&file, path, opts.writable)?;
+        match (opts.lock, backing) {
+            (false, _) => {}
+            (true, false) => lock::lock(&file, path, opts.writable)?,
+            (true, true) => lock::lock_backing(&file, path)?,
         }
         let len = (&file)
             .seek(SeekFrom::End(0))

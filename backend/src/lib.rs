@@ -7,7 +7,7 @@
 //! `Send + Sync` for the threads.
 //!
 //! [`open`] turns a spec into a backend: `null:SIZE` ([`NullBackend`]) or a path to a raw
-//! image ([`FileBackend`]).
+//! image ([`FileBackend`]) or a qcow2 image ([`Qcow2Backend`], found by its magic).
 //!
 //! ```
 //! use std::io::IoSliceMut;
@@ -33,7 +33,8 @@
 //!   storage says. A read-only backend fails every modification with `EROFS`.
 //! - Errors are [`io::Error`]s carrying the errno to reply with.
 //!
-//! Layout: `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
+//! Layout: `qcow2` (QEMU's image format over a `file`: header, L2 cache, refcounts,
+//! allocation, compression, backing files, one file each); `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
 //! in `file/lock`) and `null`, one backend each; `inject` (a wrapper that fails or delays
 //! chosen operations: `--inject`); `ctx` (how calls reach the kernel); `direct` and `pool`
 //! (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
@@ -52,6 +53,7 @@ pub mod inject;
 mod iov;
 mod null;
 mod pool;
+mod qcow2;
 mod range_lock;
 mod serial;
 mod sys;
@@ -61,6 +63,7 @@ pub use ctx::Ctx;
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
 pub use null::{parse_size, NullBackend};
+pub use qcow2::Qcow2Backend;
 pub use sys::IOV_MAX;
 
 /// Storage for the exported file. Object safe: used as `Arc<dyn BlockBackend>`.
@@ -107,6 +110,11 @@ pub trait BlockBackend: Send + Sync {
 
     /// Whether modifications fail with `EROFS`.
     fn read_only(&self) -> bool;
+
+    /// Whether a write past the end may grow the image (a growable export's writes).
+    fn grows_by_writes(&self) -> bool {
+        true
+    }
 
     /// One line for logs, e.g. "file:/img (direct, alignment 512/512)".
     fn describe(&self) -> String;
@@ -184,12 +192,29 @@ pub struct OpenOptions {
     /// Take QEMU's image locks (block/file-posix.c's lock bytes) on a file image, as a
     /// QEMU writer that shares only consistent reads or as a QEMU reader, and refuse the
     /// image if another process's locks conflict ([`LockError`]). Off: QEMU's
-    /// `locking=off`. The null backend takes none.
+    /// `locking=off`. The null backend takes none. A qcow2 image's backing files get a
+    /// QEMU reader's locks.
     pub lock: bool,
+    /// How to read a file image: by its magic ([`Format::Auto`]), or as forced.
+    pub format: Format,
+}
+
+/// The format of a file image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// qcow2 if the file starts with the qcow2 magic, else raw.
+    #[default]
+    Auto,
+    /// The file's bytes are the disk, whatever they start with.
+    Raw,
+    /// A qcow2 image ([`Qcow2Backend`]); anything else is refused.
+    Qcow2,
 }
 
 /// Opens a backend from a spec: `null:SIZE` (e.g. `null:1G`, see [`parse_size`]) or the
-/// path of a raw image, optionally written `file:PATH` (for paths that start with `null:`).
+/// path of an image, optionally written `file:PATH` (for paths that start with `null:`).
+/// A file image is qcow2 if it starts with the qcow2 magic, else raw; `opts.format`
+/// forces either (a raw image that starts with the magic is exported raw only so).
 ///
 /// Errors are one line naming what failed: "cannot open image /x: No such file or
 /// directory (os error 2)", "invalid image spec \"null:1X\": ...".
@@ -209,7 +234,7 @@ pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>>
             spec,
             "give a path, or null:SIZE (e.g. null:1G)",
         )),
-        path => Ok(Arc::new(FileBackend::open(path, opts)?)),
+        path => qcow2::open_image(std::path::Path::new(path), opts, 0),
     }
 }
 

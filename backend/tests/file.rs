@@ -265,6 +265,7 @@ fn read_only_refuses_changes() {
                 writable: false,
                 direct: s.direct,
                 lock: false,
+                format: backend::Format::Auto,
             },
         )
         .unwrap();
@@ -308,6 +309,7 @@ fn describe_names_the_file_and_mode() {
             writable: true,
             direct: false,
             lock: false,
+            format: backend::Format::Auto,
         },
     )
     .unwrap();

@@ -16,6 +16,7 @@ fn options(writable: bool, lock: bool) -> OpenOptions {
         writable,
         direct: false,
         lock,
+        format: backend::Format::Auto,
     }
 }
 

@@ -10,6 +10,7 @@ const RW: OpenOptions = OpenOptions {
     writable: true,
     direct: false,
     lock: false,
+    format: backend::Format::Auto,
 };
 
 fn open_err(spec: &str, opts: &OpenOptions) -> io::Error {

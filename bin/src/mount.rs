@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use backend::{Ctx, OpenOptions};
+use backend::{Ctx, Format, OpenOptions};
 use fuse::init::InitConfig;
 use fuse::mount::MountOptions;
 use fuse::session::handshake;
@@ -24,7 +24,7 @@ use crate::{serve_loop, serve_threads};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
-    /// A raw image file, or null:SIZE (e.g. null:1G)
+    /// An image file (raw or qcow2), or null:SIZE (e.g. null:1G)
     image: String,
     /// An existing regular file (it may be the image itself)
     mountpoint: PathBuf,
@@ -37,6 +37,11 @@ pub struct Args {
     /// Open the image with O_DIRECT
     #[arg(long)]
     direct: bool,
+    /// The image's format: `raw` or `qcow2`. Default: qcow2 if the file starts with the
+    /// qcow2 magic, else raw. A raw image that starts with the qcow2 magic is exported raw
+    /// only with `--format raw`
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
+    format: Option<Format>,
     /// Take no image locks (QEMU's locking=off). By default the image gets QEMU's lock
     /// bytes: a writable export keeps QEMU's writers (and other writable exports) out and
     /// is refused where one is in; a read-only export takes what a QEMU reader takes
@@ -325,8 +330,15 @@ pub fn run(args: &Args) -> Result<(), String> {
         writable: args.writable,
         direct: args.direct,
         lock: !args.no_lock,
+        format: args.format.unwrap_or_default(),
     };
     let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
+    if args.growable && !disk.grows_by_writes() {
+        return Err(format!(
+            "--growable: {} cannot grow by writes past its end; resize it (truncate) instead",
+            disk.describe()
+        ));
+    }
     // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
     let disk = match args.inject.clone() {
         Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),
@@ -482,6 +494,14 @@ pub fn serve_mounted<F: FileSystem>(
 }
 
 /// The one line for an image that would not open, with the way out of a lock conflict.
+fn parse_format(s: &str) -> Result<Format, String> {
+    match s {
+        "raw" => Ok(Format::Raw),
+        "qcow2" => Ok(Format::Qcow2),
+        _ => Err(format!("unknown format {s:?} (raw or qcow2)")),
+    }
+}
+
 fn open_error(e: &std::io::Error) -> String {
     let lock = e
         .get_ref()

@@ -264,6 +264,19 @@ impl MountedExport {
         self.assert_unmounted();
     }
 
+    /// After [`crash`](Self::crash): `corofuse umount` of the mount the dead daemon left,
+    /// which must succeed and leave nothing mounted.
+    #[track_caller]
+    pub fn umount_after_crash(&self) {
+        let cleaned = umount(self.path());
+        assert!(
+            cleaned.status.success(),
+            "corofuse umount: {}",
+            cleaned.stderr
+        );
+        self.assert_unmounted();
+    }
+
     /// Asserts that the mount this export made is gone.
     #[track_caller]
     pub fn assert_unmounted(&self) {

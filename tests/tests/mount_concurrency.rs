@@ -11,7 +11,6 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 use corofuse_tests::{
@@ -144,31 +143,6 @@ fn mount_fio_randwrite_verify_crc32c(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.sparse("disk.img", LEN);
     let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
-    let output = sandbox.path("fio.out");
-    let status = Command::new("fio")
-        .args([
-            "--name=corofuse",
-            "--ioengine=io_uring",
-            "--iodepth=16",
-            "--direct=1",
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=16M",
-            "--verify=crc32c",
-            "--verify_fatal=1",
-            "--do_verify=1",
-            "--verify_state_save=0",
-        ])
-        .arg(format!("--filename={}", export.path().display()))
-        .arg(format!("--output={}", output.display()))
-        .current_dir(sandbox.path(""))
-        .status()
-        .expect("run fio");
-    let report = fs::read_to_string(&output).unwrap_or_default();
-    assert!(status.success(), "fio failed ({status}):\n{report}");
-    assert!(
-        !report.contains("verify: bad"),
-        "fio reports bad blocks:\n{report}"
-    );
+    corofuse_tests::fio::randwrite_verify(export.path(), "16M", &sandbox.path(""));
     export.stop();
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 
-use corofuse_tests::export::{umount, wait_for_progress, TIMEOUT};
+use corofuse_tests::export::{wait_for_progress, TIMEOUT};
 use corofuse_tests::require::report_skip;
 use corofuse_tests::{
     assert_bytes_eq, dispatch_tests, open_direct, open_rw, pattern, require_kernel, Access,
@@ -189,13 +189,7 @@ fn synced_writes_survive_sigkill(mode: Dispatch, client: Client, direct_daemon: 
     rx.recv_timeout(TIMEOUT)
         .expect("the unsynced writer stops when the daemon dies");
 
-    let cleaned = umount(export.path());
-    assert!(
-        cleaned.status.success(),
-        "corofuse umount: {}",
-        cleaned.stderr
-    );
-    export.assert_unmounted();
+    export.umount_after_crash();
     let on_disk = fs::read(&image).unwrap();
     assert_eq!(on_disk.len() as u64, LEN, "the image changed size");
     assert_bytes_eq(

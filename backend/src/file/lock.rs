@@ -31,6 +31,10 @@
 //!   writers share consistent read).
 //! - `qemu-img info` takes no permission at all, so it works against either.
 //!
+//! - A qcow2 image's backing file gets what QEMU takes on one: consistent read, sharing
+//!   everything but write and resize (bytes 100, 201, 203). So readers of the backing
+//!   file are let in, and writers (which would change what the image reads as) are not.
+//!
 //! The locks belong to the open file description of the backend's one fd, so they last
 //! exactly as long as the export keeps the image open, whatever the dispatch or number of
 //! queues, and the kernel drops them when the process dies. `F_OFD_GETLK` reports no
@@ -65,6 +69,8 @@ struct Perms(u8);
 
 impl Perms {
     const CONSISTENT_READ: Perms = Perms(1 << 0);
+    /// Consistent read and unchanging writes.
+    const UNCHANGING: Perms = Perms(0b0101);
     const ALL: Perms = Perms(0b1111);
     /// Consistent read, write and resize.
     const WRITER: Perms = Perms(0b1011);
@@ -96,6 +102,12 @@ impl Claim {
         }
     }
 
+    /// A backing file's claim (module docs).
+    const BACKING: Claim = Claim {
+        held: Perms::CONSISTENT_READ,
+        shared: Perms::UNCHANGING,
+    };
+
     /// The bytes this claim locks: `100 + p` held, `200 + p` not shared.
     fn bytes(self) -> impl Iterator<Item = u64> {
         bytes_of(self.held, true, PERM_BASE).chain(bytes_of(self.shared, false, SHARED_BASE))
@@ -120,7 +132,15 @@ fn bytes_of(perms: Perms, present: bool, base: u64) -> impl Iterator<Item = u64>
 /// `path`, and checks that nobody else's conflict with them. On error the caller closes
 /// `file`, which drops whatever was taken.
 pub(crate) fn lock(file: &File, path: &Path, writable: bool) -> Result<(), LockError> {
-    let claim = Claim::of_export(writable);
+    lock_as(file, path, writable, Claim::of_export(writable))
+}
+
+/// Takes a backing file's locks on `file` (read-only), as [`lock`] does an export's.
+pub(crate) fn lock_backing(file: &File, path: &Path) -> Result<(), LockError> {
+    lock_as(file, path, false, Claim::BACKING)
+}
+
+fn lock_as(file: &File, path: &Path, writable: bool, claim: Claim) -> Result<(), LockError> {
     let failed = |error| LockError::Failed {
         image: path.to_owned(),
         writable,

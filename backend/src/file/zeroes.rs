@@ -131,6 +131,7 @@ mod tests {
                 writable: true,
                 direct,
                 lock: false,
+                format: crate::Format::Auto,
             },
         )
         .unwrap();

@@ -39,6 +39,7 @@ impl Setup {
             writable: true,
             direct: self.direct,
             lock: false,
+            format: backend::Format::Auto,
         };
         Arc::new(FileBackend::open(path, &opts).unwrap())
     }

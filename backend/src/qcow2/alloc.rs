@@ -1,0 +1,281 @@
+//! Host cluster allocation, ordered so that a daemon killed at any point leaves at worst
+//! leaked clusters (refcount 1, referenced by nothing): never a cluster referenced twice,
+//! never an L2 entry to a cluster whose refcount is 0.
+//!
+//! - **Reserve before use.** Clusters are handed out from a reservation: a batch (up to
+//!   1 MiB, at most [`BATCH`] clusters) whose refcounts were set to 1 and made durable
+//!   (`fdatasync`) before any of them is handed out. The caller writes the data, and only
+//!   then the L2 (or L1) entry that references it. So an entry on disk always points to a
+//!   cluster whose refcount on disk is already 1; a kill between leaks the batch's unused
+//!   clusters. One `fdatasync` per batch, not per allocation. What is left of the batch
+//!   goes back (refcount 0) when the backend is dropped.
+//! - **Free after unlink, after flush.** A cluster that an L2 entry stopped referencing
+//!   (discard, zeroing, a copy-on-write of a compressed or shared cluster) waits in
+//!   `pending` until the next flush has made the unlink durable; only then does its
+//!   refcount drop and it may be reused. Reusing it earlier could, after a power loss,
+//!   leave the old entry pointing to someone else's data.
+//! - **Where.** Free clusters (refcount 0) below the end of the image, found by a scan of
+//!   the refcount blocks at open and added to by frees, are reused first; then clusters are
+//!   appended at the end (`end`, past everything with a refcount), and the file is extended
+//!   to cover the reservation so that data writes into it never extend the file.
+//! - **New refcount blocks** are placed at the first cluster they cover, so that each one
+//!   counts itself: written (with its own refcount 1) and synced before the table entry
+//!   that links it. Growing the refcount table itself is not implemented: an image whose
+//!   table is full fails allocations with `ENOSPC` (the table made by qemu-img covers at
+//!   least 8 MiB of file per cluster of table, terabytes with 64 KiB clusters).
+//!
+//! The allocator runs one operation at a time (its own lock, held across its I/O); data
+//! I/O never happens under it, and requests that find their clusters allocated never take
+//! it.
+
+use std::io;
+use std::sync::Mutex;
+
+use crate::range_lock::{Mode, RangeLocks, Span};
+use crate::{BlockBackend, Ctx};
+
+use super::hostio::Host;
+use super::refcount::Refcounts;
+
+/// Clusters reserved at most at once.
+const BATCH: u64 = 256;
+/// Bytes reserved at once, at most.
+const BATCH_BYTES: u64 = 1 << 20;
+/// Free clusters remembered from the open-time scan, at most.
+const MAX_FREE: usize = 1 << 20;
+
+/// A cluster handed out by [`Allocator::cluster`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewCluster {
+    /// Host offset.
+    pub(crate) at: u64,
+    /// It lay past the end of the file when reserved (the file was extended over it), so
+    /// it reads as zeroes: the caller need not write the zeroes of a partial write.
+    pub(crate) zeroed: bool,
+}
+
+struct State {
+    refcounts: Refcounts,
+    /// First cluster index past everything that has a refcount (or a reservation).
+    end: u64,
+    /// Reserved clusters (refcount 1 on disk, durable), handed out from the back.
+    reserved: Vec<NewCluster>,
+    /// Clusters with refcount 0 below `end`.
+    free: Vec<u64>,
+    /// A cluster of scratch bytes for refcount runs and new blocks.
+    scratch: Box<[u8]>,
+}
+
+/// The allocator of one writable image.
+pub(crate) struct Allocator {
+    /// Locked only under `serial`, and then held across I/O: nothing else may lock it.
+    state: Mutex<State>,
+    /// Clusters to drop one reference of after the next flush (locked briefly, by anyone).
+    pending: Mutex<Vec<u64>>,
+    /// One operation at a time (a one-span [`RangeLocks`]: waits without blocking a loop).
+    serial: RangeLocks,
+    cluster_bits: u32,
+}
+
+impl Allocator {
+    /// Scans the refcount blocks for free clusters below the end of the file (`file_len`).
+    pub(crate) fn open(
+        cx: &Ctx<'_>,
+        host: &Host,
+        refcounts: Refcounts,
+        file_len: u64,
+        cluster_bits: u32,
+    ) -> io::Result<Allocator> {
+        let cluster_size = 1u64 << cluster_bits;
+        let mut scratch = vec![0u8; cluster_size as usize].into_boxed_slice();
+        let file_clusters = file_len.div_ceil(cluster_size);
+        let (mut free, mut end) = (Vec::new(), file_clusters);
+        let per_block = refcounts.per_block();
+        for (bi, &block) in refcounts.table.iter().enumerate() {
+            if block == 0 {
+                continue;
+            }
+            host.read_exact(cx, &mut scratch, block)?;
+            for i in 0..per_block {
+                let cluster = bi as u64 * per_block + i;
+                match refcounts.get_in(&scratch, 0, i) {
+                    0 if cluster < file_clusters && free.len() < MAX_FREE => free.push(cluster),
+                    0 => {}
+                    _ => end = end.max(cluster + 1),
+                }
+            }
+        }
+        // Never hand out cluster 0 (the header), whatever its refcount says.
+        free.retain(|&c| c != 0);
+        free.reverse(); // popped from the back: lowest first
+        let state = State {
+            refcounts,
+            end: end.max(1),
+            reserved: Vec::with_capacity(BATCH as usize),
+            free,
+            scratch,
+        };
+        Ok(Allocator {
+            state: Mutex::new(state),
+            pending: Mutex::default(),
+            serial: RangeLocks::default(),
+            cluster_bits,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn serial(&self, cx: &Ctx<'_>) -> impl Drop + '_ {
+        self.serial
+            .lock(cx, Span { start: 0, end: 1 }, Mode::Exclusive)
+    }
+
+    /// A cluster with refcount 1 on disk (durable) that nothing references: the caller
+    /// writes it, then links it.
+    pub(crate) fn cluster(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<NewCluster> {
+        let _serial = self.serial(cx);
+        if let Some(c) = self.state().reserved.pop() {
+            return Ok(c);
+        }
+        self.reserve(cx, host)?;
+        let c = self.state().reserved.pop();
+        Ok(c.expect("reserve reserves one at least"))
+    }
+
+    fn new_cluster(&self, index: u64, zeroed: bool) -> NewCluster {
+        NewCluster {
+            at: index << self.cluster_bits,
+            zeroed,
+        }
+    }
+
+    /// Fills the reservation: free clusters first, else a run at the end. Then syncs.
+    fn reserve(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<()> {
+        let want = (BATCH_BYTES >> self.cluster_bits).clamp(1, BATCH);
+        let mut s = self.state();
+        let s = &mut *s; // no other holder: the serial lock is ours
+        let mut picked = Vec::new(); // at most BATCH, once per batch
+        while (picked.len() as u64) < want {
+            match s.free.pop() {
+                Some(c) => picked.push(c),
+                None => break,
+            }
+        }
+        if !picked.is_empty() {
+            for &c in &picked {
+                s.refcounts.set_run(cx, host, c, 1, 1, &mut s.scratch)?;
+            }
+            let picked = picked.into_iter().rev();
+            s.reserved
+                .extend(picked.map(|c| self.new_cluster(c, false)));
+        } else {
+            self.reserve_at_end(cx, host, s, want)?;
+        }
+        host.file.flush(cx) // refcounts durable before anything links the clusters
+    }
+
+    /// Reserves up to `want` clusters from `s.end` on, making a refcount block first where
+    /// none covers `s.end`, and extends the file over them.
+    fn reserve_at_end(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        s: &mut State,
+        want: u64,
+    ) -> io::Result<()> {
+        let per_block = s.refcounts.per_block();
+        if s.refcounts.block_of(s.end).is_none() {
+            self.new_block(cx, host, s)?;
+        }
+        let first = s.end;
+        let count = want.min(per_block - first % per_block);
+        s.refcounts
+            .set_run(cx, host, first, count, 1, &mut s.scratch)?;
+        s.end = first + count;
+        let file_len = host.file.len();
+        let run = (first..first + count).rev();
+        s.reserved
+            .extend(run.map(|c| self.new_cluster(c, c << self.cluster_bits >= file_len)));
+        let len = s.end << self.cluster_bits;
+        if len > file_len {
+            host.file.resize(cx, len)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the refcount block for the clusters from `s.end` on, at cluster `s.end`.
+    fn new_block(&self, cx: &Ctx<'_>, host: &Host, s: &mut State) -> io::Result<()> {
+        let per_block = s.refcounts.per_block();
+        let (c, bi) = (s.end, (s.end / per_block) as usize);
+        if bi >= s.refcounts.table.len() {
+            log::error!("qcow2: the refcount table is full (growing it is not implemented)");
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        s.scratch.fill(0);
+        s.refcounts.set_in(&mut s.scratch, 0, c % per_block, 1);
+        let at = c << self.cluster_bits;
+        host.write(cx, &s.scratch, at)?;
+        host.file.flush(cx)?; // the block before the table entry that links it
+        host.write_u64(cx, at, s.refcounts.table_offset + bi as u64 * 8)?;
+        s.refcounts.table[bi] = at;
+        s.end = c + 1;
+        Ok(())
+    }
+
+    /// Drops one reference of each host cluster in `clusters` after the next flush.
+    pub(crate) fn free_later(&self, clusters: std::ops::Range<u64>) {
+        self.pending().extend(clusters);
+    }
+
+    /// The clusters waiting for a flush, taken before the flush (`apply_frees` after it):
+    /// frees queued during the flush wait for the next one.
+    pub(crate) fn take_pending(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.pending())
+    }
+
+    /// Drops the references `pending` stands for (their unlinks are durable now).
+    pub(crate) fn apply_frees(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        pending: Vec<u64>,
+    ) -> io::Result<()> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        let s = &mut *s;
+        for c in pending {
+            let count = s.refcounts.get(cx, host, c)?;
+            if count == 0 || count == s.refcounts.max() {
+                continue; // already free (a damaged image), or saturated: leave it
+            }
+            s.refcounts
+                .set_run(cx, host, c, 1, count - 1, &mut s.scratch)?;
+            if count == 1 && s.free.len() < MAX_FREE {
+                s.free.push(c);
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the unused reservation (refcount 0 again); for the backend's drop.
+    pub(crate) fn release(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<()> {
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        let s = &mut *s;
+        while let Some(c) = s.reserved.pop() {
+            let index = c.at >> self.cluster_bits;
+            s.refcounts.set_run(cx, host, index, 1, 0, &mut s.scratch)?;
+            s.free.push(index);
+        }
+        Ok(())
+    }
+}

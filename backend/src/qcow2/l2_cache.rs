@@ -1,0 +1,220 @@
+//! A bounded cache of L2 tables, in slots allocated once at open: a lookup in steady state
+//! allocates nothing, whether it hits or misses.
+//!
+//! One mutex guards the slots and is never held across I/O. A miss claims the least
+//! recently used slot (marking it `Loading`), lets go of the mutex, reads the table into a
+//! pooled buffer and decodes it into the slot. Lookups of a table that is loading wait for
+//! it (see [`Waiter`]) instead of reading it twice.
+//!
+//! Updates are written to the file first and to the cache after (`set`): a load that began
+//! before the file write may have read the old entry, so an update that finds its table
+//! loading marks the load stale and the loader reads it again.
+//!
+//! [`Waiter`]: crate::range_lock
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Mutex;
+
+use crate::pool::BouncePool;
+use crate::Ctx;
+
+use super::hostio::{self, Host};
+
+/// Bytes of L2 tables to keep: 4 MiB maps 32 GiB of a disk with 64 KiB clusters.
+const BUDGET: u64 = 4 << 20;
+const MIN_SLOTS: u64 = 8;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Empty,
+    /// Being read; `stale` if an entry was updated meanwhile.
+    Loading {
+        stale: bool,
+    },
+    Ready,
+}
+
+struct Slot {
+    /// Host offset of the table held (0 when empty).
+    table: u64,
+    state: State,
+    last_use: u64,
+    entries: Box<[u64]>,
+}
+
+struct Slots {
+    slots: Vec<Slot>,
+    /// Table offset to slot, for every slot not empty; its capacity is the slot count, so
+    /// it never reallocates.
+    index: HashMap<u64, usize>,
+    clock: u64,
+}
+
+/// The L2 tables of one image.
+pub(crate) struct L2Cache {
+    slots: Mutex<Slots>,
+    /// Buffers to read a table into (one per load in flight).
+    bufs: BouncePool,
+    misses: std::sync::atomic::AtomicU64,
+}
+
+impl L2Cache {
+    /// A cache for tables of `cluster_size` bytes, for an image with `l1_size` tables.
+    pub(crate) fn new(cluster_size: u64, l1_size: u32) -> L2Cache {
+        let count = (BUDGET / cluster_size)
+            .max(MIN_SLOTS)
+            .min(l1_size.max(1) as u64);
+        let entries = (cluster_size / 8) as usize;
+        let slots = (0..count)
+            .map(|_| Slot {
+                table: 0,
+                state: State::Empty,
+                last_use: 0,
+                entries: vec![0; entries].into_boxed_slice(),
+            })
+            .collect();
+        L2Cache {
+            slots: Mutex::new(Slots {
+                slots,
+                index: HashMap::with_capacity(count as usize),
+                clock: 0,
+            }),
+            bufs: BouncePool::new(cluster_size as usize, 4096, 8),
+            misses: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Entry `index` of the L2 table at host offset `table`.
+    pub(crate) fn get(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        table: u64,
+        index: usize,
+    ) -> io::Result<u64> {
+        let mut nap = hostio::Nap::default();
+        loop {
+            let mut s = self.lock();
+            s.clock += 1;
+            let clock = s.clock;
+            if let Some(&at) = s.index.get(&table) {
+                let slot = &mut s.slots[at];
+                if slot.state == State::Ready {
+                    slot.last_use = clock;
+                    return Ok(slot.entries[index]);
+                }
+                drop(s);
+                nap.wait(cx); // loading elsewhere
+                continue;
+            }
+            let Some(victim) = s.victim() else {
+                drop(s);
+                nap.wait(cx); // every slot is loading: as many misses in flight as slots
+                continue;
+            };
+            let slot = &mut s.slots[victim];
+            let old = std::mem::replace(&mut slot.table, table);
+            (slot.state, slot.last_use) = (State::Loading { stale: false }, clock);
+            s.index.remove(&old);
+            s.index.insert(table, victim);
+            drop(s);
+            if let Some(entry) = self.load(cx, host, victim, table, index)? {
+                return Ok(entry);
+            }
+        }
+    }
+
+    /// Reads the table into slot `victim`; `None` if an update made the read stale.
+    fn load(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        victim: usize,
+        table: u64,
+        index: usize,
+    ) -> io::Result<Option<u64>> {
+        self.misses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut buf = self.bufs.take();
+        let read = host.read_exact(cx, &mut buf, table);
+        let mut s = self.lock();
+        let slot = &mut s.slots[victim];
+        match (read, slot.state) {
+            (Err(e), _) => {
+                s.empty(victim);
+                Err(e)
+            }
+            (Ok(()), State::Loading { stale: true }) => {
+                s.empty(victim);
+                Ok(None)
+            }
+            (Ok(()), _) => {
+                for (e, raw) in slot.entries.iter_mut().zip(buf.chunks_exact(8)) {
+                    *e = u64::from_be_bytes(raw.try_into().expect("8 bytes"));
+                }
+                slot.state = State::Ready;
+                Ok(Some(slot.entries[index]))
+            }
+        }
+    }
+
+    /// Entry `index` of `table` without waiting for anyone: from the cache if the table is
+    /// there, else read from the file alone (8 bytes, blocking). For `block_status`, which
+    /// runs outside any coroutine's context and so must never wait for a load that a
+    /// coroutine of its own thread is doing.
+    pub(crate) fn get_now(&self, host: &Host, table: u64, index: usize) -> io::Result<u64> {
+        {
+            let s = self.lock();
+            if let Some(slot) = s.index.get(&table).map(|&at| &s.slots[at]) {
+                if slot.state == State::Ready {
+                    return Ok(slot.entries[index]);
+                }
+            }
+        }
+        let mut raw = [0u8; 8];
+        host.read_exact(&Ctx::Blocking, &mut raw, table + index as u64 * 8)?;
+        Ok(u64::from_be_bytes(raw))
+    }
+
+    /// Records that entry `index` of `table` is now `entry` on disk.
+    pub(crate) fn set(&self, table: u64, index: usize, entry: u64) {
+        let mut s = self.lock();
+        if let Some(&at) = s.index.get(&table) {
+            let slot = &mut s.slots[at];
+            match slot.state {
+                State::Ready => slot.entries[index] = entry,
+                State::Loading { .. } => slot.state = State::Loading { stale: true },
+                State::Empty => {}
+            }
+        }
+    }
+
+    /// Tables read from the file so far.
+    pub(crate) fn misses(&self) -> u64 {
+        self.misses.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Slots {
+    fn empty(&mut self, at: usize) {
+        let slot = &mut self.slots[at];
+        let table = std::mem::take(&mut slot.table);
+        slot.state = State::Empty;
+        self.index.remove(&table);
+    }
+
+    /// The slot to load into: an empty one, else the least recently used ready one.
+    fn victim(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !matches!(s.state, State::Loading { .. }))
+            .min_by_key(|(_, s)| (s.state != State::Empty, s.last_use))
+            .map(|(i, _)| i)
+    }
+}

@@ -1,0 +1,239 @@
+//! The write path. A request first holds its guest clusters shared and, if every one is a
+//! data cluster with refcount 1, writes in place (runs back to back in the file in one
+//! transfer). Otherwise it holds them exclusively and rewrites each cluster that needs it
+//! into a new one: the cluster as it reads now (backing file, zeroes, decompressed or
+//! shared data) with the new bytes over it, written whole, then linked in the L2 table;
+//! the old host clusters are freed after the next flush (`alloc.rs`).
+//!
+//! Order on disk for a new cluster: its refcount (reserved, durable), its data, its L2
+//! entry. For a new L2 table: its refcount, its zeroed contents, `fdatasync`, its L1 entry.
+
+use std::io::{self, IoSlice};
+use std::sync::atomic::Ordering;
+
+use crate::range_lock::{Mode, Span};
+use crate::{iov, BlockBackend, Ctx};
+
+use super::entry::{self, Mapping, COPIED};
+use super::Qcow2Backend;
+
+/// Zeroes to write from, a piece at a time.
+pub(super) static ZEROES: [u8; 64 << 10] = [0; 64 << 10];
+
+/// The new bytes of a write: the caller's iovecs from a logical byte on, or zeroes.
+#[derive(Clone, Copy)]
+pub(super) enum Source<'a> {
+    Bufs(&'a [IoSlice<'a>], usize),
+    Zeroes,
+}
+
+impl Source<'_> {
+    /// The source advanced by `n` bytes.
+    fn skip(self, n: usize) -> Self {
+        match self {
+            Source::Bufs(b, skip) => Source::Bufs(b, skip + n),
+            Source::Zeroes => Source::Zeroes,
+        }
+    }
+
+    /// Copies the next `dst.len()` bytes into `dst`.
+    fn copy_to(self, dst: &mut [u8]) {
+        match self {
+            Source::Bufs(b, skip) => iov::gather(b, skip, dst),
+            Source::Zeroes => dst.fill(0),
+        }
+    }
+}
+
+impl Qcow2Backend {
+    pub(super) fn write(&self, cx: &Ctx<'_>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let len = iov::total(bufs) as u64;
+        let end = self.check_inside(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.write_range(cx, Source::Bufs(bufs, 0), offset, end)
+    }
+
+    /// Writes `[offset, end)` from `src`, holding the clusters as the module docs say.
+    pub(super) fn write_range(
+        &self,
+        cx: &Ctx<'_>,
+        src: Source<'_>,
+        offset: u64,
+        end: u64,
+    ) -> io::Result<()> {
+        let (first, last) = (self.cluster_of(offset), self.cluster_of(end - 1) + 1);
+        {
+            let _held = self.hold(cx, first, last, Mode::Shared);
+            if self.all_in_place(cx, first, last)? {
+                return self.write_in_place(cx, src, offset, end);
+            }
+        }
+        let _held = self.hold(cx, first, last, Mode::Exclusive);
+        let cs = self.cluster_size();
+        let mut pos = offset;
+        while pos < end {
+            let cluster = self.cluster_of(pos);
+            let next = ((cluster + 1) * cs).min(end);
+            let piece = src.skip((pos - offset) as usize);
+            match self.lookup(cx, cluster)? {
+                Mapping::Data { copied: true, .. } => self.write_in_place(cx, piece, pos, next)?,
+                old => self.rewrite_cluster(cx, cluster, old, piece, pos % cs, next - pos)?,
+            }
+            pos = next;
+        }
+        Ok(())
+    }
+
+    /// Whether every cluster of `[first, last)` is data with refcount 1.
+    fn all_in_place(&self, cx: &Ctx<'_>, first: u64, last: u64) -> io::Result<bool> {
+        for c in first..last {
+            if !matches!(self.lookup(cx, c)?, Mapping::Data { copied: true, .. }) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes `[offset, end)` into clusters that are data with refcount 1 (held).
+    fn write_in_place(
+        &self,
+        cx: &Ctx<'_>,
+        src: Source<'_>,
+        offset: u64,
+        end: u64,
+    ) -> io::Result<()> {
+        let cs = self.cluster_size();
+        let mut pos = offset;
+        while pos < end {
+            let Mapping::Data { host, .. } = self.lookup(cx, self.cluster_of(pos))? else {
+                unreachable!("held clusters changed mapping");
+            };
+            // Extend over clusters that follow in the file too.
+            let mut run = (cs - pos % cs).min(end - pos);
+            while pos + run < end {
+                match self.lookup(cx, self.cluster_of(pos + run))? {
+                    Mapping::Data { host: h, .. } if h == host + pos % cs + run => {}
+                    _ => break,
+                }
+                run = (run + cs).min(end - pos);
+            }
+            self.write_at(cx, src.skip((pos - offset) as usize), run, host + pos % cs)?;
+            pos += run;
+        }
+        Ok(())
+    }
+
+    /// Writes `len` bytes of `src` at host offset `at`.
+    pub(super) fn write_at(
+        &self,
+        cx: &Ctx<'_>,
+        src: Source<'_>,
+        len: u64,
+        at: u64,
+    ) -> io::Result<()> {
+        let mut done = 0u64;
+        while done < len {
+            let n = match src {
+                Source::Bufs(bufs, skip) => {
+                    let mut window = iov::empty_window();
+                    let (used, covered) = iov::window(
+                        bufs,
+                        skip + done as usize,
+                        (len - done) as usize,
+                        &mut window,
+                    );
+                    self.host.file.writev(cx, &window[..used], at + done)?;
+                    covered as u64
+                }
+                Source::Zeroes => {
+                    let n = (len - done).min(ZEROES.len() as u64);
+                    self.host.write(cx, &ZEROES[..n as usize], at + done)?;
+                    n
+                }
+            };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Gives guest `cluster` (mapped as `old`, held exclusively) a new host cluster holding
+    /// what it reads as now with `len` bytes of `src` at `within`.
+    pub(super) fn rewrite_cluster(
+        &self,
+        cx: &Ctx<'_>,
+        cluster: u64,
+        old: Mapping,
+        src: Source<'_>,
+        within: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        let alloc = self.check_writable()?;
+        let (table, l2i) = self.l2_table_for(cx, cluster)?;
+        let new = alloc.cluster(cx, &self.host)?;
+        let cs = self.cluster_size();
+        if len == cs {
+            self.write_at(cx, src, cs, new.at)?;
+        } else if new.zeroed && self.reads_zero(old) {
+            // The rest reads as zeroes already: write only the new bytes.
+            if !matches!(src, Source::Zeroes) {
+                self.write_at(cx, src, len, new.at + within)?;
+            }
+        } else {
+            let mut buf = self.bufs.take();
+            self.read_cluster(cx, cluster, old, &mut buf)?;
+            src.copy_to(&mut buf[within as usize..(within + len) as usize]);
+            self.host.write(cx, &buf, new.at)?;
+        }
+        self.set_l2(cx, table, l2i, Mapping::data_entry(new.at))?;
+        alloc.free_later(old.host_clusters(self.h.cluster_bits));
+        Ok(())
+    }
+
+    /// Writes L2 entry `l2i` of the table at `table`, then updates the cache.
+    pub(super) fn set_l2(
+        &self,
+        cx: &Ctx<'_>,
+        table: u64,
+        l2i: usize,
+        value: u64,
+    ) -> io::Result<()> {
+        self.host.write_u64(cx, value, table + l2i as u64 * 8)?;
+        self.l2.set(table, l2i, value);
+        Ok(())
+    }
+
+    /// The L2 table of guest `cluster` and the entry's index in it, made if missing.
+    pub(super) fn l2_table_for(&self, cx: &Ctx<'_>, cluster: u64) -> io::Result<(u64, usize)> {
+        let (l1i, l2i) = self.split(cluster);
+        let slot = &self.l1[l1i];
+        if let Some(table) = entry::l2_table(slot.load(Ordering::Acquire)) {
+            return Ok((table, l2i));
+        }
+        let _l1 = self.l1_locks.lock(
+            cx,
+            Span {
+                start: l1i as u64,
+                end: l1i as u64 + 1,
+            },
+            Mode::Exclusive,
+        );
+        if let Some(table) = entry::l2_table(slot.load(Ordering::Acquire)) {
+            return Ok((table, l2i)); // made meanwhile
+        }
+        let alloc = self.check_writable()?;
+        let new = alloc.cluster(cx, &self.host)?;
+        let table = new.at;
+        if !new.zeroed {
+            self.write_at(cx, Source::Zeroes, self.cluster_size(), table)?;
+            self.host.file.flush(cx)?; // the table's contents before the entry that links it
+        }
+        let value = table | COPIED;
+        self.host
+            .write_u64(cx, value, self.h.l1_table_offset + l1i as u64 * 8)?;
+        slot.store(value, Ordering::Release);
+        Ok((table, l2i))
+    }
+}

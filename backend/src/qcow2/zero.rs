@@ -1,0 +1,148 @@
+//! write_zeroes, discard and resize.
+//!
+//! Whole clusters become v3 zero clusters (keeping their host cluster, preallocated, when
+//! unmapping is not allowed) or, in v2 images without a backing file, unallocated. v2
+//! images over a backing file cannot say "zeroes" in an L2 entry, so their clusters are
+//! written with zeroes, as are the partial clusters at either end of a request. Clusters
+//! that already read as zeroes are left alone. discard is write_zeroes with unmapping:
+//! afterwards the range reads as zeroes, never as the backing file.
+
+use std::io;
+
+use crate::range_lock::{Mode, Span};
+use crate::{BlockBackend, Ctx};
+
+use super::entry::{Mapping, COPIED, ZERO};
+use super::header::SIZE_FIELD;
+use super::write::Source;
+use super::Qcow2Backend;
+
+impl Qcow2Backend {
+    pub(super) fn zero(
+        &self,
+        cx: &Ctx<'_>,
+        offset: u64,
+        len: u64,
+        may_unmap: bool,
+    ) -> io::Result<()> {
+        self.check_writable()?;
+        let end = self.check_inside(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let cs = self.cluster_size();
+        let (first, last) = (self.cluster_of(offset), self.cluster_of(end - 1) + 1);
+        let _held = self.hold(cx, first, last, Mode::Exclusive);
+        let mut pos = offset;
+        while pos < end {
+            let cluster = self.cluster_of(pos);
+            let next = ((cluster + 1) * cs).min(end);
+            let whole = pos % cs == 0 && (next - pos == cs || next == self.len());
+            let m = self.lookup(cx, cluster)?;
+            match m {
+                _ if self.reads_zero(m) => {}
+                _ if whole => self.zero_cluster(cx, cluster, m, may_unmap)?,
+                _ => self.write_range_held(cx, cluster, m, pos, next)?,
+            }
+            pos = next;
+        }
+        Ok(())
+    }
+
+    /// Whether a cluster mapped as `m` reads as zeroes.
+    pub(super) fn reads_zero(&self, m: Mapping) -> bool {
+        match m {
+            Mapping::Zero { .. } => true,
+            Mapping::Unallocated => self.backing.is_none(),
+            _ => false,
+        }
+    }
+
+    /// Writes zeroes over `[pos, next)` of `cluster` (held exclusively).
+    fn write_range_held(
+        &self,
+        cx: &Ctx<'_>,
+        cluster: u64,
+        m: Mapping,
+        pos: u64,
+        next: u64,
+    ) -> io::Result<()> {
+        let cs = self.cluster_size();
+        match m {
+            Mapping::Data { host, copied: true } => {
+                self.write_at(cx, Source::Zeroes, next - pos, host + pos % cs)
+            }
+            _ => self.rewrite_cluster(cx, cluster, m, Source::Zeroes, pos % cs, next - pos),
+        }
+    }
+
+    /// Makes all of `cluster` (held exclusively) read as zeroes.
+    fn zero_cluster(
+        &self,
+        cx: &Ctx<'_>,
+        cluster: u64,
+        m: Mapping,
+        may_unmap: bool,
+    ) -> io::Result<()> {
+        let alloc = self.check_writable()?;
+        let cs = self.cluster_size();
+        let value = match (self.h.version, m) {
+            (3, Mapping::Data { host, copied: true }) if !may_unmap => host | COPIED | ZERO,
+            (3, _) => ZERO,
+            (_, _) if may_unmap && self.backing.is_none() => 0,
+            (_, Mapping::Data { host, copied: true }) => {
+                return self.write_at(cx, Source::Zeroes, cs, host)
+            }
+            _ => return self.rewrite_cluster(cx, cluster, m, Source::Zeroes, 0, cs),
+        };
+        let (table, l2i) = self.l2_table_for(cx, cluster)?;
+        self.set_l2(cx, table, l2i, value)?;
+        if value & COPIED == 0 {
+            alloc.free_later(m.host_clusters(self.h.cluster_bits));
+        }
+        Ok(())
+    }
+
+    pub(super) fn resize_to(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
+        let _one = self.l1_locks.lock(
+            cx,
+            Span {
+                start: u64::MAX - 1,
+                end: u64::MAX,
+            },
+            Mode::Exclusive,
+        );
+        let size = self.len();
+        let capacity = self.h.l1_size as u64 * self.h.l2_entries() * self.cluster_size();
+        let refuse = |errno, why: &str| {
+            log::warn!("qcow2 {}: resize to {new_len}: {why}", self.path.display());
+            Err(io::Error::from_raw_os_error(errno))
+        };
+        if new_len == size {
+            return Ok(());
+        }
+        if new_len % 512 != 0 {
+            return refuse(libc::EINVAL, "not a multiple of 512 bytes");
+        }
+        if new_len < size {
+            return refuse(libc::EOPNOTSUPP, "shrinking a qcow2 image is not supported");
+        }
+        if new_len > capacity {
+            return refuse(
+                libc::EFBIG,
+                "past what the L1 table maps (moving it is not implemented)",
+            );
+        }
+        if self.backing.as_ref().is_some_and(|b| b.len() > size) {
+            return refuse(
+                libc::EOPNOTSUPP,
+                "the backing file would show through the new space",
+            );
+        }
+        self.host.write_u64(cx, new_len, SIZE_FIELD)?;
+        self.host.file.flush(cx)?;
+        self.size
+            .store(new_len, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! The qcow2 backend reads images made by qemu-img byte for byte as `qemu-img convert -O
+//! raw` does, in every shape (see `corofuse_tests::qcow2::variants`), from threads and
+//! from coroutines; and refuses at open, in one line, what it cannot serve.
+
+mod util;
+
+use std::io::IoSliceMut;
+use std::path::Path;
+
+use backend::{BlockBackend, Ctx, ExtentKind, Format, OpenOptions};
+use corofuse_tests::qcow2::{qemu_img, qemu_io, raw_contents, variants, Variant};
+use corofuse_tests::{assert_bytes_eq, require_tool, Rng};
+
+fn open(path: &Path, opts: &OpenOptions) -> std::sync::Arc<dyn BlockBackend> {
+    backend::open(path.to_str().unwrap(), opts).unwrap_or_else(|e| panic!("open {path:?}: {e}"))
+}
+
+/// Reads all of `disk` in pieces of varied sizes and offsets, through two iovecs each.
+fn read_all(cx: &Ctx<'_>, disk: &dyn BlockBackend, rng: &mut Rng) -> Vec<u8> {
+    let len = disk.len() as usize;
+    let mut out = vec![0xEEu8; len];
+    let mut pos = 0;
+    while pos < len {
+        let want = (1 + rng.below(300 * 1024) as usize).min(len - pos);
+        let split = rng.below(want as u64 + 1) as usize;
+        let (a, b) = out[pos..pos + want].split_at_mut(split);
+        let mut bufs = [IoSliceMut::new(a), IoSliceMut::new(b)];
+        let n = disk.readv(cx, &mut bufs, pos as u64).unwrap();
+        assert_eq!(n, want, "read at {pos}");
+        pos += want;
+    }
+    out
+}
+
+fn check_variant(v: &Variant, cx: &Ctx<'_>) {
+    let want = raw_contents(&v.path);
+    let disk = open(&v.path, &OpenOptions::default());
+    assert_eq!(disk.len(), want.len() as u64, "{}: size", v.name);
+    assert!(disk.describe().starts_with("qcow2:"), "{}", disk.describe());
+    let got = read_all(cx, &*disk, &mut Rng::new(want.len() as u64));
+    assert_bytes_eq(&got, &want, &v.name);
+    // Past the end: short, then nothing.
+    let mut tail = [0u8; 4096];
+    let n = disk
+        .readv(cx, &mut [IoSliceMut::new(&mut tail)], disk.len() - 100)
+        .unwrap();
+    assert_eq!(n, 100, "{}", v.name);
+    assert_eq!(
+        disk.readv(cx, &mut [IoSliceMut::new(&mut tail)], disk.len())
+            .unwrap(),
+        0
+    );
+}
+
+#[test]
+fn qcow2_reads_every_shape_like_qemu_img() {
+    require_tool!("qemu-img", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let all = variants(dir.path());
+    for v in &all {
+        eprintln!("{}: blocking", v.name);
+        check_variant(v, &Ctx::Blocking);
+    }
+    let paths: Vec<_> = all.into_iter().map(|v| (v.name, v.path)).collect();
+    util::in_coroutine(move |cx| {
+        for (name, path) in paths {
+            eprintln!("{name}: coroutine");
+            check_variant(&Variant { name, path }, cx);
+        }
+    });
+}
+
+#[test]
+fn qcow2_block_status_sees_holes_and_data() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.qcow2");
+    qemu_img(&["create", "-f", "qcow2", path.to_str().unwrap(), "4M"]);
+    qemu_io(&path, &["write -P 1 1M 64k", "write -z 2M 64k"]);
+    let disk = open(&path, &OpenOptions::default());
+    let status = |at| disk.block_status(at).unwrap();
+    assert_eq!((status(0).kind, status(0).end), (ExtentKind::Hole, 1 << 20));
+    assert_eq!(
+        (status(1 << 20).kind, status(1 << 20).end),
+        (ExtentKind::Data, (1 << 20) + 65536)
+    );
+    assert_eq!(status(2 << 20).kind, ExtentKind::Hole);
+    assert_eq!(status((4 << 20) - 1).end, 4 << 20);
+    assert!(disk.block_status(4 << 20).is_err());
+}
+
+#[test]
+fn format_raw_exports_the_container_and_qcow2_refuses_raw() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.qcow2");
+    qemu_img(&["create", "-f", "qcow2", path.to_str().unwrap(), "1M"]);
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    let raw = OpenOptions {
+        format: Format::Raw,
+        ..OpenOptions::default()
+    };
+    let disk = open(&path, &raw);
+    assert_eq!(
+        (disk.len(), disk.describe().starts_with("file:")),
+        (file_len, true)
+    );
+    let plain = dir.path().join("plain.img");
+    std::fs::write(&plain, vec![0u8; 4096]).unwrap();
+    let forced = OpenOptions {
+        format: Format::Qcow2,
+        ..OpenOptions::default()
+    };
+    let e = backend::open(plain.to_str().unwrap(), &forced)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no qcow2 magic"), "{e}");
+}
+
+/// Header bytes to overwrite: (offset, bytes).
+type Patch<'a> = &'a [(u64, &'a [u8])];
+
+/// Patches header bytes of a fresh image and returns the error opening it.
+fn open_error_after(patch: Patch, writable: bool) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.qcow2");
+    qemu_img(&[
+        "create",
+        "-f",
+        "qcow2",
+        "-o",
+        "compat=1.1",
+        path.to_str().unwrap(),
+        "1M",
+    ]);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    for (at, bytes) in patch {
+        std::os::unix::fs::FileExt::write_all_at(&file, bytes, *at).unwrap();
+    }
+    let opts = OpenOptions {
+        writable,
+        ..OpenOptions::default()
+    };
+    match backend::open(path.to_str().unwrap(), &opts) {
+        Ok(d) => panic!("opened {}", d.describe()),
+        Err(e) => {
+            let line = e.to_string();
+            assert!(!line.contains('\n') && line.contains("p.qcow2"), "{line}");
+            line
+        }
+    }
+}
+
+#[test]
+fn qcow2_refuses_what_it_cannot_serve_in_one_line() {
+    require_tool!("qemu-img");
+    let cases: [(Patch, bool, &str); 6] = [
+        (&[(60, &[0, 0, 0, 1])], false, "internal snapshots"),
+        (&[(32, &[0, 0, 0, 1])], false, "encryption (AES)"),
+        (&[(79, &[1 << 2])], false, "external data file"),
+        (&[(79, &[1 << 5])], false, "incompatible feature bit 5"),
+        (&[(79, &[1])], true, "qemu-img check -r all"),
+        (&[(23, &[22])], false, "cluster_bits 22"),
+    ];
+    for (patch, writable, want) in cases {
+        let line = open_error_after(patch, writable);
+        assert!(line.contains(want), "want {want:?} in: {line}");
+    }
+}
+
+#[test]
+fn qcow2_internal_snapshots_made_by_qemu_img_are_refused() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.qcow2");
+    let p = path.to_str().unwrap();
+    qemu_img(&["create", "-f", "qcow2", p, "1M"]);
+    qemu_img(&["snapshot", "-c", "one", p]);
+    let e = backend::open(p, &OpenOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("internal snapshots (1;"), "{e}");
+}

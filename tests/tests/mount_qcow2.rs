@@ -1,0 +1,168 @@
+//! qcow2 images through a real mount: the exported file reads as `qemu-img convert -O raw`
+//! gives; `--format raw` exports the container instead; and the image keeps QEMU's locks
+//! (the image a writer's, its backing file a reader's); random writes through the mount
+//! leave an image that `qemu-img check` finds clean and `qemu-img compare` identical to a
+//! raw image that got the same writes.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+
+use corofuse_tests::qcow2::{
+    assert_check_clean, assert_same_as_raw, create, qemu_img, raw_contents, variants,
+};
+use corofuse_tests::qemu::{describe, qemu};
+use corofuse_tests::sys::fallocate;
+use corofuse_tests::{
+    assert_bytes_eq, dispatch_tests, open_rw, pattern, require_tool, Dispatch, MountedExport,
+    Sandbox, Seed, KIB, MIB,
+};
+
+dispatch_tests!(mount_qcow2_reads_like_qemu_img [coroutine, inline, threads, uring]);
+fn mount_qcow2_reads_like_qemu_img(mode: Dispatch) {
+    require_tool!("qemu-img", "qemu-io");
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path("images");
+    fs::create_dir(&dir).unwrap();
+    let wanted = [
+        "v3 512",
+        "v2 4k zlib",
+        "v3 64k zstd",
+        "v2 over qcow2",
+        "v2 2M",
+    ];
+    for v in variants(&dir)
+        .iter()
+        .filter(|v| wanted.contains(&v.name.as_str()))
+    {
+        let want = raw_contents(&v.path);
+        let export = MountedExport::start(&v.path, &sandbox.mountpoint("mnt"), mode, &[]);
+        assert_bytes_eq(&fs::read(export.path()).unwrap(), &want, &v.name);
+        export.stop();
+    }
+}
+
+dispatch_tests!(mount_qcow2_format_raw_exports_the_container[coroutine]);
+fn mount_qcow2_format_raw_exports_the_container(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let image = sandbox.path("c.qcow2");
+    qemu_img(&["create", "-f", "qcow2", image.to_str().unwrap(), "1M"]);
+    let container = fs::read(&image).unwrap();
+    let mnt = sandbox.mountpoint("mnt");
+    let export = MountedExport::start(&image, &mnt, mode, &["--format", "raw"]);
+    assert_bytes_eq(
+        &fs::read(export.path()).unwrap(),
+        &container,
+        "--format raw",
+    );
+    export.stop();
+    let export = MountedExport::start(&image, &mnt, mode, &["--format", "qcow2"]);
+    assert_eq!(fs::read(export.path()).unwrap(), vec![0u8; 1 << 20]);
+    export.stop();
+}
+
+dispatch_tests!(mount_qcow2_keeps_qemu_locks_on_image_and_backing[coroutine]);
+fn mount_qcow2_keeps_qemu_locks_on_image_and_backing(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let base = sandbox.file("base.raw", &vec![7u8; 1 << 20]);
+    let image = sandbox.path("top.qcow2");
+    let opts = format!("backing_file={},backing_fmt=raw", base.display());
+    create(&image, &opts, None);
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    // A writer on the image is refused; the backing file may still be read, not written.
+    let write_top = qemu("qemu-io", &["-c", "write 0 512", image.to_str().unwrap()]);
+    assert!(
+        !write_top.status.success(),
+        "qemu-io wrote the exported image"
+    );
+    let read_base = qemu("qemu-img", &["info", "-f", "raw", base.to_str().unwrap()]);
+    assert!(
+        read_base.status.success(),
+        "qemu-img info on the backing file: {}",
+        describe(&read_base)
+    );
+    let write_base = qemu(
+        "qemu-io",
+        &["-f", "raw", "-c", "write 0 512", base.to_str().unwrap()],
+    );
+    assert!(
+        !write_base.status.success(),
+        "qemu-io wrote the backing file under a reader"
+    );
+    assert_eq!(fs::read(export.path()).unwrap(), vec![7u8; 1 << 20]);
+    export.stop();
+}
+
+/// Random writes, zeroing and hole punching through a writable mount, mirrored into a raw
+/// file; after unmount `qemu-img check` is clean and `qemu-img compare` says identical.
+fn random_writes_through_the_mount(mode: Dispatch, opts: &str, backing: bool) {
+    require_tool!("qemu-img");
+    let seed = Seed::choose();
+    let mut rng = seed.rng();
+    let sandbox = Sandbox::new();
+    let len = 4 * MIB;
+    let image = sandbox.path("w.qcow2");
+    let mirror = sandbox.sparse("mirror.raw", len);
+    let mut opts = opts.to_owned();
+    if backing {
+        let base = sandbox.file("base.raw", &pattern(3, 0, len as usize));
+        fs::copy(&base, &mirror).unwrap();
+        opts += &format!(",backing_file={},backing_fmt=raw", base.display());
+    }
+    create(&image, &opts, Some("4M"));
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let file = open_rw(export.path()).unwrap();
+    let raw = open_rw(&mirror).unwrap();
+    for _ in 0..80 {
+        let at = rng.below(len);
+        let n = (1 + rng.below(150 * KIB)).min(len - at);
+        match rng.below(8) {
+            0 => {
+                fallocate(
+                    &file,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    at,
+                    n,
+                )
+                .unwrap();
+                raw.write_all_at(&vec![0u8; n as usize], at).unwrap();
+            }
+            1 => file.sync_data().unwrap(),
+            _ => {
+                let data = pattern(rng.next_u64(), at, n as usize);
+                file.write_all_at(&data, at).unwrap();
+                raw.write_all_at(&data, at).unwrap();
+            }
+        }
+    }
+    file.sync_all().unwrap();
+    drop(file);
+    export.stop();
+    assert_check_clean(&image, "after random writes");
+    assert_same_as_raw(&image, &mirror, "after random writes");
+}
+
+dispatch_tests!(mount_qcow2_random_writes_v3_over_backing [coroutine, threads]);
+fn mount_qcow2_random_writes_v3_over_backing(mode: Dispatch) {
+    random_writes_through_the_mount(mode, "compat=1.1", true);
+}
+
+dispatch_tests!(mount_qcow2_random_writes_v2_4k [coroutine, inline]);
+fn mount_qcow2_random_writes_v2_4k(mode: Dispatch) {
+    random_writes_through_the_mount(mode, "compat=0.10,cluster_size=4k", false);
+}
+
+dispatch_tests!(mount_qcow2_fio_randwrite_verify [coroutine, threads]);
+/// fio verifies what it wrote at iodepth 16 into a fresh qcow2 image (every write an
+/// allocating one at first); afterwards the image checks clean.
+fn mount_qcow2_fio_randwrite_verify(mode: Dispatch) {
+    require_tool!("qemu-img", "fio");
+    let sandbox = Sandbox::new();
+    let image = sandbox.path("fio.qcow2");
+    create(&image, "compat=1.1", Some("16M"));
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    corofuse_tests::fio::randwrite_verify(export.path(), "16M", &sandbox.path(""));
+    export.stop();
+    assert_check_clean(&image, "after fio");
+}
