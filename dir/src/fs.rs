@@ -757,12 +757,19 @@ impl FileSystem for DirFs {
     /// then sends no GETXATTR of `security.capability` before each WRITE; the daemon
     /// clears set-user-ID and set-group-ID where the kernel says so, see
     /// [`DirFs::kill_suidgid`]), DONT_MASK (the caller's umask comes unapplied, and the
-    /// tree applies it unless a default ACL decides: [`Tree::creation_mode`]), the
+    /// tree applies it unless a default ACL decides: [`Tree::creation_mode`]), POSIX_ACL
+    /// (the kernel's permission checks, `default_permissions`, then read the source's
+    /// access ACLs with GETXATTR of `system.posix_acl_access` and enforce them; without
+    /// it they would check the mode bits alone, and an ACL entry denying a user would not
+    /// hold through the mount, since the daemon itself acts as root), the
     /// writeback cache if asked, and with `--cache never` shared mappings of the
     /// direct-I/O files (DIRECT_IO_ALLOW_MMAP, 7.39+).
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
-        config.flags |=
-            FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_HANDLE_KILLPRIV_V2 | FUSE_DONT_MASK;
+        config.flags |= FUSE_DO_READDIRPLUS
+            | FUSE_READDIRPLUS_AUTO
+            | FUSE_HANDLE_KILLPRIV_V2
+            | FUSE_DONT_MASK
+            | FUSE_POSIX_ACL;
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
         }

@@ -144,15 +144,27 @@ pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     .map(drop)
 }
 
-/// The `system.posix_acl_default` value that gives owner, group and others rwx (the
-/// kernel's POSIX ACL xattr format, version 2: `ACL_USER_OBJ`, `ACL_GROUP_OBJ`,
-/// `ACL_OTHER`), for a directory whose new nodes then ignore the creator's umask.
-pub fn default_acl_rwx() -> Vec<u8> {
+/// A POSIX ACL as the kernel's xattr format has it (`system.posix_acl_access` or
+/// `system.posix_acl_default`; version 2): each entry a tag (`ACL_USER_OBJ` 0x01,
+/// `ACL_USER` 0x02, `ACL_GROUP_OBJ` 0x04, `ACL_GROUP` 0x08, `ACL_MASK` 0x10, `ACL_OTHER`
+/// 0x20), permission bits (4 read, 2 write, 1 execute) and the user or group id
+/// (`u32::MAX` for the tags that name none).
+pub fn posix_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     let mut v = 2u32.to_le_bytes().to_vec();
-    for tag in [0x01u16, 0x04, 0x20] {
+    for &(tag, perm, id) in entries {
         v.extend(tag.to_le_bytes());
-        v.extend(7u16.to_le_bytes());
-        v.extend(u32::MAX.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
     }
     v
+}
+
+/// The default ACL that gives owner, group and others rwx: a directory whose new nodes
+/// then ignore the creator's umask.
+pub fn default_acl_rwx() -> Vec<u8> {
+    posix_acl(&[
+        (0x01, 7, u32::MAX),
+        (0x04, 7, u32::MAX),
+        (0x20, 7, u32::MAX),
+    ])
 }

@@ -286,17 +286,36 @@ fn mount_dir_writeback_cache_keeps_appends_and_partial_writes(mode: Dispatch) {
     assert_eq!(fs::read(src.path().join("page")).unwrap(), want);
 }
 
+/// User `nobody`'s id (and its group's).
+const NOBODY: u32 = 65534;
+
+/// Runs `sh -c script` as user and group `nobody` (the tests run as root).
+fn as_nobody(script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir("/");
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe; the child only drops
+    // privileges.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
 dispatch_tests!(mount_dir_gives_new_nodes_to_their_caller[coroutine, threads]);
 /// A daemon running as root, `--allow-other`: what user `nobody` creates through the mount
 /// is owned by `nobody` on the source (file, directory, symlink), and the kernel's
 /// permission checks (`default_permissions`) keep `nobody` out of a root-only directory.
 fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-    if !fuse::mount::is_root() {
-        return corofuse_tests::require::report_skip("needs root to act as another user");
-    }
-    const NOBODY: u32 = 65534;
     let src = tempfile::tempdir().unwrap();
     fs::set_permissions(src.path(), fs::Permissions::from_mode(0o777)).unwrap();
     fs::create_dir(src.path().join("private")).unwrap();
@@ -309,20 +328,6 @@ fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--allow-other"]);
     let m = export.path();
-    let as_nobody = |script: &str| {
-        let mut cmd = std::process::Command::new("sh");
-        cmd.arg("-c").arg(script).current_dir("/");
-        // SAFETY: setgid and setuid are async-signal-safe; the child only drops privileges.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd.output().unwrap()
-    };
     let made = as_nobody(&format!(
         "echo hi > {0}/file && mkdir {0}/dir && ln -s file {0}/link",
         m.display()
@@ -504,5 +509,64 @@ fn mount_dir_new_nodes_get_the_modes_a_local_file_system_gives(mode: Dispatch) {
     );
     assert_eq!(local[0], ("plain/f".to_string(), 0o644), "{local:?}");
     assert_eq!(local[6], ("acl/f".to_string(), 0o666), "{local:?}");
+    export.stop();
+}
+
+dispatch_tests!(mount_dir_enforces_the_sources_access_acls[coroutine, threads]);
+/// An access ACL on the source holds through the mount as on the source: an entry
+/// denying `nobody` a file that others may read keeps `nobody` out, and one granting
+/// `nobody` a file only its owner may read lets `nobody` in (the kernel reads the ACLs,
+/// FUSE_POSIX_ACL; the daemon, root, would let anyone through).
+fn mount_dir_enforces_the_sources_access_acls(mode: Dispatch) {
+    use corofuse_tests::sys::{posix_acl, setxattr};
+    use std::os::unix::fs::PermissionsExt;
+    let src = tempfile::tempdir().unwrap();
+    fs::set_permissions(src.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (denied, granted) = (src.path().join("denied"), src.path().join("granted"));
+    fs::write(&denied, b"secret\n").unwrap();
+    fs::set_permissions(&denied, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&granted, b"shared\n").unwrap();
+    fs::set_permissions(&granted, fs::Permissions::from_mode(0o600)).unwrap();
+    let any = u32::MAX;
+    let (user_obj, user, group_obj, mask, other) = (0x01, 0x02, 0x04, 0x10, 0x20);
+    let deny = posix_acl(&[
+        (user_obj, 6, any),
+        (user, 0, NOBODY),
+        (group_obj, 4, any),
+        (mask, 4, any),
+        (other, 4, any),
+    ]);
+    let grant = posix_acl(&[
+        (user_obj, 6, any),
+        (user, 4, NOBODY),
+        (group_obj, 0, any),
+        (mask, 4, any),
+        (other, 0, any),
+    ]);
+    for (path, acl) in [(&denied, &deny), (&granted, &grant)] {
+        if let Err(e) = setxattr(path, "system.posix_acl_access", acl) {
+            return corofuse_tests::require::report_skip(&format!("no access ACLs here: {e}"));
+        }
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--allow-other"]);
+    for root in [src.path(), export.path()] {
+        let read = as_nobody(&format!("cat {}/granted", root.display()));
+        assert_eq!(
+            (read.status.success(), read.stdout.as_slice()),
+            (true, &b"shared\n"[..]),
+            "nobody reads granted under {}: {}",
+            root.display(),
+            String::from_utf8_lossy(&read.stderr)
+        );
+        let refused = as_nobody(&format!("cat {}/denied", root.display()));
+        assert!(
+            !refused.status.success() && refused.stdout.is_empty(),
+            "nobody read denied under {}",
+            root.display()
+        );
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
+    }
     export.stop();
 }
