@@ -296,3 +296,37 @@ fn qcow2_writes_with_o_direct() {
     assert_check_clean(&path, "O_DIRECT");
     assert_same_as_raw(&path, &mirror_path, "O_DIRECT");
 }
+
+/// 512-byte clusters: a refcount table of one cluster covers 8 MiB of file, so 20 MiB of
+/// data grows it (more than once); reopened, the image reads back and checks clean.
+#[test]
+fn qcow2_grows_a_full_refcount_table() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(
+        dir.path(),
+        "grow.qcow2",
+        "compat=1.1,cluster_size=512",
+        "24M",
+    );
+    let data = pattern(11, 0, 20 << 20);
+    for round in 0..2 {
+        let disk = open_rw(&path);
+        let half = data.len() / 2;
+        let part = &data[round * half..(round + 1) * half];
+        for (i, piece) in part.chunks(1 << 20).enumerate() {
+            let at = (round * half + (i << 20)) as u64;
+            disk.writev(&Ctx::Blocking, &[IoSlice::new(piece)], at)
+                .unwrap();
+        }
+        drop(disk);
+        assert_check_clean(&path, &format!("round {round}"));
+    }
+    let out = qemu_img(&["info", "--output=json", path.to_str().unwrap()]);
+    let got = raw_contents(&path);
+    assert!(
+        got[..data.len()] == data[..],
+        "contents: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -13,6 +13,7 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -437,6 +438,25 @@ pub fn read_stats(path: &Path) -> serde_json::Value {
             _ => std::thread::sleep(Duration::from_millis(5)),
         }
     }
+}
+
+/// [`assert_serving_allocates_nothing`] for 4 KiB O_DIRECT reads and writes, alternating,
+/// over the first 4 MiB of the export.
+#[track_caller]
+pub fn assert_4k_io_allocates_nothing(export: &mut MountedExport, stats: &Path) {
+    let file = crate::open_direct(export.path(), true).expect("open the mount");
+    let mut buf = crate::AlignedBuf::zeroed(4096);
+    let mut io = |ops: u64| {
+        for i in 0..ops {
+            let offset = (i * 7919 % 1024) * 4096;
+            if i % 2 == 0 {
+                file.read_exact_at(&mut buf, offset).unwrap();
+            } else {
+                file.write_all_at(&buf, offset).unwrap();
+            }
+        }
+    };
+    assert_serving_allocates_nothing(export, stats, &mut io);
 }
 
 /// No heap allocation per request in steady state: after `io(2_000)` warms the daemon up,

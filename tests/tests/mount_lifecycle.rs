@@ -327,19 +327,6 @@ fn mount_serving_requests_allocates_nothing(mode: Dispatch) {
         mode,
         &["-w", "--stats", stats.to_str().unwrap()],
     );
-    let file = open_direct(export.path(), true).expect("open the mount");
-    let mut buf = AlignedBuf::zeroed(4096);
-    let mut io = |ops: u64| {
-        for i in 0..ops {
-            let offset = (i * 7919 % 1024) * 4096;
-            if i % 2 == 0 {
-                file.read_exact_at(&mut buf, offset).unwrap();
-            } else {
-                file.write_all_at(&buf, offset).unwrap();
-            }
-        }
-    };
-    corofuse_tests::export::assert_serving_allocates_nothing(&mut export, &stats, &mut io);
-    drop(file);
+    corofuse_tests::export::assert_4k_io_allocates_nothing(&mut export, &stats);
     export.stop();
 }

@@ -166,3 +166,27 @@ fn mount_qcow2_fio_randwrite_verify(mode: Dispatch) {
     export.stop();
     assert_check_clean(&image, "after fio");
 }
+
+dispatch_tests!(mount_qcow2_serving_requests_allocates_nothing [coroutine, threads]);
+/// No heap allocation per request in steady state on a qcow2 image either (its clusters
+/// compressed at first: the warm-up's writes turn them into data clusters).
+fn mount_qcow2_serving_requests_allocates_nothing(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let raw = sandbox.file("src.raw", &pattern(3, 0, 4 * MIB as usize));
+    let image = sandbox.path("disk.qcow2");
+    qemu_img(&[
+        "convert",
+        "-c",
+        "-O",
+        "qcow2",
+        raw.to_str().unwrap(),
+        image.to_str().unwrap(),
+    ]);
+    let stats = sandbox.path("stats.json");
+    let args = ["-w", "--stats", stats.to_str().unwrap()];
+    let mut export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &args);
+    corofuse_tests::export::assert_4k_io_allocates_nothing(&mut export, &stats);
+    export.stop();
+    assert_check_clean(&image, "after serving");
+}

@@ -20,9 +20,7 @@
 //!   to cover the reservation so that data writes into it never extend the file.
 //! - **New refcount blocks** are placed at the first cluster they cover, so that each one
 //!   counts itself: written (with its own refcount 1) and synced before the table entry
-//!   that links it. Growing the refcount table itself is not implemented: an image whose
-//!   table is full fails allocations with `ENOSPC` (the table made by qemu-img covers at
-//!   least 8 MiB of file per cluster of table, terabytes with 64 KiB clusters).
+//!   that links it. A full refcount table is grown (`reftable.rs`).
 //!
 //! The allocator runs one operation at a time (its own lock, held across its I/O); data
 //! I/O never happens under it, and requests that find their clusters allocated never take
@@ -36,6 +34,7 @@ use crate::{BlockBackend, Ctx};
 
 use super::hostio::Host;
 use super::refcount::Refcounts;
+use super::reftable;
 
 /// Clusters reserved at most at once.
 const BATCH: u64 = 256;
@@ -212,11 +211,14 @@ impl Allocator {
     /// Makes the refcount block for the clusters from `s.end` on, at cluster `s.end`.
     fn new_block(&self, cx: &Ctx<'_>, host: &Host, s: &mut State) -> io::Result<()> {
         let per_block = s.refcounts.per_block();
-        let (c, bi) = (s.end, (s.end / per_block) as usize);
-        if bi >= s.refcounts.table.len() {
-            log::error!("qcow2: the refcount table is full (growing it is not implemented)");
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        if (s.end / per_block) as usize >= s.refcounts.table.len() {
+            let old = reftable::grow(cx, host, &mut s.refcounts, &mut s.end, &mut s.scratch)?;
+            s.free.extend(old);
+            if s.refcounts.block_of(s.end).is_some() {
+                return Ok(());
+            }
         }
+        let (c, bi) = (s.end, (s.end / per_block) as usize);
         s.scratch.fill(0);
         s.refcounts.set_in(&mut s.scratch, 0, c % per_block, 1);
         let at = c << self.cluster_bits;

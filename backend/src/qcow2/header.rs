@@ -29,6 +29,8 @@ const EXT_FEATURE_NAMES: u32 = 0x6803_f857;
 /// Byte offsets of the fields the backend rewrites.
 pub(crate) const SIZE_FIELD: u64 = 24;
 pub(crate) const AUTOCLEAR_FIELD: u64 = 88;
+/// `refcount_table_offset` (8 bytes), then `refcount_table_clusters` (4).
+pub(crate) const REFCOUNT_TABLE_FIELD: u64 = 48;
 
 /// QEMU's limits: 2 MiB clusters, a 32 MiB L1 table.
 pub(crate) const MIN_CLUSTER_BITS: u32 = 9;

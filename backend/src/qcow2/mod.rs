@@ -57,6 +57,7 @@ mod hostio;
 mod l2_cache;
 mod read;
 mod refcount;
+mod reftable;
 mod write;
 mod zero;
 
