@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use backend::{Ctx, Format, OpenOptions};
 use fuse::init::InitConfig;
-use fuse::mount::MountOptions;
+use fuse::mount::{MountOptions, ENABLE_URING};
 use fuse::session::handshake;
 use image_export::{Export, ExportOptions};
 use runtime::CounterSnapshot;
@@ -126,7 +126,7 @@ const MAX_DEFAULT_QUEUES: usize = 8;
 /// the one that shares the client's CPU is not the one that serves it, and FUSE over
 /// io_uring, whose queue of CPU c must be served on c, loses its point.
 fn plan_loops(args: &ServeArgs) -> (usize, Vec<usize>) {
-    plan_loops_on(args, crate::bench::allowed_cpus().unwrap_or_default())
+    plan_loops_on(args, lab::allowed_cpus().unwrap_or_default())
 }
 
 fn plan_loops_on(args: &ServeArgs, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
@@ -153,9 +153,6 @@ fn describe_dispatch(args: &ServeArgs, queues: usize, uring: bool) -> String {
     }
     text
 }
-
-/// The fuse module's switch for FUSE over io_uring.
-pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Whether the fuse module offers FUSE over io_uring; if not, why and how to turn it on.
 fn uring_switch() -> Result<(), String> {

@@ -1,4 +1,11 @@
-//! `corofuse bench`: the measurement lab. With no subcommand it mounts its own exports
+//! `corofuse bench` (the measurement lab) and `corofuse stats`, as a library: the
+//! `corofuse` command parses its command line with [`Args`] and [`stats_cmd::Args`] and
+//! calls [`run`] and [`stats_cmd::run`]. The lab's child processes (export daemons, the
+//! hidden `bench load` and `bench dir-client`, callgrind runs of `bench switch`)
+//! re-execute that binary (`std::env::current_exe()`), so these entry points are meant
+//! to run inside `corofuse` only.
+//!
+//! `corofuse bench`: with no subcommand it mounts its own exports
 //! (null:1G, a 1 GiB raw image on tmpfs, and a 2 GiB pre-filled image on real storage,
 //! buffered and with O_DIRECT), drives each with a matrix of workloads from a separate
 //! process, runs the same workloads on /dev/zero and /dev/null (the load's own ceiling)
@@ -24,9 +31,14 @@
 //!   [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
 //!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
-//! - [`stats_cmd`]: `corofuse stats PATH`.
+//! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
+//!   runtime's per-operation costs; [`setting`]: a kernel setting changed for one run.
+
+// The layout above names the lab's private modules: its docs are for who works on it.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod affinity;
+mod bench_switch;
 mod child;
 mod daemon;
 mod dir;
@@ -42,6 +54,7 @@ mod mountinfo;
 mod plan;
 mod qsd;
 mod report;
+mod setting;
 mod stats;
 pub mod stats_cmd;
 mod storage;
@@ -56,12 +69,12 @@ use export::{ExportKind, STORAGE_SIZE};
 
 /// The CPUs this process may run on (the export's default `--queues` uses the lab's
 /// affinity code).
-pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
     affinity::allowed_cpus()
 }
 
 /// Pins the calling thread to `cpu` (the export's `--cpus` uses the lab's affinity code).
-pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
+pub fn pin_thread(cpu: usize) -> std::io::Result<()> {
     affinity::pin(0, cpu)
 }
 
@@ -127,7 +140,7 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Coroutine switch, spawn and io_uring round-trip costs against their floors (JSON).
-    Switch(crate::bench_switch::Args),
+    Switch(bench_switch::Args),
     /// The load generator the lab runs in a child process (one JSON line on stdout).
     #[command(hide = true)]
     Load(load::Args),
@@ -210,11 +223,12 @@ struct LabArgs {
     dir: dir::DirArgs,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    match args.command {
-        Some(Command::Switch(a)) => crate::bench_switch::run(&a),
-        Some(Command::Load(a)) => load::run(&a),
-        Some(Command::DirClient(a)) => dir::client(&a),
+/// Runs `corofuse bench` as parsed: the lab, or one of its subcommands.
+pub fn run(args: &Args) -> Result<(), String> {
+    match &args.command {
+        Some(Command::Switch(a)) => bench_switch::run(a),
+        Some(Command::Load(a)) => load::run(a),
+        Some(Command::DirClient(a)) => dir::client(a),
         None if args.lab.dir.enabled => dir::run(&args.lab),
         None => lab(&args.lab),
     }

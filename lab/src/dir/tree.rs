@@ -17,7 +17,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::plan::{DirPlan, Job};
-use crate::bench::{fill, interrupt, lab, storage};
+use crate::{fill, interrupt, lab, storage};
 
 const PREFIX: &str = "corofuse-bench-tree-";
 

@@ -96,7 +96,7 @@ impl Variant {
     }
 }
 
-use crate::mount::ENABLE_URING;
+use fuse::mount::ENABLE_URING;
 
 /// While alive, `enable_uring` is Y; dropping it writes back what it found.
 pub struct UringSwitch {

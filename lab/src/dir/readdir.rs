@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::bench::daemon::Daemon;
-use crate::bench::stats;
+use crate::daemon::Daemon;
+use crate::stats;
 
 /// What one listing cost the daemon (a difference of two `--stats` snapshots).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

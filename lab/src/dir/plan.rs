@@ -12,9 +12,9 @@ use std::path::PathBuf;
 
 use super::servers::{self, Server};
 use super::RowSet;
-use crate::bench::variant::Variant;
-use crate::bench::workload::{self, wl, Engine, Rw, Workload};
-use crate::bench::LabArgs;
+use crate::variant::Variant;
+use crate::workload::{self, wl, Engine, Rw, Workload};
+use crate::LabArgs;
 
 /// One fio row: a workload and how many fio jobs run it (reported as one).
 #[derive(Clone, Copy, Debug)]

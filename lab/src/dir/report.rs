@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use super::plan::Section;
 use super::runner::{Cell, Measure, Outcome};
-use crate::bench::env::Environment;
-use crate::bench::report::median;
-use crate::bench::report::table::{num, Table};
+use crate::env::Environment;
+use crate::report::median;
+use crate::report::table::{num, Table};
 
 /// The choices that shaped the numbers.
 #[derive(Debug, Serialize)]
@@ -406,7 +406,7 @@ fn readdir_table(rows: &[&RowReport], o: &Options, notes: &mut Notes) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::dir::readdir::Listing;
+    use crate::dir::readdir::Listing;
 
     fn measure(ops: u64, seconds: f64, listing: bool) -> Outcome {
         Outcome::Ok(Measure {

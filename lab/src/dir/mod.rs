@@ -6,8 +6,8 @@
 //!
 //! Why inside the image lab: the same rules hold (ratios within one run, servers
 //! interleaved, medians, a fresh daemon per run, nothing left behind) and the same parts
-//! do the work: [`daemon`](crate::bench::daemon) starts and stops the servers,
-//! [`fio`](crate::bench::fio) drives the data rows, the report's table and median.
+//! do the work: [`daemon`](crate::daemon) starts and stops the servers,
+//! [`fio`] drives the data rows, the report's table and median.
 //! The project never builds or ships a peer: passthrough_hp is the user's binary
 //! (`--passthrough-hp PATH` or `COROFUSE_PASSTHROUGH_HP`); without it the corofuse rows
 //! run alone and the header says why.

@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::bench::daemon::Paths;
-use crate::bench::variant::Variant;
+use crate::daemon::Paths;
+use crate::variant::Variant;
 
 /// corofuse's like-for-like options, as (option, value) pairs; a `--mount-opt` naming
 /// the option replaces it.
@@ -137,7 +137,7 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let v = Variant::all(&[], &[crate::bench::variant::Transport::Uring])[0];
+        let v = Variant::all(&[], &[crate::variant::Transport::Uring])[0];
         assert_eq!(
             corofuse_args(v, &opts),
             [

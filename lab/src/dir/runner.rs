@@ -20,10 +20,10 @@ use super::plan::{schedule, DirPlan, Job, Section};
 use super::readdir::{self, Listing};
 use super::servers::Server;
 use super::tree::Tree;
-use crate::bench::daemon::{Daemon, Paths};
-use crate::bench::lab::Lab;
-use crate::bench::load::LoadResult;
-use crate::bench::{child, fio, interrupt};
+use crate::daemon::{Daemon, Paths};
+use crate::lab::Lab;
+use crate::load::LoadResult;
+use crate::{child, fio, interrupt};
 
 /// How long one client phase may take before it is killed (a stuck FUSE request).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(600);
