@@ -126,7 +126,7 @@ const MAX_DEFAULT_QUEUES: usize = 8;
 /// the one that shares the client's CPU is not the one that serves it, and FUSE over
 /// io_uring, whose queue of CPU c must be served on c, loses its point.
 fn plan_loops(args: &ServeArgs) -> (usize, Vec<usize>) {
-    plan_loops_on(args, lab::allowed_cpus().unwrap_or_default())
+    plan_loops_on(args, runtime::affinity::allowed_cpus().unwrap_or_default())
 }
 
 fn plan_loops_on(args: &ServeArgs, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {

@@ -67,17 +67,6 @@ use std::time::Instant;
 use affinity::Cpus;
 use export::{ExportKind, STORAGE_SIZE};
 
-/// The CPUs this process may run on (the export's default `--queues` uses the lab's
-/// affinity code).
-pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    affinity::allowed_cpus()
-}
-
-/// Pins the calling thread to `cpu` (the export's `--cpus` uses the lab's affinity code).
-pub fn pin_thread(cpu: usize) -> std::io::Result<()> {
-    affinity::pin(0, cpu)
-}
-
 #[derive(clap::Args)]
 #[command(
     args_conflicts_with_subcommands = true,
