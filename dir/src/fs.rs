@@ -284,18 +284,26 @@ impl DirFs {
         }
     }
 
-    fn opened<'b>(&self, unique: u64, s: &'b mut Scratch, open: Open) -> Answer<'b> {
-        self.fill_open(&mut s.open, open);
+    fn opened<'b>(&self, unique: u64, s: &'b mut Scratch, open: Open, flags: i32) -> Answer<'b> {
+        self.fill_open(&mut s.open, open, flags);
         Ok(Reply::arg(unique, &s.open))
     }
 
     /// Registers `open` and fills its OPEN/OPENDIR/CREATE reply: for a file, the cache
-    /// policy as open flags; a directory gets none.
-    fn fill_open(&self, out: &mut fuse_open_out, open: Open) {
+    /// policy as open flags; a directory gets none. A file the client opened with O_DIRECT
+    /// (`flags`), or any with `--cache never`, is direct I/O with parallel direct writes,
+    /// as passthrough_hp answers: without FOPEN_DIRECT_IO the kernel serves an O_DIRECT
+    /// write under the inode's lock, one at a time, and without
+    /// FOPEN_PARALLEL_DIRECT_WRITES it takes that lock for direct writes too (it still
+    /// does for appends and writes that extend the file).
+    fn fill_open(&self, out: &mut fuse_open_out, open: Open, flags: i32) {
         *out = FromZeros::new_zeroed();
+        let direct = flags & libc::O_DIRECT != 0;
         out.open_flags = match (&open, self.options.cache) {
-            (Open::Dir(_), _) | (_, Cache::Auto) => 0,
-            (_, Cache::Never) => FOPEN_DIRECT_IO,
+            (Open::Dir(_), _) => 0,
+            (_, Cache::Never) => FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES,
+            _ if direct => FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES,
+            (_, Cache::Auto) => 0,
             (_, Cache::Always) => FOPEN_KEEP_CACHE,
         };
         out.fh = self.handles.insert(open);
@@ -599,7 +607,7 @@ impl DirFs {
                     true => self.kill_suidgid(node).map(|()| fd),
                     false => Ok(fd),
                 }) {
-                    Ok(fd) => self.opened(unique, s, Open::File(fd)),
+                    Ok(fd) => self.opened(unique, s, Open::File(fd), asked),
                     Err(e) => Err(errno(e)),
                 }
             }
@@ -611,7 +619,7 @@ impl DirFs {
                 match created {
                     Ok((fd, e)) => {
                         self.fill_entry(&mut s.entry, &e);
-                        self.fill_open(&mut s.open, Open::File(fd));
+                        self.fill_open(&mut s.open, Open::File(fd), arg.flags as i32);
                         Ok(Reply::create(unique, &s.entry, &s.open))
                     }
                     Err(e) => Err(errno(e)),
@@ -641,7 +649,7 @@ impl DirFs {
                 Err(e) => Err(e),
             },
             Operation::Opendir { .. } => match tree.opendir(node) {
-                Ok(stream) => self.opened(unique, s, Open::Dir(std::sync::Mutex::new(stream))),
+                Ok(stream) => self.opened(unique, s, Open::Dir(std::sync::Mutex::new(stream)), 0),
                 Err(e) => Err(errno(e)),
             },
             Operation::Readdir { arg } => self.timed(|| self.readdir(req, arg, false, data)),
@@ -762,8 +770,8 @@ impl FileSystem for DirFs {
     /// access ACLs with GETXATTR of `system.posix_acl_access` and enforce them; without
     /// it they would check the mode bits alone, and an ACL entry denying a user would not
     /// hold through the mount, since the daemon itself acts as root), the
-    /// writeback cache if asked, and with `--cache never` shared mappings of the
-    /// direct-I/O files (DIRECT_IO_ALLOW_MMAP, 7.39+).
+    /// writeback cache if asked, and shared mappings of the direct-I/O files
+    /// (DIRECT_IO_ALLOW_MMAP, 7.39+: O_DIRECT opens, and every file with `--cache never`).
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
         config.flags |= FUSE_DO_READDIRPLUS
             | FUSE_READDIRPLUS_AUTO
@@ -773,12 +781,10 @@ impl FileSystem for DirFs {
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
         }
-        if self.options.cache == Cache::Never {
-            // Files open FOPEN_DIRECT_IO: without this the kernel refuses MAP_SHARED of
-            // them (ENODEV); with it, it writes mapped pages back around each direct
-            // read and write.
-            config.flags |= FUSE_DIRECT_IO_ALLOW_MMAP;
-        }
+        // Files opened O_DIRECT (and all with --cache never) are FOPEN_DIRECT_IO: without
+        // this the kernel refuses MAP_SHARED of them (ENODEV); with it, it writes mapped
+        // pages back around each direct read and write.
+        config.flags |= FUSE_DIRECT_IO_ALLOW_MMAP;
         config
     }
 
