@@ -489,8 +489,10 @@ pub fn assert_serving_allocates_nothing(
     let serving = (after - before).saturating_sub(per_snapshot);
     assert!(
         serving < 100,
-        "{serving} allocations for {} requests ({}; {per_snapshot} per snapshot not counted)",
+        "{serving} allocations for {} requests ({}; {per_snapshot} per snapshot not counted); \
+         daemon stderr:\n{}",
         requests_after - requests_before,
-        export.dispatch()
+        export.dispatch(),
+        export.stderr()
     );
 }
