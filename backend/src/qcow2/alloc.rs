@@ -285,7 +285,7 @@ impl Allocator {
         let _serial = self.serial(cx);
         let mut s = self.state();
         let s = &mut *s;
-        for c in pending {
+        for &c in &pending {
             let count = s.refcounts.get(cx, host, c)?;
             if count == 0 || count == s.refcounts.max() {
                 continue; // already free (a damaged image), or saturated: leave it
@@ -296,7 +296,18 @@ impl Allocator {
                 s.free.push(c);
             }
         }
+        self.recycle(pending);
         Ok(())
+    }
+
+    /// Gives a drained pending list's memory back, so that frees between flushes do not
+    /// allocate in steady state.
+    fn recycle(&self, mut drained: Vec<u64>) {
+        drained.clear();
+        let mut pending = self.pending();
+        if pending.is_empty() && pending.capacity() < drained.capacity() {
+            *pending = drained;
+        }
     }
 
     /// Returns the unused reservation (refcount 0 again); for the backend's drop.
