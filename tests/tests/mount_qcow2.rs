@@ -215,3 +215,33 @@ fn mount_qcow2_truncate_grows_and_never_shrinks(mode: Dispatch) {
     assert_check_clean(&image, "after truncate");
     assert_virtual_size(&image, (1 << 30) + 512);
 }
+
+dispatch_tests!(mount_qcow2_qemu_img_convert_into_the_export [coroutine, threads]);
+/// `qemu-img convert -n -t none` of a raw image into the export of an empty qcow2 image
+/// (O_DIRECT writes, zero detection, write-zeroes), then the qcow2 image holds the raw
+/// image's disk and checks clean.
+fn mount_qcow2_qemu_img_convert_into_the_export(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path("src");
+    fs::create_dir(&dir).unwrap();
+    let src = corofuse_tests::qcow2::source(&dir);
+    // Whole 4 KiB blocks: -t none writes them so, and the export is not growable.
+    let len = 6 * MIB;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+    let image = sandbox.path("target.qcow2");
+    create(&image, "compat=1.1", Some(&len.to_string()));
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let (from, to) = (src.to_str().unwrap(), export.path().to_str().unwrap());
+    qemu_img(&[
+        "convert", "-n", "-f", "raw", "-O", "raw", "-t", "none", from, to,
+    ]);
+    export.stop();
+    assert_check_clean(&image, "after convert");
+    assert_same_as_raw(&image, &src, "after convert");
+}
