@@ -324,11 +324,14 @@ impl BlockBackend for Qcow2Backend {
             Some(b) => format!(", backing {}", b.describe()),
             None => String::new(),
         };
+        let cs = match self.cluster_size() {
+            cs if cs < 1024 => format!("{cs} B"),
+            cs => format!("{} KiB", cs / 1024),
+        };
         format!(
-            "qcow2:{} (v{}, {} KiB clusters{backing}{ro})",
+            "qcow2:{} (v{}, {cs} clusters{backing}{ro})",
             self.path.display(),
             self.h.version,
-            self.cluster_size() / 1024
         )
     }
 
