@@ -45,6 +45,7 @@
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 
+mod aligned;
 mod ctx;
 mod direct;
 mod file;
@@ -57,6 +58,7 @@ mod range_lock;
 mod serial;
 mod sys;
 
+pub use aligned::{AlignedBuf, PAGE_ALIGN};
 pub use ctx::Ctx;
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
@@ -125,7 +127,7 @@ pub trait BlockBackend: Send + Sync {
 
 /// The costly paths a backend took, for `--stats`: each is a copy, an extra read or a wait
 /// that plain transfers do not pay.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BackendStats {
     /// O_DIRECT reads that went through a bounce buffer (unaligned offset, length or memory).
     pub bounced_reads: u64,

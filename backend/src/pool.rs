@@ -7,43 +7,13 @@
 //! flight at once) taking a buffer never allocates. Beyond that, a burst allocates extra
 //! buffers and frees them afterwards rather than making requests wait.
 //!
-//! Alignment needs no unsafe code: a buffer over-allocates by `align - 1` bytes and uses the
-//! aligned window inside. Memory comes zeroed from the allocator, so untouched pages of a
-//! large buffer stay unmapped until used.
+//! The buffers are [`AlignedBuf`]s (`aligned`).
 
 use std::ops::{Deref, DerefMut};
+
+use crate::aligned::AlignedBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-/// A heap buffer whose usable bytes start at an `align`-aligned address.
-pub(crate) struct AlignedBuf {
-    mem: Box<[u8]>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    /// `len` zeroed bytes at an address that is a multiple of `align` (a power of two).
-    pub(crate) fn new(len: usize, align: usize) -> AlignedBuf {
-        let mem = vec![0u8; len + align - 1].into_boxed_slice();
-        let addr = mem.as_ptr() as usize;
-        let start = addr.next_multiple_of(align) - addr;
-        AlignedBuf { mem, start, len }
-    }
-}
-
-impl Deref for AlignedBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.mem[self.start..self.start + self.len]
-    }
-}
-
-impl DerefMut for AlignedBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.mem[self.start..self.start + self.len]
-    }
-}
 
 /// A bounded pool of equally sized aligned buffers, shared by all threads.
 pub(crate) struct BouncePool {

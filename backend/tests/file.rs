@@ -6,8 +6,9 @@ mod util;
 use std::fs;
 use std::io::{IoSlice, IoSliceMut};
 
+use backend::AlignedBuf;
 use backend::{BlockBackend, Extent, FileBackend, OpenOptions};
-use util::{allocated, errno, matrix, pattern, read, read_split, write_split, Aligned, Setup};
+use util::{allocated, errno, matrix, pattern, read, read_split, write_split, Setup};
 
 const K: u64 = 1024;
 const M: u64 = 1024 * 1024;
@@ -24,23 +25,22 @@ fn read_write_agree_with_std() {
         expect[777..777 + 5433].copy_from_slice(&data);
         assert_eq!(fs::read(&path).unwrap(), expect, "{}", s.label);
         // Aligned offset and memory: O_DIRECT's fast path.
-        let mut buf = Aligned::new(8192);
-        buf.bytes().copy_from_slice(&pattern(8192, 3));
-        b.writev(cx, &[IoSlice::new(buf.bytes())], 4096).unwrap();
-        expect[4096..12288].copy_from_slice(buf.bytes());
+        let mut buf = AlignedBuf::zeroed(8192);
+        buf.copy_from_slice(&pattern(8192, 3));
+        b.writev(cx, &[IoSlice::new(&buf)], 4096).unwrap();
+        expect[4096..12288].copy_from_slice(&buf);
         assert_eq!(fs::read(&path).unwrap(), expect);
         // Reads: several iovecs at an unaligned offset, and an aligned one.
         assert_eq!(
             read_split(&*b, cx, &[1, 4095, 3000, 8192], 333),
             &expect[333..333 + 15288]
         );
-        let mut buf = Aligned::new(16384);
+        let mut buf = AlignedBuf::zeroed(16384);
         assert_eq!(
-            b.readv(cx, &mut [IoSliceMut::new(buf.bytes())], 8192)
-                .unwrap(),
+            b.readv(cx, &mut [IoSliceMut::new(&mut buf)], 8192).unwrap(),
             16384
         );
-        assert_eq!(buf.bytes(), &expect[8192..8192 + 16384]);
+        assert_eq!(&buf[..], &expect[8192..8192 + 16384]);
     });
 }
 
@@ -88,14 +88,14 @@ fn reads_at_and_after_eof_are_short() {
         assert_eq!(read(&*b, cx, 10, 1000), b"", "at EOF");
         assert_eq!(read(&*b, cx, 10, 4096), b"", "past EOF");
         // An aligned read over an unaligned end of file.
-        let mut buf = Aligned::new(4096);
+        let mut buf = AlignedBuf::zeroed(4096);
         assert_eq!(
-            b.readv(cx, &mut [IoSliceMut::new(buf.bytes())], 0).unwrap(),
+            b.readv(cx, &mut [IoSliceMut::new(&mut buf)], 0).unwrap(),
             1000,
             "{}",
             s.label
         );
-        assert_eq!(&buf.bytes()[..1000], &data[..]);
+        assert_eq!(&buf[..1000], &data[..]);
     });
 }
 

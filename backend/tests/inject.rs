@@ -70,7 +70,7 @@ fn every_operation_fails_in_its_range_only() {
         let by_op: Vec<(&str, Vec<(String, u64)>)> = stats
             .faults_by_op
             .iter()
-            .map(|(op, e)| (*op, e.clone().into_iter().collect()))
+            .map(|(op, e)| (op.as_str(), e.clone().into_iter().collect()))
             .collect();
         let e = |name: &str, n| vec![(name.to_owned(), n)];
         assert_eq!(

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backend::AlignedBuf;
 use backend::{BlockBackend, Ctx, FileBackend};
-use util::{matrix, pattern, read, Aligned, Setup};
+use util::{matrix, pattern, read, Setup};
 
 /// How long a request that should not wait is given before the test calls it stuck. Not a
 /// speed check: each of these requests takes microseconds to a few milliseconds.
@@ -21,10 +22,9 @@ const STUCK: Duration = Duration::from_secs(20);
 fn unrelated(b: &FileBackend, cx: &Ctx<'_>, which: usize) {
     match which {
         0 => {
-            let mut buf = Aligned::new(4096);
-            buf.bytes().fill(0xA0);
-            b.writev(cx, &[IoSlice::new(buf.bytes())], 64 * 1024)
-                .unwrap();
+            let mut buf = AlignedBuf::zeroed(4096);
+            buf.fill(0xA0);
+            b.writev(cx, &[IoSlice::new(&buf)], 64 * 1024).unwrap();
         }
         1 => b
             .writev(cx, &[IoSlice::new(&[0xB1; 300])], 8192 + 100)
@@ -136,15 +136,14 @@ const WRITERS: usize = 8;
 /// Writer `i`: aligned writes of 4 KiB to 1 MiB from page-aligned memory, all over the
 /// first 2 MiB, overlapping the other writers'.
 fn aligned_writer(b: &FileBackend, cx: &Ctx<'_>, i: usize) {
-    let mut buf = Aligned::new(1 << 20);
+    let mut buf = AlignedBuf::zeroed(1 << 20);
     for (n, size) in [4096usize, 65536, 1 << 20, 8192, 512 * 1024]
         .into_iter()
         .enumerate()
     {
-        buf.bytes()[..size].fill((i * 8 + n) as u8);
+        buf[..size].fill((i * 8 + n) as u8);
         let offset = ((i * 7 + n * 3) % 16) as u64 * 65536;
-        b.writev(cx, &[IoSlice::new(&buf.bytes()[..size])], offset)
-            .unwrap();
+        b.writev(cx, &[IoSlice::new(&buf[..size])], offset).unwrap();
     }
 }
 

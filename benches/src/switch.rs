@@ -11,11 +11,14 @@
 //! | `pread_4k` | a blocking 4 KiB `pread` from the page cache, for scale |
 //! | `accounting` | what per-request accounting adds to one request: the clock reads of a
 //! request with one I/O (4) and the recording of its sample into the opcode's histograms |
-//! | `yield_live_100`, `yield_live_10k`, `yield_live_30k` | one yield round trip with that many
-//! coroutines alive, all yielding in turn (scaling: the cost should not grow with them) |
+//! | `yield_live_100`, `yield_live_10k`, `yield_live_30k`, `yield_live_1m` | one yield round trip
+//! with that many coroutines alive, all yielding in turn (scaling: the cost should not grow
+//! with them) |
 //!
-//! The `yield_live_*` cases stop at 30k: each stack is two mappings (the stack and its guard
-//! page), and `vm.max_map_count` (65530 by default) caps a process at about 32k stacks.
+//! Each stack is two mappings (the stack and its guard page), and `vm.max_map_count` (65530
+//! by default) caps a process at about 32k stacks: `yield_live_1m` needs it raised to
+//! [`map_count_needed`] (`corofuse bench switch` does that for the run, as root), and about
+//! 4.5 GiB of memory (one touched stack page per coroutine); it is not in the default set.
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -42,7 +45,23 @@ pub const CASES: &[&str] = &[
     "yield_live_100",
     "yield_live_10k",
     "yield_live_30k",
+    "yield_live_1m",
 ];
+
+/// Cases run when none is named: all but the million-coroutine one (a minute, 4.5 GiB).
+pub fn default_cases() -> Vec<&'static str> {
+    CASES
+        .iter()
+        .copied()
+        .filter(|c| *c != "yield_live_1m")
+        .collect()
+}
+
+/// The `vm.max_map_count` that `live` coroutine stacks need (two mappings each, plus the
+/// process's own).
+pub fn map_count_needed(live: usize) -> u64 {
+    2 * live as u64 + 65_530
+}
 
 /// Live coroutines of each `yield_live_*` case.
 pub fn live_count(case: &str) -> Option<usize> {
@@ -50,6 +69,7 @@ pub fn live_count(case: &str) -> Option<usize> {
         "yield_live_100" => 100,
         "yield_live_10k" => 10_000,
         "yield_live_30k" => 30_000,
+        "yield_live_1m" => 1_000_000,
         _ => return None,
     })
 }
@@ -300,7 +320,7 @@ pub fn default_iters(case: &str) -> u64 {
         "raw_switch" | "runtime_switch" => 2_000_000,
         "spawn_pooled" => 500_000,
         "spawn_fresh" => 20_000,
-        // A multiple of every live count: whole rounds.
+        // A multiple of every live count: whole rounds (three of a million).
         c if live_count(c).is_some() => 3_000_000,
         _ => 100_000,
     }

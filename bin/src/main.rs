@@ -1,8 +1,8 @@
-//! `corofuse`: export a disk image as one regular file over FUSE, and measure what it costs.
+//! `corofuse`: export a disk image as one regular file over FUSE, and measure what it costs
+//! (the measuring is the `lab` crate's: `bench` and `stats` parse their arguments with its
+//! types and call into it).
 
 mod alloc_count;
-mod bench;
-mod bench_switch;
 mod mount;
 mod mount_dir;
 mod serve_loop;
@@ -28,9 +28,9 @@ enum Command {
     /// Export a directory tree (passthrough of SOURCE_DIR) on a directory, in the foreground.
     MountDir(mount_dir::Args),
     /// Measure the export against a matrix of workloads (the lab), or the runtime (`bench switch`).
-    Bench(bench::Args),
+    Bench(lab::Args),
     /// Summarise a `corofuse mount --stats` JSON file.
-    Stats(bench::stats_cmd::Args),
+    Stats(lab::stats_cmd::Args),
     /// Remove a corofuse mount, live or left behind by a killed daemon (never another's).
     Umount(umount::Args),
 }
@@ -46,8 +46,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Mount(args) => mount::run(&args),
         Command::MountDir(args) => mount_dir::run(&args),
-        Command::Bench(args) => bench::run(args),
-        Command::Stats(args) => bench::stats_cmd::run(&args),
+        Command::Bench(args) => lab::run(&args),
+        Command::Stats(args) => lab::stats_cmd::run(&args),
         Command::Umount(args) => umount::run(&args),
     };
     match result {

@@ -11,11 +11,10 @@ use std::sync::Arc;
 
 use backend::{Ctx, Format, OpenOptions};
 use fuse::init::InitConfig;
-use fuse::mount::MountOptions;
+use fuse::mount::{MountOptions, ENABLE_URING};
 use fuse::session::handshake;
 use image_export::{Export, ExportOptions};
 use runtime::CounterSnapshot;
-use serde::Serialize;
 use transport::accounting::OpReport;
 use transport::FileSystem;
 use transport::{QueueConfig, QueueStats};
@@ -127,7 +126,7 @@ const MAX_DEFAULT_QUEUES: usize = 8;
 /// the one that shares the client's CPU is not the one that serves it, and FUSE over
 /// io_uring, whose queue of CPU c must be served on c, loses its point.
 fn plan_loops(args: &ServeArgs) -> (usize, Vec<usize>) {
-    plan_loops_on(args, crate::bench::allowed_cpus().unwrap_or_default())
+    plan_loops_on(args, runtime::affinity::allowed_cpus().unwrap_or_default())
 }
 
 fn plan_loops_on(args: &ServeArgs, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
@@ -154,9 +153,6 @@ fn describe_dispatch(args: &ServeArgs, queues: usize, uring: bool) -> String {
     }
     text
 }
-
-/// The fuse module's switch for FUSE over io_uring.
-pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Whether the fuse module offers FUSE over io_uring; if not, why and how to turn it on.
 fn uring_switch() -> Result<(), String> {
@@ -215,34 +211,12 @@ fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
     }
 }
 
-/// What `--stats` writes.
-#[derive(Serialize)]
-pub struct Stats<'a> {
-    /// The image (or, for a directory export, the source directory).
-    pub image: &'a str,
-    pub dispatch: String,
-    pub runtime: CounterSnapshot,
-    pub queue: QueueStats,
-    /// Bounces, read-modify-writes and waits for blocks in the backend (image exports).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend: Option<backend::BackendStats>,
-    /// What `--inject` rules did (only with `--inject`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inject: Option<backend::InjectStats>,
-    /// Heap allocations made by the whole process so far (see `alloc_count`).
-    pub allocations: u64,
-    /// Per-opcode accounting (see `transport::accounting`).
-    pub ops: &'a BTreeMap<String, OpReport>,
-    /// Each event loop's own queue statistics, in loop order (`--queues`; empty with
-    /// `threads:N`).
-    pub per_queue: &'a [QueueStats],
-}
-
 /// What the file system adds to `--stats`: the backend's counters, for an image export.
 #[derive(Default)]
 pub struct BackendReport {
     pub backend: Option<backend::BackendStats>,
     pub inject: Option<backend::InjectStats>,
+    pub dir: Option<dir_export::DirStats>,
 }
 
 /// Reads the file system's own counters for `--stats`, at any time.
@@ -372,6 +346,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let report: ReportFn = Box::new(move || BackendReport {
         backend: Some(disk.stats()),
         inject: disk.inject_stats(),
+        dir: None,
     });
     let target = Target {
         mountpoint: &args.mountpoint,
@@ -537,19 +512,21 @@ fn write_stats(
     ops: &BTreeMap<String, OpReport>,
     per_queue: &[QueueStats],
 ) {
-    let stats = Stats {
-        image,
+    // Counted before this snapshot's own copies below.
+    let allocations = crate::alloc_count::allocations();
+    let stats = daemon_stats::Stats {
+        image: image.to_string(),
         dispatch: dispatch.to_string(),
         runtime,
         queue,
         backend: report.backend,
         inject: report.inject,
-        allocations: crate::alloc_count::allocations(),
-        ops,
-        per_queue,
+        dir: report.dir,
+        allocations,
+        ops: ops.clone(),
+        per_queue: per_queue.to_vec(),
     };
-    let json = serde_json::to_string_pretty(&stats).expect("stats serialise");
-    if let Err(e) = std::fs::write(path, json + "\n") {
+    if let Err(e) = std::fs::write(path, stats.to_json()) {
         log::error!("cannot write stats to {}: {e}", path.display());
     }
 }

@@ -40,6 +40,12 @@ pub struct Args {
     /// writeback, not at write(2))
     #[arg(long)]
     writeback: bool,
+    /// Node descriptors kept open at most (default: half the open-file limit); past that
+    /// the least recently used are closed and reopened from their file handles when next
+    /// used (as root, on a source file system that has file handles), so the tree the
+    /// kernel may cache is not bounded by the open-file limit
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    node_fds: Option<u64>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -71,6 +77,9 @@ pub fn run(args: &Args) -> Result<(), String> {
             CacheArg::Always => Cache::Always,
         },
         writeback: args.writeback,
+        node_fds: args
+            .node_fds
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
     };
     let fs =
         DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?;
@@ -81,6 +90,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         directory: true,
         read_only: args.read_only,
     };
-    let report: ReportFn = Box::new(BackendReport::default);
-    mount::serve_mounted(&args.serve, &target, Arc::new(fs), report)
+    let fs = Arc::new(fs);
+    let counted = Arc::clone(&fs);
+    let report: ReportFn = Box::new(move || BackendReport {
+        dir: Some(counted.stats()),
+        ..BackendReport::default()
+    });
+    mount::serve_mounted(&args.serve, &target, fs, report)
 }

@@ -355,7 +355,7 @@ impl<F: FileSystem> LoopWork<F> {
 fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
     let index = setup.index;
     if let Some(cpu) = setup.cpu {
-        crate::bench::pin_thread(cpu)
+        runtime::affinity::pin(0, cpu)
             .map_err(|e| format!("loop {index}: pinning to CPU {cpu}: {e}"))?;
     }
     let rt = Runtime::new(setup.runtime).map_err(|e| format!("loop {index}: {e}"))?;

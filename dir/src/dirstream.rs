@@ -46,7 +46,7 @@ impl DirEntry<'_> {
 }
 
 /// What the stream has done, for tests and statistics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
     pub getdents: u64,
     /// Time spent in `getdents64` (the driver's own time, the 9p lesson).
@@ -84,7 +84,7 @@ impl DirStream {
     /// Opens `dir` (a directory node) for listing, from the start.
     pub fn open(dir: &Inode) -> io::Result<DirStream> {
         Ok(DirStream {
-            dir: sys::open_dir(dir.handle())?,
+            dir: sys::open_dir(dir.handle()?.as_fd())?,
             batch: vec![0; BATCH].into_boxed_slice(),
             len: 0,
             at: 0,

@@ -11,14 +11,19 @@
 //! - READDIRPLUS looks every entry up (one lookup counted, undone if the entry does not
 //!   fit); `.` and `..` go without attributes (node id 0: the kernel counts no lookup for
 //!   them), and so does an entry whose lookup finds no descriptor left.
-//! - Every node the kernel holds keeps an `O_PATH` descriptor, so the nodes held at once
-//!   are bounded by the open-file limit (raised to the hard limit at start): a tree of
-//!   more files than that, all stat'ed while the kernel caches them, gets EMFILE. File
-//!   handles (`name_to_handle_at`, virtiofsd's `--inode-file-handles`) would lift that;
-//!   not built yet.
-//! - File locks (GETLK/SETLK/SETLKW), COPY_FILE_RANGE, POLL, TMPFILE and STATX answer
-//!   ENOSYS: the kernel then keeps POSIX and flock locks local to this host, copies with
-//!   READ and WRITE, and falls back to GETATTR. That is libfuse's default too.
+//! - Every node the kernel holds keeps an `O_PATH` descriptor while it is among the
+//!   [`DirOptions::node_fds`] most recently used; the others are closed and reopened
+//!   from their file handles when next used ([`crate::nodefd`]), so the nodes held at once
+//!   are not bounded by the open-file limit (where file handles work: as root, on a file
+//!   system that has them).
+//! - File locks (GETLK/SETLK/SETLKW), POLL, TMPFILE and STATX answer ENOSYS: the kernel
+//!   then keeps POSIX and flock locks local to this host and falls back to GETATTR. That
+//!   is libfuse's default too.
+//! - COPY_FILE_RANGE (and its 64-bit form) is passed through: `copy_file_range(2)` between
+//!   the two source files, so the data never crosses /dev/fuse (a reflink where the source
+//!   file system has them). It is a blocking call on every transport (io_uring has no
+//!   such operation), so one request copies at most [`COPY_CHUNK`] bytes and answers the
+//!   count: a short copy, which callers of copy_file_range(2) loop on, as they must.
 //! - FLUSH answers at once (the source's own close semantics apply at RELEASE).
 //! - A GETXATTR or LISTXATTR value goes in the transport's data buffer, which it hands
 //!   over only for requests that fit its small-request area; a longer name gets ERANGE.
@@ -68,6 +73,9 @@ pub struct DirOptions {
     /// for writing only (the kernel reads to fill partly written pages) and without
     /// O_APPEND (the kernel places appends itself).
     pub writeback: bool,
+    /// Node descriptors kept open at most where file handles allow reopening the others
+    /// ([`crate::nodefd`]); `None`: half the open-file limit.
+    pub node_fds: Option<usize>,
 }
 
 impl Default for DirOptions {
@@ -77,9 +85,14 @@ impl Default for DirOptions {
             timeout: Duration::from_secs(1),
             cache: Cache::Auto,
             writeback: false,
+            node_fds: None,
         }
     }
 }
+
+/// The most one COPY_FILE_RANGE copies (a blocking call: this bounds how long it holds
+/// the loop, to about what a 1 MiB WRITE takes).
+pub const COPY_CHUNK: usize = 1 << 20;
 
 /// Storage for one reply's argument structs, on the serving coroutine's stack.
 pub struct Scratch {
@@ -89,6 +102,7 @@ pub struct Scratch {
     statfs: fuse_statfs_out,
     xattr: fuse_getxattr_out,
     write: fuse_write_out,
+    copy: fuse_copy_file_range_out,
     lseek: fuse_lseek_out,
 }
 
@@ -101,13 +115,14 @@ impl Default for Scratch {
             statfs: FromZeros::new_zeroed(),
             xattr: FromZeros::new_zeroed(),
             write: FromZeros::new_zeroed(),
+            copy: FromZeros::new_zeroed(),
             lseek: FromZeros::new_zeroed(),
         }
     }
 }
 
 /// What listings cost, summed over the directories released so far.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListingStats {
     /// The streams' own counts: getdents64 calls and time, seeks, entries.
     pub streams: crate::dirstream::StreamStats,
@@ -115,6 +130,18 @@ pub struct ListingStats {
     /// driver's time plus encoding and, for READDIRPLUS, the lookups).
     pub requests: u64,
     pub request_ns: u64,
+}
+
+/// What the directory export adds to `--stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DirStats {
+    /// Nodes the kernel holds now, the root included.
+    pub nodes: u64,
+    /// Files and directories open now.
+    pub open: u64,
+    /// The node descriptor budget ([`crate::nodefd`]).
+    pub descriptors: crate::nodefd::DescriptorStats,
+    pub listing: ListingStats,
 }
 
 /// A source directory exported over FUSE.
@@ -147,21 +174,29 @@ impl OpenFile {
 }
 
 impl DirFs {
-    /// Exports `source`. Raises the process's open-file limit to its hard limit: every
-    /// node the kernel holds keeps an `O_PATH` descriptor.
+    /// Exports `source`. Raises the process's open-file limit as far as it may: every
+    /// node the kernel holds keeps an `O_PATH` descriptor while it is within the budget
+    /// ([`DirOptions::node_fds`]; by default half the limit, the other half left for open
+    /// files and directories).
     pub fn new(source: &Path, options: DirOptions) -> io::Result<DirFs> {
-        match sys::raise_nofile_limit() {
-            Ok(limit) => log::debug!("open-file limit {limit}"),
-            Err(e) => log::warn!("cannot raise the open-file limit: {e}"),
-        }
+        let limit = match sys::raise_nofile_limit() {
+            Ok(limit) => limit,
+            Err(e) => {
+                log::warn!("cannot raise the open-file limit: {e}");
+                1024
+            }
+        };
+        let node_fds = options
+            .node_fds
+            .unwrap_or_else(|| usize::try_from(limit / 2).unwrap_or(usize::MAX));
+        log::debug!("open-file limit {limit}, node descriptors kept open {node_fds}");
         Ok(DirFs {
-            tree: Tree::new(source, options.read_only)?,
+            tree: Tree::new(source, options.read_only, node_fds)?,
             handles: Handles::default(),
             options,
             source: source.display().to_string(),
             listing: Default::default(),
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            as_root: unsafe { libc::geteuid() } == 0,
+            as_root: fuse::mount::is_root(),
         })
     }
 
@@ -173,6 +208,16 @@ impl DirFs {
     /// Open handles (for tests and statistics).
     pub fn handles(&self) -> &Handles {
         &self.handles
+    }
+
+    /// The counters `--stats` shows.
+    pub fn stats(&self) -> DirStats {
+        DirStats {
+            nodes: self.tree.inodes.len() as u64,
+            open: self.handles.len() as u64,
+            descriptors: self.tree.inodes.descriptor_stats(),
+            listing: self.listing_stats(),
+        }
     }
 
     /// What the listings of released directories cost.
@@ -215,6 +260,23 @@ impl DirFs {
 
     /// The open file behind `fh`; EBADF if this server did not open it (or it is a
     /// directory).
+    /// COPY_FILE_RANGE between two open files: at most [`COPY_CHUNK`] bytes.
+    fn copy_file_range(&self, arg: &fuse_copy_file_range_in) -> Result<usize, Errno> {
+        if self.options.read_only {
+            return Err(Errno::EROFS);
+        }
+        if arg.flags != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (from, to) = (self.file(arg.fh_in)?, self.file(arg.fh_out)?);
+        let len = usize::try_from(arg.len)
+            .unwrap_or(usize::MAX)
+            .min(COPY_CHUNK);
+        let (off_in, off_out) = (arg.off_in, arg.off_out);
+        sys::copy_file_range(from.fd().as_fd(), off_in, to.fd().as_fd(), off_out, len)
+            .map_err(errno)
+    }
+
     fn file(&self, fh: u64) -> Result<OpenFile, Errno> {
         match self.handles.get(fh) {
             Some(open) if matches!(*open, Open::File(_)) => Ok(OpenFile(open)),
@@ -351,8 +413,8 @@ impl DirFs {
         }
         let setgid = self.tree.getattr(parent)?.st_mode & libc::S_ISGID != 0;
         let gid = if setgid { u32::MAX } else { req.gid };
-        sys::chown(e.inode.handle(), req.uid, gid)?;
-        e.attr = sys::stat(e.inode.handle())?;
+        sys::chown(e.inode.handle()?.as_fd(), req.uid, gid)?;
+        e.attr = sys::stat(e.inode.handle()?.as_fd())?;
         Ok(e)
     }
 
@@ -363,14 +425,14 @@ impl DirFs {
     /// lose them by itself. (File capabilities the source file system removes on its own.)
     fn kill_suidgid(&self, nodeid: u64) -> io::Result<()> {
         let node = self.tree.node(nodeid)?;
-        let st = sys::stat(node.handle())?;
+        let st = sys::stat(node.handle()?.as_fd())?;
         let mut mode = st.st_mode & 0o7777;
         mode &= !libc::S_ISUID;
         if mode & libc::S_IXGRP != 0 {
             mode &= !libc::S_ISGID;
         }
         if mode != st.st_mode & 0o7777 {
-            sys::chmod(node.handle(), mode)?;
+            sys::chmod(node.handle()?.as_fd(), mode)?;
         }
         Ok(())
     }
@@ -657,6 +719,21 @@ impl DirFs {
                 }
                 Err(e) => Err(e),
             },
+            Operation::CopyFileRange { arg } => match self.copy_file_range(arg) {
+                Ok(n) => {
+                    s.write = FromZeros::new_zeroed();
+                    s.write.size = n as u32; // at most COPY_CHUNK
+                    Ok(Reply::arg(unique, &s.write))
+                }
+                Err(e) => Err(e),
+            },
+            Operation::CopyFileRange64 { arg } => match self.copy_file_range(arg) {
+                Ok(n) => {
+                    s.copy.bytes_copied = n as u64;
+                    Ok(Reply::arg(unique, &s.copy))
+                }
+                Err(e) => Err(e),
+            },
             Operation::Destroy => Ok(Reply::empty(unique)),
             Operation::Init { .. } => Err(Errno::EPROTO),
             _ => Err(Errno::ENOSYS),
@@ -679,11 +756,28 @@ impl FileSystem for DirFs {
     /// listing is followed by stats, as `ls -l` does), HANDLE_KILLPRIV_V2 (the kernel
     /// then sends no GETXATTR of `security.capability` before each WRITE; the daemon
     /// clears set-user-ID and set-group-ID where the kernel says so, see
-    /// [`DirFs::kill_suidgid`]), and the writeback cache if asked.
+    /// [`DirFs::kill_suidgid`]), DONT_MASK (the caller's umask comes unapplied, and the
+    /// tree applies it unless a default ACL decides: [`Tree::creation_mode`]), POSIX_ACL
+    /// (the kernel's permission checks, `default_permissions`, then read the source's
+    /// access ACLs with GETXATTR of `system.posix_acl_access` and enforce them; without
+    /// it they would check the mode bits alone, and an ACL entry denying a user would not
+    /// hold through the mount, since the daemon itself acts as root), the
+    /// writeback cache if asked, and with `--cache never` shared mappings of the
+    /// direct-I/O files (DIRECT_IO_ALLOW_MMAP, 7.39+).
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
-        config.flags |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_HANDLE_KILLPRIV_V2;
+        config.flags |= FUSE_DO_READDIRPLUS
+            | FUSE_READDIRPLUS_AUTO
+            | FUSE_HANDLE_KILLPRIV_V2
+            | FUSE_DONT_MASK
+            | FUSE_POSIX_ACL;
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
+        }
+        if self.options.cache == Cache::Never {
+            // Files open FOPEN_DIRECT_IO: without this the kernel refuses MAP_SHARED of
+            // them (ENODEV); with it, it writes mapped pages back around each direct
+            // read and write.
+            config.flags |= FUSE_DIRECT_IO_ALLOW_MMAP;
         }
         config
     }

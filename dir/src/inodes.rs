@@ -3,7 +3,9 @@
 //! Why handles and counts, as libfuse's passthrough_hp and virtiofsd keep them: a node id
 //! the kernel holds must keep naming the same file whatever happens to its path (a rename
 //! elsewhere, a directory moved), so each node owns an `O_PATH` descriptor of its file,
-//! opened relative to its parent's, and every later request works from that descriptor.
+//! opened relative to its parent's, and every later request works from that descriptor
+//! (closed and reopened from the file's handle when more nodes are held than the
+//! descriptor budget allows: [`crate::nodefd`]).
 //! A node lives while the kernel may send its id: each LOOKUP reply (and each READDIRPLUS
 //! entry, but "." and "..") adds one to its count, FORGET and BATCH_FORGET take them off,
 //! and at zero the node and its descriptor go. Identity is the file's device and inode
@@ -19,7 +21,7 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use slab::Slab;
 
+use crate::nodefd::{DescriptorStats, Descriptors, Fd, NodeFd};
 use crate::sys;
 
 /// The root's node id (FUSE_ROOT_ID).
@@ -35,8 +38,10 @@ pub const ROOT: u64 = 1;
 /// One file of the source tree, as the kernel knows it.
 #[derive(Debug)]
 pub struct Inode {
-    /// `O_PATH` handle of the file (symlinks themselves, not their targets).
-    handle: OwnedFd,
+    /// `O_PATH` descriptor of the file (symlinks themselves, not their targets).
+    fd: Arc<NodeFd>,
+    /// The budget it counts against, which reopens it.
+    descriptors: Arc<Descriptors>,
     pub dev: u64,
     pub ino: u64,
     /// The file type bits of its mode (`S_IFMT`), fixed for a file's life.
@@ -45,8 +50,10 @@ pub struct Inode {
 }
 
 impl Inode {
-    pub fn handle(&self) -> BorrowedFd<'_> {
-        self.handle.as_fd()
+    /// The file's `O_PATH` descriptor (reopened from its handle if the budget closed it:
+    /// ESTALE if the file is gone since), held open while the returned clone lives.
+    pub fn handle(&self) -> io::Result<Fd> {
+        self.descriptors.fd(&self.fd)
     }
 
     pub fn is_dir(&self) -> bool {
@@ -86,11 +93,13 @@ struct Table {
 pub struct Inodes {
     table: Mutex<Table>,
     generations: AtomicU64,
+    descriptors: Arc<Descriptors>,
 }
 
 impl Inodes {
-    /// A table holding only the root, `dir` (which must be a directory).
-    pub fn new(dir: &Path) -> io::Result<Inodes> {
+    /// A table holding only the root, `dir` (which must be a directory), keeping at most
+    /// `budget` node descriptors open where file handles allow ([`crate::nodefd`]).
+    pub fn new(dir: &Path, budget: usize) -> io::Result<Inodes> {
         let handle = std::fs::File::options()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
@@ -98,11 +107,13 @@ impl Inodes {
             .map(OwnedFd::from)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
         let attr = sys::stat(handle.as_fd())?;
+        let (descriptors, root) = Descriptors::new(handle, budget);
         let inodes = Inodes {
             table: Mutex::new(Table::default()),
             generations: AtomicU64::new(0),
+            descriptors,
         };
-        let root = inodes.node(handle, &attr);
+        let root = inodes.node(Arc::new(root), &attr);
         let mut table = inodes.lock();
         let slot = table.slots.insert(Slot {
             inode: root,
@@ -118,9 +129,20 @@ impl Inodes {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn node(&self, handle: OwnedFd, attr: &libc::stat) -> Arc<Inode> {
+    /// The descriptor budget the nodes' descriptors count against.
+    pub fn descriptors(&self) -> &Descriptors {
+        &self.descriptors
+    }
+
+    /// What the descriptor budget did.
+    pub fn descriptor_stats(&self) -> DescriptorStats {
+        self.descriptors.stats()
+    }
+
+    fn node(&self, fd: Arc<NodeFd>, attr: &libc::stat) -> Arc<Inode> {
         Arc::new(Inode {
-            handle,
+            fd,
+            descriptors: Arc::clone(&self.descriptors),
             dev: attr.st_dev,
             ino: attr.st_ino,
             kind: attr.st_mode & libc::S_IFMT,
@@ -145,7 +167,7 @@ impl Inodes {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         if bytes == b"." || (bytes == b".." && parent_id == ROOT) {
-            let attr = sys::stat(parent.handle())?;
+            let attr = sys::stat(parent.handle()?.as_fd())?;
             let inode = self.count(parent_id, 1)?;
             return Ok(Entry {
                 nodeid: parent_id,
@@ -153,28 +175,33 @@ impl Inodes {
                 attr,
             });
         }
-        let handle = sys::open_path(parent.handle(), name)?;
+        let handle = sys::open_path(parent.handle()?.as_fd(), name)?;
         let attr = sys::stat(handle.as_fd())?;
         let key = (attr.st_dev, attr.st_ino);
         let mut table = self.lock();
         if let Some(&slot) = table.by_file.get(&key) {
             // Another name of a file the kernel knows (a hard link), or the same name
-            // again: one node; the new handle closes.
+            // again: one node; the new handle closes, unless the node's was closed.
             let s = &mut table.slots[slot];
             s.lookups += 1;
             let inode = Arc::clone(&s.inode);
+            drop(table);
+            self.descriptors.revive(&inode.fd, handle);
             return Ok(Entry {
                 nodeid: slot as u64 + 1,
                 inode,
                 attr,
             });
         }
-        let inode = self.node(handle, &attr);
+        let inode = self.node(NodeFd::new(handle), &attr);
         let slot = table.slots.insert(Slot {
             inode: Arc::clone(&inode),
             lookups: 1,
         });
         table.by_file.insert(key, slot);
+        drop(table);
+        // Counted against the budget once the table is free: the sweep makes syscalls.
+        self.descriptors.admit(&inode.fd);
         Ok(Entry {
             nodeid: slot as u64 + 1,
             inode,

@@ -3,7 +3,8 @@
 //! what such a file system keeps about the tree, apart from the FUSE protocol:
 //!
 //! - [`inodes`]: the node table (an `O_PATH` handle per node, lookup counts, identity by
-//!   device and inode number so hard links are one node);
+//!   device and inode number so hard links are one node); [`nodefd`]: the budget of node
+//!   descriptors kept open, the colder ones reopened from file handles;
 //! - [`dirstream`]: one open directory's listing, linear however the kernel splits it;
 //! - [`tree`]: each operation on the tree by node id (mkdir, rename, setattr, xattrs...),
 //!   with the source file system's errnos, and the permission model;
@@ -17,7 +18,7 @@
 //!
 //! Depends on libc, log, slab, zerocopy, `fuse` (the protocol), `transport` (the
 //! FileSystem trait) and `backend` (only for `Ctx`, the I/O context): no block backend
-//! is used. Not mounted by the `corofuse` command yet (`mount-dir` is the next step).
+//! is used. Mounted by `corofuse mount-dir`.
 
 pub mod attr;
 pub mod dirstream;
@@ -25,11 +26,13 @@ pub mod fs;
 pub mod handles;
 pub mod harness;
 pub mod inodes;
+pub mod nodefd;
 mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
-pub use fs::{Cache, DirFs, DirOptions, ListingStats};
+pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats};
 pub use handles::{Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
+pub use nodefd::DescriptorStats;
 pub use tree::{SetAttr, Time, Tree};

@@ -322,6 +322,33 @@ pub fn lseek(fd: BorrowedFd<'_>, offset: u64, whence: i32) -> io::Result<u64> {
     Ok(r as u64)
 }
 
+/// `copy_file_range(2)` of up to `len` bytes between two open files at explicit offsets
+/// (neither file position moves): the bytes copied, which may be fewer.
+pub fn copy_file_range(
+    from: BorrowedFd<'_>,
+    off_from: u64,
+    to: BorrowedFd<'_>,
+    off_to: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
+    let mut off_in = libc::off64_t::try_from(off_from).map_err(|_| invalid())?;
+    let mut off_out = libc::off64_t::try_from(off_to).map_err(|_| invalid())?;
+    // SAFETY: both descriptors are ours and both offsets writable locals; no buffer is
+    // passed (the kernel copies between the files).
+    let n = unsafe {
+        libc::copy_file_range(
+            from.as_raw_fd(),
+            &mut off_in,
+            to.as_raw_fd(),
+            &mut off_out,
+            len,
+            0,
+        )
+    };
+    cvt_size(n)
+}
+
 /// `fstat(2)` of an open file.
 pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     // SAFETY: stat is plain data; all-zero is a valid value, overwritten by the call.
@@ -329,6 +356,14 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     // SAFETY: `st` is a writable stat.
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     Ok(st)
+}
+
+/// Sets this process's umask to 0 and returns the one it had: the mode of a node made
+/// for a client is the one the kernel sends, with the caller's umask applied, and the
+/// daemon's own umask must not take more bits off it (as passthrough_hp clears it too).
+pub fn clear_umask() -> u32 {
+    // SAFETY: umask(2) cannot fail and takes no memory.
+    unsafe { libc::umask(0) }
 }
 
 /// Raises this process's limit on open files (every node the kernel holds keeps a
@@ -360,4 +395,85 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
     }
     Ok(lim.rlim_cur)
+}
+
+/// The kernel's largest file handle (`MAX_HANDLE_SZ`).
+const MAX_HANDLE_SZ: usize = 128;
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct RawFileHandle {
+    handle_bytes: u32,
+    handle_type: libc::c_int,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+/// A file handle (`name_to_handle_at(2)`): names a file on its file system for as long as
+/// the file exists, without holding it open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHandle {
+    kind: libc::c_int,
+    bytes: Box<[u8]>,
+}
+
+/// The file handle of the file behind `fd` (`name_to_handle_at(fd, "", AT_EMPTY_PATH)`)
+/// and the id of the mount it is on.
+pub fn file_handle(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, libc::c_int)> {
+    let mut raw = RawFileHandle {
+        handle_bytes: MAX_HANDLE_SZ as u32,
+        handle_type: 0,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: the path is an empty NUL-terminated string, `raw` a writable file_handle
+    // whose handle_bytes says how much room f_handle has, `mount_id` a writable int.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            &mut raw as *mut RawFileHandle,
+            &mut mount_id as *mut libc::c_int,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);
+    let handle = FileHandle {
+        kind: raw.handle_type,
+        bytes: raw.f_handle[..len].into(),
+    };
+    Ok((handle, mount_id))
+}
+
+/// Opens the file `handle` names on the file system of `mount` (`open_by_handle_at(2)`,
+/// which needs CAP_DAC_READ_SEARCH); ESTALE once the file is gone.
+pub fn open_by_handle(
+    mount: BorrowedFd<'_>,
+    handle: &FileHandle,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    let mut raw = RawFileHandle {
+        handle_bytes: handle.bytes.len() as u32,
+        handle_type: handle.kind,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    raw.f_handle[..handle.bytes.len()].copy_from_slice(&handle.bytes);
+    // SAFETY: `raw` is a valid file_handle of handle_bytes bytes, read only by the call;
+    // the returned descriptor is fresh and ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            &raw const raw,
+            flags | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }

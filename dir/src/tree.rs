@@ -9,8 +9,14 @@
 //! Permission model (for now): the daemon acts with its own credentials, so the export
 //! is meant to be mounted by root with `default_permissions` (the kernel checks the
 //! caller's permissions against the attributes this layer reports) for a single user;
-//! switching fsuid/fsgid per request is the step after. New files get the mode the kernel
-//! sends with the caller's umask applied, and are owned by the daemon's user.
+//! switching fsuid/fsgid per request is the step after. New nodes are owned by the
+//! daemon's user, with the mode the caller asked for less the caller's umask, as a local
+//! file system makes them: the mount asks the kernel not to apply the umask itself
+//! (FUSE_DONT_MASK) and this layer applies it, except in a directory with a default ACL,
+//! where the source file system applies the ACL instead, as it does for a local caller
+//! ([`Tree::creation_mode`]). So that the daemon's own umask takes nothing more off (a
+//! caller with umask 0 making a 0777 directory gets 0777), [`Tree::new`] sets the
+//! process's umask to 0.
 //!
 //! A read-only tree refuses every change with EROFS before any system call.
 
@@ -18,6 +24,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::dirstream::DirStream;
@@ -48,19 +55,54 @@ pub struct SetAttr {
 pub struct Tree {
     pub inodes: Inodes,
     read_only: bool,
+    /// The source file system has no POSIX ACLs (a getxattr of a default ACL answered
+    /// EOPNOTSUPP): no directory can have one, so none is asked for again.
+    no_acls: AtomicBool,
 }
+
+/// The xattr holding a directory's default ACL.
+const DEFAULT_ACL: &CStr = c"system.posix_acl_default";
 
 fn errno(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
 
 impl Tree {
-    /// The tree rooted at `source` (a directory).
-    pub fn new(source: &Path, read_only: bool) -> io::Result<Tree> {
+    /// The tree rooted at `source` (a directory), keeping at most `node_fds` node
+    /// descriptors open where file handles allow ([`crate::nodefd`]). Clears the process's
+    /// umask (see the module docs): the caller's umask, which every request that makes a
+    /// node carries, is the one that counts.
+    pub fn new(source: &Path, read_only: bool, node_fds: usize) -> io::Result<Tree> {
+        let was = sys::clear_umask();
+        if was != 0 {
+            log::debug!("umask {was:03o} cleared: the callers' umasks apply instead");
+        }
         Ok(Tree {
-            inodes: Inodes::new(source)?,
+            inodes: Inodes::new(source, node_fds)?,
             read_only,
+            no_acls: AtomicBool::new(false),
         })
+    }
+
+    /// The mode to make a node with in `dir`: `mode` less the caller's `umask`, unless
+    /// `dir` has a default ACL, which then decides instead (the source file system
+    /// applies it; a local file system ignores the umask there too). One getxattr of the
+    /// directory per node made, none when the umask takes nothing off or the source has
+    /// no ACLs.
+    pub fn creation_mode(&self, dir: BorrowedFd<'_>, mode: u32, umask: u32) -> u32 {
+        let masked = mode & !(umask & 0o777);
+        if masked == mode || self.no_acls.load(Ordering::Relaxed) {
+            return masked;
+        }
+        match sys::getxattr(dir, DEFAULT_ACL, &mut []) {
+            Ok(_) => mode,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                    self.no_acls.store(true, Ordering::Relaxed);
+                }
+                masked
+            }
+        }
     }
 
     /// The node `nodeid`; ESTALE if the kernel sent an id it no longer holds.
@@ -90,7 +132,7 @@ impl Tree {
     }
 
     pub fn getattr(&self, nodeid: u64) -> io::Result<libc::stat> {
-        sys::stat(self.node(nodeid)?.handle())
+        sys::stat(self.node(nodeid)?.handle()?.as_fd())
     }
 
     /// Makes `name` in `parent` with `make`, then looks it up (one lookup counted).
@@ -102,12 +144,14 @@ impl Tree {
     ) -> io::Result<Entry> {
         self.writable()?;
         let dir = self.dir(parent)?;
-        make(dir.handle())?;
+        make(dir.handle()?.as_fd())?;
         self.inodes.lookup(parent, &dir, name)
     }
 
     pub fn mkdir(&self, parent: u64, name: &CStr, mode: u32, umask: u32) -> io::Result<Entry> {
-        self.made(parent, name, |dir| sys::mkdir(dir, name, mode & !umask))
+        self.made(parent, name, |dir| {
+            sys::mkdir(dir, name, self.creation_mode(dir, mode, umask))
+        })
     }
 
     pub fn mknod(
@@ -118,8 +162,9 @@ impl Tree {
         rdev: u64,
         umask: u32,
     ) -> io::Result<Entry> {
-        let mode = (mode & libc::S_IFMT) | (mode & !libc::S_IFMT & !umask);
-        self.made(parent, name, |dir| sys::mknod(dir, name, mode, rdev))
+        self.made(parent, name, |dir| {
+            sys::mknod(dir, name, self.creation_mode(dir, mode, umask), rdev)
+        })
     }
 
     pub fn symlink(&self, parent: u64, name: &CStr, target: &CStr) -> io::Result<Entry> {
@@ -132,17 +177,23 @@ impl Tree {
         if file.is_dir() {
             return Err(errno(libc::EPERM));
         }
-        self.made(parent, name, |dir| sys::link(file.handle(), dir, name))
+        self.made(parent, name, |dir| {
+            sys::link(file.handle()?.as_fd(), dir, name)
+        })
     }
 
     pub fn unlink(&self, parent: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::unlink(self.dir(parent)?.handle(), name, 0)
+        sys::unlink(self.dir(parent)?.handle()?.as_fd(), name, 0)
     }
 
     pub fn rmdir(&self, parent: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::unlink(self.dir(parent)?.handle(), name, libc::AT_REMOVEDIR)
+        sys::unlink(
+            self.dir(parent)?.handle()?.as_fd(),
+            name,
+            libc::AT_REMOVEDIR,
+        )
     }
 
     /// RENAME and RENAME2 (`flags`: RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT,
@@ -157,7 +208,13 @@ impl Tree {
     ) -> io::Result<()> {
         self.writable()?;
         let (from, to) = (self.dir(parent)?, self.dir(new_parent)?);
-        sys::rename(from.handle(), name, to.handle(), new_name, flags)
+        sys::rename(
+            from.handle()?.as_fd(),
+            name,
+            to.handle()?.as_fd(),
+            new_name,
+            flags,
+        )
     }
 
     pub fn readlink(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
@@ -165,7 +222,7 @@ impl Tree {
         if node.kind != libc::S_IFLNK {
             return Err(errno(libc::EINVAL));
         }
-        sys::readlink(node.handle(), buf)
+        sys::readlink(node.handle()?.as_fd(), buf)
     }
 
     /// SETATTR: the changes in `set`, in the order chmod, chown, truncate, times (as
@@ -182,12 +239,12 @@ impl Tree {
         }
         let node = self.node(nodeid)?;
         if let Some(mode) = set.mode {
-            sys::chmod(node.handle(), mode & 0o7777)?;
+            sys::chmod(node.handle()?.as_fd(), mode & 0o7777)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
             let keep = u32::MAX;
             sys::chown(
-                node.handle(),
+                node.handle()?.as_fd(),
                 set.uid.unwrap_or(keep),
                 set.gid.unwrap_or(keep),
             )?;
@@ -196,7 +253,7 @@ impl Tree {
             match open {
                 Some(fd) => sys::ftruncate(fd, size)?,
                 None => {
-                    let fd = sys::reopen(node.handle(), libc::O_WRONLY)?;
+                    let fd = sys::reopen(node.handle()?.as_fd(), libc::O_WRONLY)?;
                     sys::ftruncate(fd.as_fd(), size)?;
                 }
             }
@@ -216,9 +273,9 @@ impl Tree {
                     tv_nsec: ns as libc::c_long,
                 },
             };
-            sys::utimens(node.handle(), &[spec(set.atime), spec(set.mtime)])?;
+            sys::utimens(node.handle()?.as_fd(), &[spec(set.atime), spec(set.mtime)])?;
         }
-        sys::stat(node.handle())
+        sys::stat(node.handle()?.as_fd())
     }
 
     /// OPEN: the file behind `nodeid` opened for I/O with the client's `flags` (less
@@ -233,7 +290,7 @@ impl Tree {
             self.writable()?;
         }
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        sys::reopen(node.handle(), flags)
+        sys::reopen(node.handle()?.as_fd(), flags)
     }
 
     /// CREATE: `name` in `parent` created and opened with `flags` (O_CREAT added), mode
@@ -248,7 +305,9 @@ impl Tree {
     ) -> io::Result<(OwnedFd, Entry)> {
         self.writable()?;
         let dir = self.dir(parent)?;
-        let fd = sys::create(dir.handle(), name, flags & !libc::O_NOCTTY, mode & !umask)?;
+        let dir_fd = dir.handle()?;
+        let mode = self.creation_mode(dir_fd.as_fd(), mode, umask);
+        let fd = sys::create(dir_fd.as_fd(), name, flags & !libc::O_NOCTTY, mode)?;
         let entry = self.inodes.lookup(parent, &dir, name)?;
         Ok((fd, entry))
     }
@@ -258,7 +317,7 @@ impl Tree {
     }
 
     pub fn statfs(&self, nodeid: u64) -> io::Result<libc::statvfs> {
-        sys::statfs(self.node(nodeid)?.handle())
+        sys::statfs(self.node(nodeid)?.handle()?.as_fd())
     }
 
     /// ACCESS with `mask`; W_OK on a read-only tree is EROFS.
@@ -266,24 +325,24 @@ impl Tree {
         if mask & libc::W_OK != 0 {
             self.writable()?;
         }
-        sys::access(self.node(nodeid)?.handle(), mask)
+        sys::access(self.node(nodeid)?.handle()?.as_fd(), mask)
     }
 
     pub fn getxattr(&self, nodeid: u64, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
-        sys::getxattr(self.node(nodeid)?.handle(), name, buf)
+        sys::getxattr(self.node(nodeid)?.handle()?.as_fd(), name, buf)
     }
 
     pub fn listxattr(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
-        sys::listxattr(self.node(nodeid)?.handle(), buf)
+        sys::listxattr(self.node(nodeid)?.handle()?.as_fd(), buf)
     }
 
     pub fn setxattr(&self, nodeid: u64, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
         self.writable()?;
-        sys::setxattr(self.node(nodeid)?.handle(), name, value, flags)
+        sys::setxattr(self.node(nodeid)?.handle()?.as_fd(), name, value, flags)
     }
 
     pub fn removexattr(&self, nodeid: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::removexattr(self.node(nodeid)?.handle(), name)
+        sys::removexattr(self.node(nodeid)?.handle()?.as_fd(), name)
     }
 }

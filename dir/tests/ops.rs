@@ -19,7 +19,7 @@ fn errno<T>(r: std::io::Result<T>) -> i32 {
 }
 
 fn tree(dir: &Path) -> Tree {
-    Tree::new(dir, false).unwrap()
+    Tree::new(dir, false, 1 << 16).unwrap()
 }
 
 #[test]
@@ -203,7 +203,7 @@ fn xattrs_round_trip() {
 fn a_read_only_tree_refuses_every_change() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"x").unwrap();
-    let t = Tree::new(dir.path(), true).unwrap();
+    let t = Tree::new(dir.path(), true, 1 << 16).unwrap();
     let f = t.lookup(ROOT, &c("f")).unwrap();
     let rofs = libc::EROFS;
     assert_eq!(errno(t.mkdir(ROOT, &c("d"), 0o755, 0)), rofs);
@@ -226,4 +226,56 @@ fn a_read_only_tree_refuses_every_change() {
     assert!(t.open(f.nodeid, libc::O_RDONLY).is_ok());
     assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"x");
     assert!(t.getattr(f.nodeid).is_ok());
+}
+
+/// The caller's umask is the only one applied: a daemon started under umask 022 still
+/// makes a 0777 directory, a 0666 file and a 0666 FIFO for a caller whose umask is 0
+/// (pjdfstest's rename::write_access_required_subdir found it: its 0777 directory came
+/// out 0755, and `nobody` could no longer rename in it).
+#[test]
+fn the_daemons_own_umask_takes_nothing_off() {
+    // SAFETY: umask(2) cannot fail; this test binary's other tests make trees too, which
+    // clear it again.
+    unsafe { libc::umask(0o022) };
+    let dir = tempfile::tempdir().unwrap();
+    let t = tree(dir.path());
+    t.mkdir(ROOT, &c("d"), 0o777, 0).unwrap();
+    t.mknod(ROOT, &c("fifo"), libc::S_IFIFO | 0o666, 0, 0)
+        .unwrap();
+    drop(t.create(ROOT, &c("f"), libc::O_RDWR, 0o666, 0).unwrap());
+    for (name, mode) in [("d", 0o777), ("fifo", 0o666), ("f", 0o666)] {
+        let meta = fs::symlink_metadata(dir.path().join(name)).unwrap();
+        assert_eq!(meta.mode() & 0o7777, mode, "{name}");
+    }
+}
+
+/// In a directory with a default ACL the ACL decides a new node's mode, not the caller's
+/// umask, as on a local file system; elsewhere the umask applies.
+#[test]
+fn a_default_acl_decides_instead_of_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl");
+    fs::create_dir(&acl).unwrap();
+    let rwx = corofuse_tests::sys::default_acl_rwx();
+    if let Err(e) = corofuse_tests::sys::setxattr(&acl, "system.posix_acl_default", &rwx) {
+        return corofuse_tests::require::report_skip(&format!(
+            "no default ACL on {}: {e}",
+            acl.display()
+        ));
+    }
+    let t = tree(dir.path());
+    let acl_node = t.lookup(ROOT, &c("acl")).unwrap().nodeid;
+    for (parent, d, f, want_d, want_f) in [
+        (acl_node, "acl/d", "acl/f", 0o777, 0o666),
+        (ROOT, "d", "f", 0o755, 0o644),
+    ] {
+        let name = |p: &str| c(p.rsplit('/').next().unwrap());
+        t.mkdir(parent, &name(d), 0o777, 0o022).unwrap();
+        drop(
+            t.create(parent, &name(f), libc::O_RDWR, 0o666, 0o022)
+                .unwrap(),
+        );
+        let mode = |p: &str| fs::metadata(dir.path().join(p)).unwrap().mode() & 0o7777;
+        assert_eq!((mode(d), mode(f)), (want_d, want_f), "{d}, {f}");
+    }
 }

@@ -18,7 +18,7 @@ fn lookups_count_and_hard_links_are_one_node() {
     fs::hard_link(dir.path().join("a"), dir.path().join("b")).unwrap();
     fs::create_dir(dir.path().join("sub")).unwrap();
     symlink("a", dir.path().join("link")).unwrap();
-    let inodes = Inodes::new(dir.path()).unwrap();
+    let inodes = Inodes::new(dir.path(), 1 << 16).unwrap();
     let root = inodes.get(ROOT).expect("the root");
     assert!(root.is_dir());
 
@@ -75,7 +75,7 @@ fn a_node_keeps_its_file_across_renames() {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir(dir.path().join("d")).unwrap();
     fs::write(dir.path().join("d/f"), b"data").unwrap();
-    let inodes = Inodes::new(dir.path()).unwrap();
+    let inodes = Inodes::new(dir.path(), 1 << 16).unwrap();
     let root = inodes.get(ROOT).unwrap();
     let d = inodes.lookup(ROOT, &root, &name("d")).unwrap();
     fs::rename(dir.path().join("d"), dir.path().join("moved")).unwrap();
@@ -121,7 +121,7 @@ fn a_listing_is_linear_however_it_is_split() {
         )
         .unwrap();
     }
-    let inodes = Inodes::new(dir.path()).unwrap();
+    let inodes = Inodes::new(dir.path(), 1 << 16).unwrap();
     let root = inodes.get(ROOT).unwrap();
     for per_reply in [1, 37, 100_000] {
         let mut stream = DirStream::open(&root).unwrap();
@@ -153,7 +153,7 @@ fn rewinding_or_resuming_elsewhere_seeks() {
     for i in 0..100 {
         fs::write(dir.path().join(format!("f{i}")), b"").unwrap();
     }
-    let inodes = Inodes::new(dir.path()).unwrap();
+    let inodes = Inodes::new(dir.path(), 1 << 16).unwrap();
     let root = inodes.get(ROOT).unwrap();
     let mut stream = DirStream::open(&root).unwrap();
     let mut first = Vec::new();

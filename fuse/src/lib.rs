@@ -88,6 +88,7 @@ pub mod errno;
 pub mod flags;
 pub mod init;
 pub mod mount;
+pub mod mountinfo;
 pub mod reply;
 pub mod request;
 pub mod session;

@@ -24,15 +24,21 @@
 mod check;
 mod fusermount;
 mod privileged;
+mod probe;
 
 use crate::dev::FuseDev;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-pub use check::{
-    fuse_mount_at, fuse_mount_device, is_fuse_mountpoint, mount_at, resolve, MountEntry,
-};
+pub use crate::mountinfo::MountEntry;
+pub use check::{fuse_mount_at, fuse_mount_device, is_fuse_mountpoint, mount_at, resolve};
+pub use probe::{is_root, mount_unavailable};
+
+/// The fuse module's switch for FUSE over io_uring (Linux 6.14+; N by default): read by
+/// the daemon to say why `--transport uring` cannot run, set by the lab and the tests
+/// for the runs that need it.
+pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// How to mount: names and kernel options.
 #[derive(Debug, Clone, PartialEq, Eq)]

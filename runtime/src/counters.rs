@@ -60,7 +60,7 @@ pub(crate) struct Counters {
 ///
 /// `switches` counts every transfer of control between the loop and a coroutine: each
 /// resume is one, and so is each return to the loop (a suspend, a completion or a panic).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CounterSnapshot {
     /// Coroutines started with `spawn`.
     pub spawned: u64,

@@ -33,6 +33,7 @@
 //! workers and spare stacks), `counters`.
 #![warn(missing_docs)]
 
+pub mod affinity;
 mod co;
 mod config;
 mod coro_store;

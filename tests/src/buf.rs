@@ -1,68 +1,11 @@
 //! Page-aligned buffers for O_DIRECT, deterministic byte patterns, and the seeds of
 //! randomised tests.
 
-use std::alloc::{self, Layout};
-use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
+/// A zeroed, page-aligned heap buffer: the backend's own ([`backend::AlignedBuf`]).
+pub use backend::AlignedBuf;
 
-/// Alignment of [`AlignedBuf`]: a page, enough for O_DIRECT anywhere.
-pub const ALIGN: usize = 4096;
-
-/// A zeroed, page-aligned heap buffer of a fixed length (at least 1 byte allocated).
-pub struct AlignedBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: shared access only hands out &[u8], like a Box<[u8]>.
-unsafe impl Sync for AlignedBuf {}
-
-impl AlignedBuf {
-    /// `len` zero bytes aligned to [`ALIGN`].
-    pub fn zeroed(len: usize) -> AlignedBuf {
-        let layout = Self::layout(len);
-        // SAFETY: the layout has a non-zero size (at least ALIGN bytes).
-        let ptr = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len }
-    }
-
-    /// An aligned copy of `bytes`.
-    pub fn from_slice(bytes: &[u8]) -> AlignedBuf {
-        let mut buf = AlignedBuf::zeroed(bytes.len());
-        buf.copy_from_slice(bytes);
-        buf
-    }
-
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len.next_multiple_of(ALIGN).max(ALIGN), ALIGN)
-            .expect("buffer size overflows")
-    }
-}
-
-impl Deref for AlignedBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` points to an initialised (zeroed) allocation of at least `len` bytes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl DerefMut for AlignedBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this same layout and not freed before.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
-    }
-}
+/// Alignment of [`AlignedBuf::zeroed`]: a page, enough for O_DIRECT anywhere.
+pub const ALIGN: usize = backend::PAGE_ALIGN;
 
 /// splitmix64: a small deterministic generator, so that failures reproduce.
 #[derive(Clone, Debug)]
@@ -102,16 +45,8 @@ pub struct Seed(u64);
 impl Seed {
     /// Chooses the seed (see [`Seed`]); panics on a value of [`SEED_ENV`] it cannot parse.
     pub fn choose() -> Seed {
-        if let Some(value) = std::env::var(SEED_ENV)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-        {
-            let v = value.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => v.parse(),
-            };
-            return Seed(parsed.unwrap_or_else(|e| panic!("{SEED_ENV}={value:?}: {e}")));
+        if let Some(seed) = Self::from_env() {
+            return seed;
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -122,6 +57,28 @@ impl Seed {
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
         Seed(Rng::new(now.as_nanos() as u64 ^ salt.rotate_left(32)).next_u64())
+    }
+
+    /// `$COROFUSE_TEST_SEED` if set, else `default`: for a test whose CI runs should
+    /// repeat one sequence (an outside tool's, say), replayable with another.
+    pub fn fixed(default: u64) -> Seed {
+        Self::from_env().unwrap_or(Seed(default))
+    }
+
+    /// `$COROFUSE_TEST_SEED` (decimal or `0x` hex), if set; panics on a value it cannot
+    /// parse.
+    fn from_env() -> Option<Seed> {
+        let value = std::env::var(SEED_ENV)
+            .ok()
+            .filter(|v| !v.trim().is_empty())?;
+        let v = value.trim();
+        let parsed = match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse(),
+        };
+        Some(Seed(
+            parsed.unwrap_or_else(|e| panic!("{SEED_ENV}={value:?}: {e}")),
+        ))
     }
 
     /// The seed.

@@ -361,18 +361,7 @@ pub fn run_to_exit(args: &[&OsStr], mountpoint: &Path) -> Exited {
     // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
     unsafe { command.pre_exec(sys::term_with_parent) };
     let mut child = command.spawn().expect("spawn corofuse");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waitpid") {
-            break Some(status);
-        }
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = crate::tool::wait_or_kill(&mut child, TIMEOUT).expect("waitpid");
     let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
     while fuse_mounts_at(&abs) > mounts_before {
         note(&format!(

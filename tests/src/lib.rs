@@ -30,7 +30,9 @@
 //! guard, [`mountinfo`] reads /proc/self/mountinfo, [`sandbox`] holds per-test files,
 //! [`buf`] has aligned buffers, patterns and test seeds, [`mapping`] mmap(2) of a file,
 //! [`diag`] describes a hung daemon, [`qemu`] runs QEMU's tools and a
-//! qemu-storage-daemon, [`sys`] the syscalls.
+//! qemu-storage-daemon, [`tool`] runs an outside test program bounded in time,
+//! [`pjdfstest`] configures, runs and parses the POSIX file-system test suite, [`sys`]
+//! the syscalls.
 //!
 //! Knobs: `COROFUSE_BIN=/path` tests that binary instead of building `target/<profile>/
 //! corofuse`; `COROFUSE_TEST_LOG=debug` sets the daemons' `RUST_LOG` (default `info`), and
@@ -47,11 +49,13 @@ pub mod export;
 pub mod fio;
 pub mod mapping;
 pub mod mountinfo;
+pub mod pjdfstest;
 pub mod qcow2;
 pub mod qemu;
 pub mod require;
 pub mod sandbox;
 pub mod sys;
+pub mod tool;
 pub mod uring;
 
 use std::fmt::Debug;

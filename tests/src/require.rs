@@ -11,27 +11,10 @@ use std::io::Write;
 /// Set to anything but empty or `0`, it makes every [`report_skip`] panic.
 pub const NO_SKIP_ENV: &str = "COROFUSE_TEST_NO_SKIP";
 
-/// `CAP_SYS_ADMIN`'s bit in the capability sets of /proc/self/status.
-const CAP_SYS_ADMIN: u32 = 21;
-
 /// Why this process cannot mount a FUSE file system with mount(2), if it cannot: it needs
-/// euid 0, CAP_SYS_ADMIN and a /dev/fuse it can open.
+/// euid 0, CAP_SYS_ADMIN and a /dev/fuse it can open (`fuse::mount::mount_unavailable`).
 pub fn fuse_unavailable() -> Option<String> {
-    if crate::sys::euid() != 0 {
-        return Some("not root (mount(2) of a FUSE file needs euid 0)".into());
-    }
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return Some(format!("cannot open /dev/fuse: {e} (try `modprobe fuse`)"));
-    }
-    match effective_caps() {
-        Some(caps) if caps & (1 << CAP_SYS_ADMIN) != 0 => None,
-        Some(_) => Some("CAP_SYS_ADMIN is not in the effective capability set".into()),
-        None => Some("cannot read CapEff from /proc/self/status".into()),
-    }
+    fuse::mount::mount_unavailable()
 }
 
 /// Why `tool` cannot run, if it is not on the PATH.
@@ -54,12 +37,6 @@ pub fn kernel_older_than(major: u32, minor: u32, what: &str) -> Option<String> {
     };
     ((have_major, have_minor) < (major, minor))
         .then(|| format!("Linux {release} is older than {major}.{minor}, which {what} needs"))
-}
-
-fn effective_caps() -> Option<u64> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
 }
 
 /// Prints `SKIPPED <test>: <why>` where the person running the tests sees it; panics

@@ -39,6 +39,25 @@ pub fn lseek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
     syscall!(unsafe { libc::lseek(file.as_raw_fd(), offset as i64, whence) }).map(|o| o as u64)
 }
 
+/// `copy_file_range(2)` of up to `len` bytes from `from` at `off_from` to `to` at
+/// `off_to` (the file positions do not move): the bytes copied.
+pub fn copy_file_range(
+    from: &File,
+    off_from: u64,
+    to: &File,
+    off_to: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let (mut a, mut b) = (off_from as i64, off_to as i64);
+    // SAFETY: two valid fds (borrowed), two writable local offsets, plain integers.
+    let n =
+        unsafe { libc::copy_file_range(from.as_raw_fd(), &mut a, to.as_raw_fd(), &mut b, len, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// `umount2(path, MNT_DETACH)`: what `umount -l` does.
 pub fn umount_lazy(path: &Path) -> io::Result<()> {
     let target = c_path(path)?;
@@ -73,12 +92,6 @@ pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
     syscall!(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
 }
 
-/// The effective user id.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// Asks the kernel to send `SIGTERM` to this process when the thread that forked it
 /// exits. Meant for `CommandExt::pre_exec`: it is async-signal-safe.
 pub fn term_with_parent() -> io::Result<()> {
@@ -111,4 +124,47 @@ pub fn page_size() -> usize {
     // SAFETY: sysconf(3) takes a plain integer and touches no memory of ours.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(size).expect("sysconf(_SC_PAGESIZE) fails")
+}
+
+/// `setxattr(2)` of `name` to `value` on `path` (flags 0: create or replace).
+pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let path = c_path(path)?;
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; `value` is readable
+    // for its length.
+    syscall!(unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// A POSIX ACL as the kernel's xattr format has it (`system.posix_acl_access` or
+/// `system.posix_acl_default`; version 2): each entry a tag (`ACL_USER_OBJ` 0x01,
+/// `ACL_USER` 0x02, `ACL_GROUP_OBJ` 0x04, `ACL_GROUP` 0x08, `ACL_MASK` 0x10, `ACL_OTHER`
+/// 0x20), permission bits (4 read, 2 write, 1 execute) and the user or group id
+/// (`u32::MAX` for the tags that name none).
+pub fn posix_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend(tag.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
+    }
+    v
+}
+
+/// The default ACL that gives owner, group and others rwx: a directory whose new nodes
+/// then ignore the creator's umask.
+pub fn default_acl_rwx() -> Vec<u8> {
+    posix_acl(&[
+        (0x01, 7, u32::MAX),
+        (0x04, 7, u32::MAX),
+        (0x20, 7, u32::MAX),
+    ])
 }

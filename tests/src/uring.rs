@@ -9,8 +9,7 @@
 
 use std::sync::Mutex;
 
-/// The switch.
-pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+pub use fuse::mount::ENABLE_URING;
 
 /// Holders, and the value to restore when the last one goes.
 static STATE: Mutex<(usize, Option<String>)> = Mutex::new((0, None));

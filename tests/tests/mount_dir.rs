@@ -231,6 +231,19 @@ fn mount_dir_cache_never_sees_changes_made_on_the_source(mode: Dispatch) {
     file.read_exact_at(&mut buf, 0).unwrap();
     assert_eq!(&buf, b"after!", "no page cache in between");
     drop(file);
+    // Shared mappings work all the same (fsx found them refused with ENODEV), and stores
+    // reach the source at msync.
+    use corofuse_tests::{Access, Mapping, Sharing};
+    fs::write(src.path().join("mapped"), vec![b'.'; 8192]).unwrap();
+    let file = corofuse_tests::open_rw(&export.path().join("mapped")).unwrap();
+    let map = Mapping::map(&file, 0, 8192, Access::ReadWrite, Sharing::Shared)
+        .expect("MAP_SHARED of a --cache never file");
+    map.write(4096, b"mapped");
+    map.sync_all().unwrap();
+    let on_source = fs::read(src.path().join("mapped")).unwrap();
+    assert_eq!(&on_source[4096..4102], b"mapped");
+    drop(map);
+    drop(file);
     export.stop();
 }
 
@@ -273,18 +286,36 @@ fn mount_dir_writeback_cache_keeps_appends_and_partial_writes(mode: Dispatch) {
     assert_eq!(fs::read(src.path().join("page")).unwrap(), want);
 }
 
+/// User `nobody`'s id (and its group's).
+const NOBODY: u32 = 65534;
+
+/// Runs `sh -c script` as user and group `nobody` (the tests run as root).
+fn as_nobody(script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir("/");
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe; the child only drops
+    // privileges.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
 dispatch_tests!(mount_dir_gives_new_nodes_to_their_caller[coroutine, threads]);
 /// A daemon running as root, `--allow-other`: what user `nobody` creates through the mount
 /// is owned by `nobody` on the source (file, directory, symlink), and the kernel's
 /// permission checks (`default_permissions`) keep `nobody` out of a root-only directory.
 fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return corofuse_tests::require::report_skip("needs root to act as another user");
-    }
-    const NOBODY: u32 = 65534;
     let src = tempfile::tempdir().unwrap();
     fs::set_permissions(src.path(), fs::Permissions::from_mode(0o777)).unwrap();
     fs::create_dir(src.path().join("private")).unwrap();
@@ -297,20 +328,6 @@ fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
     fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--allow-other"]);
     let m = export.path();
-    let as_nobody = |script: &str| {
-        let mut cmd = std::process::Command::new("sh");
-        cmd.arg("-c").arg(script).current_dir("/");
-        // SAFETY: setgid and setuid are async-signal-safe; the child only drops privileges.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd.output().unwrap()
-    };
     let made = as_nobody(&format!(
         "echo hi > {0}/file && mkdir {0}/dir && ln -s file {0}/link",
         m.display()
@@ -334,5 +351,222 @@ fn mount_dir_gives_new_nodes_to_their_caller(mode: Dispatch) {
         "nobody listed a root-only directory"
     );
     assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
+    export.stop();
+}
+
+dispatch_tests!(mount_dir_holds_more_nodes_than_its_descriptor_budget[coroutine, threads, uring]);
+/// `ls -l` and reads of 3,000 files with a budget of 64 node descriptors (`--timeout 0`,
+/// so every stat reaches the daemon): cold nodes close and come back (reopened from their
+/// file handles, or given a lookup's descriptor), every answer is right, and `--stats`
+/// shows the budget kept.
+fn mount_dir_holds_more_nodes_than_its_descriptor_budget(mode: Dispatch) {
+    let src = tempfile::tempdir().unwrap();
+    fs::create_dir(src.path().join("many")).unwrap();
+    for i in 0..3000 {
+        fs::write(src.path().join(format!("many/f{i}")), format!("{i:>8}")).unwrap();
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let stats = src.path().join("stats.json");
+    let args = [
+        "--node-fds",
+        "64",
+        "--timeout",
+        "0",
+        "--stats",
+        stats.to_str().unwrap(),
+    ];
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &args);
+    let many = export.path().join("many");
+    for round in 0..2 {
+        let mut seen = 0;
+        for entry in fs::read_dir(&many).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            let want = fs::metadata(src.path().join("many").join(entry.file_name())).unwrap();
+            assert_eq!(
+                (meta.ino(), meta.len()),
+                (want.ino(), want.len()),
+                "round {round}"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, 3000);
+    }
+    for i in (0..3000).step_by(7) {
+        let text = fs::read_to_string(many.join(format!("f{i}"))).unwrap();
+        assert_eq!(text.trim().parse::<u32>().unwrap(), i);
+    }
+    export.stop();
+    let json = corofuse_tests::export::read_stats(&stats);
+    let d = &json["dir"]["descriptors"];
+    assert_eq!(d["budget"], 64, "{json}");
+    assert_eq!(d["file_handles"], true, "{json}");
+    let count = |k: &str| d[k].as_u64().unwrap();
+    assert!(count("closed") > 2900, "{d}");
+    // With --timeout 0 each stat is a LOOKUP, whose fresh descriptor revives the node.
+    assert!(count("reopened") + count("revived") > 2900, "{d}");
+}
+
+dispatch_tests!(mount_dir_copy_file_range_copies_on_the_source[coroutine, threads]);
+/// copy_file_range(2) between two files of the mount is passed through: the bytes arrive,
+/// in requests of at most 1 MiB (short copies the caller loops on), and no data crosses
+/// /dev/fuse as READ or WRITE.
+fn mount_dir_copy_file_range_copies_on_the_source(mode: Dispatch) {
+    let src = tempfile::tempdir().unwrap();
+    let data = corofuse_tests::pattern(11, 0, 3 << 20);
+    fs::write(src.path().join("from"), &data).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let stats = src.path().join("stats.json");
+    let args = ["--cache", "never", "--stats", stats.to_str().unwrap()];
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &args);
+    let from = fs::File::open(export.path().join("from")).unwrap();
+    let to = fs::File::create(export.path().join("to")).unwrap();
+    let mut done = 0;
+    let mut calls = 0;
+    while done < data.len() {
+        let n = corofuse_tests::sys::copy_file_range(
+            &from,
+            done as u64,
+            &to,
+            done as u64 + 100,
+            data.len() - done,
+        )
+        .unwrap();
+        assert!(n > 0 && n <= 1 << 20, "copied {n}");
+        done += n;
+        calls += 1;
+    }
+    assert!(calls >= 3, "1 MiB per request: {calls} calls");
+    drop((from, to));
+    let copied = fs::read(src.path().join("to")).unwrap();
+    assert_eq!(copied.len(), data.len() + 100);
+    assert!(
+        copied[..100].iter().all(|&b| b == 0),
+        "the gap reads as zeroes"
+    );
+    corofuse_tests::assert_bytes_eq(&copied[100..], &data, "the copy");
+    export.stop();
+    let json = corofuse_tests::export::read_stats(&stats);
+    let count = |op: &str| json["ops"][op]["count"].as_u64().unwrap_or(0);
+    let copies = count("COPY_FILE_RANGE") + count("COPY_FILE_RANGE_64");
+    assert!(copies >= 3, "{}", json["ops"]);
+    assert_eq!((count("READ"), count("WRITE")), (0, 0), "{}", json["ops"]);
+}
+
+dispatch_tests!(mount_dir_new_nodes_get_the_modes_a_local_file_system_gives[coroutine, threads]);
+/// Files, directories and FIFOs made through the mount get the modes the same calls give
+/// on the source itself: the caller's umask applied once (not the daemon's as well), and
+/// in a directory with a default ACL the ACL instead of the umask.
+fn mount_dir_new_nodes_get_the_modes_a_local_file_system_gives(mode: Dispatch) {
+    use std::os::unix::fs::PermissionsExt;
+    let src = tempfile::tempdir().unwrap();
+    let rwx = corofuse_tests::sys::default_acl_rwx();
+    for side in ["local", "mounted"] {
+        for dir in ["plain", "acl"] {
+            fs::create_dir_all(src.path().join(side).join(dir)).unwrap();
+        }
+        let acl = src.path().join(side).join("acl");
+        if let Err(e) = corofuse_tests::sys::setxattr(&acl, "system.posix_acl_default", &rwx) {
+            return corofuse_tests::require::report_skip(&format!("no default ACL here: {e}"));
+        }
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let make = |root: &Path| {
+        let script = "for d in plain acl; do \
+                      (umask 022; touch $d/f; mkdir $d/d; mkfifo $d/p); \
+                      (umask 0; touch $d/f0; mkdir $d/d0); (umask 077; touch $d/f7); done";
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make(&src.path().join("local"));
+    make(&export.path().join("mounted"));
+    let modes = |side: &str| -> Vec<(String, u32)> {
+        let mut all = Vec::new();
+        for dir in ["plain", "acl"] {
+            for name in ["f", "d", "p", "f0", "d0", "f7"] {
+                let path = src.path().join(side).join(dir).join(name);
+                let mode = fs::symlink_metadata(&path).unwrap().permissions().mode();
+                all.push((format!("{dir}/{name}"), mode & 0o7777));
+            }
+        }
+        all
+    };
+    let local = modes("local");
+    assert_eq!(
+        modes("mounted"),
+        local,
+        "modes through the mount and made locally"
+    );
+    assert_eq!(local[0], ("plain/f".to_string(), 0o644), "{local:?}");
+    assert_eq!(local[6], ("acl/f".to_string(), 0o666), "{local:?}");
+    export.stop();
+}
+
+dispatch_tests!(mount_dir_enforces_the_sources_access_acls[coroutine, threads]);
+/// An access ACL on the source holds through the mount as on the source: an entry
+/// denying `nobody` a file that others may read keeps `nobody` out, and one granting
+/// `nobody` a file only its owner may read lets `nobody` in (the kernel reads the ACLs,
+/// FUSE_POSIX_ACL; the daemon, root, would let anyone through).
+fn mount_dir_enforces_the_sources_access_acls(mode: Dispatch) {
+    use corofuse_tests::sys::{posix_acl, setxattr};
+    use std::os::unix::fs::PermissionsExt;
+    let src = tempfile::tempdir().unwrap();
+    fs::set_permissions(src.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (denied, granted) = (src.path().join("denied"), src.path().join("granted"));
+    fs::write(&denied, b"secret\n").unwrap();
+    fs::set_permissions(&denied, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&granted, b"shared\n").unwrap();
+    fs::set_permissions(&granted, fs::Permissions::from_mode(0o600)).unwrap();
+    let any = u32::MAX;
+    let (user_obj, user, group_obj, mask, other) = (0x01, 0x02, 0x04, 0x10, 0x20);
+    let deny = posix_acl(&[
+        (user_obj, 6, any),
+        (user, 0, NOBODY),
+        (group_obj, 4, any),
+        (mask, 4, any),
+        (other, 4, any),
+    ]);
+    let grant = posix_acl(&[
+        (user_obj, 6, any),
+        (user, 4, NOBODY),
+        (group_obj, 0, any),
+        (mask, 4, any),
+        (other, 0, any),
+    ]);
+    for (path, acl) in [(&denied, &deny), (&granted, &grant)] {
+        if let Err(e) = setxattr(path, "system.posix_acl_access", acl) {
+            return corofuse_tests::require::report_skip(&format!("no access ACLs here: {e}"));
+        }
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--allow-other"]);
+    for root in [src.path(), export.path()] {
+        let read = as_nobody(&format!("cat {}/granted", root.display()));
+        assert_eq!(
+            (read.status.success(), read.stdout.as_slice()),
+            (true, &b"shared\n"[..]),
+            "nobody reads granted under {}: {}",
+            root.display(),
+            String::from_utf8_lossy(&read.stderr)
+        );
+        let refused = as_nobody(&format!("cat {}/denied", root.display()));
+        assert!(
+            !refused.status.success() && refused.stdout.is_empty(),
+            "nobody read denied under {}",
+            root.display()
+        );
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
+    }
     export.stop();
 }

@@ -52,7 +52,7 @@ struct OpAccount {
 }
 
 /// The report of one opcode, as `--stats` writes it under `"ops"`.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct OpReport {
     /// Requests of this opcode.
     pub count: u64,

@@ -86,7 +86,7 @@ fn deliver(reply: &Reply<'_>, send: impl FnOnce(&Reply<'_>) -> io::Result<usize>
 }
 
 /// What a queue did (for `--stats`).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct QueueStats {
     /// Requests read from /dev/fuse.
     pub requests: u64,

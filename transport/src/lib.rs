@@ -30,6 +30,7 @@ pub mod service;
 pub mod uring;
 mod uring_cmd;
 
+pub use accounting::OpReport;
 pub use coroutine::{Queue, QueueConfig};
 pub use dispatch::QueueStats;
 pub use service::FileSystem;

@@ -320,7 +320,7 @@ impl BlockBackend for InjectBackend {
 }
 
 /// What the rules did, for `--stats` (its `inject` section).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InjectStats {
     /// The rules, as given (plus the seed if a rule draws from it).
     pub spec: String,
@@ -329,11 +329,11 @@ pub struct InjectStats {
     /// Operations failed by a rule.
     pub faults: u64,
     /// Faults per operation, then per errno name: `{"write": {"ENOSPC": 3}}`.
-    pub faults_by_op: BTreeMap<&'static str, BTreeMap<String, u64>>,
+    pub faults_by_op: BTreeMap<String, BTreeMap<String, u64>>,
     /// Delays slept (an operation may sleep for several rules).
     pub delays: u64,
     /// Delays per operation.
-    pub delays_by_op: BTreeMap<&'static str, u64>,
+    pub delays_by_op: BTreeMap<String, u64>,
     /// Total time slept for delays, in microseconds.
     pub delayed_us: u64,
     /// Each rule in order: what it matched and how often it fired.
@@ -341,7 +341,7 @@ pub struct InjectStats {
 }
 
 /// One rule's counts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RuleStats {
     /// The rule as given.
     pub rule: String,
@@ -363,12 +363,12 @@ impl InjectStats {
             match armed.rule.action {
                 Action::Fail(errno) => {
                     self.faults += n;
-                    let by_errno = self.faults_by_op.entry(op.name()).or_default();
+                    let by_errno = self.faults_by_op.entry(op.name().to_string()).or_default();
                     *by_errno.entry(errno_name(errno)).or_default() += n;
                 }
                 Action::Delay(_) => {
                     self.delays += n;
-                    *self.delays_by_op.entry(op.name()).or_default() += n;
+                    *self.delays_by_op.entry(op.name().to_string()).or_default() += n;
                 }
             }
         }

@@ -129,25 +129,6 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// A zeroed buffer of `len` bytes at a 4096-aligned address (O_DIRECT's fast path).
-pub struct Aligned {
-    mem: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Aligned {
-    pub fn new(len: usize) -> Aligned {
-        let mem = vec![0u8; len + 4095];
-        let start = (mem.as_ptr() as usize).next_multiple_of(4096) - mem.as_ptr() as usize;
-        Aligned { mem, start, len }
-    }
-
-    pub fn bytes(&mut self) -> &mut [u8] {
-        &mut self.mem[self.start..self.start + self.len]
-    }
-}
-
 /// Writes `data` at `offset` as iovecs of the given lengths (which must add up).
 pub fn write_split(
     b: &dyn BlockBackend,

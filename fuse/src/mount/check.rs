@@ -7,9 +7,10 @@
 
 use std::fs;
 use std::io::{self, ErrorKind};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+
+use crate::mountinfo::{self, MountEntry};
 
 /// Validates `path` (a regular file, or a directory for a directory export) and returns
 /// it absolute (symlinks resolved, as mount(2) does).
@@ -44,31 +45,14 @@ pub(super) fn check_mountpoint(path: &Path, directory: bool) -> io::Result<PathB
     }
 }
 
-/// One mount, as /proc/self/mountinfo lists it: what `corofuse umount` checks before
-/// unmounting anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountEntry {
-    /// `major:minor` (field 3): tells a mount from one made later on the same path.
-    pub device: String,
-    /// The file system type, e.g. `fuse.corofuse` (`fuse.<subtype>`) or `tmpfs`.
-    pub fstype: String,
-}
-
-impl MountEntry {
-    /// A `fuse`, `fuseblk` or `fuse.*` mount.
-    pub fn is_fuse(&self) -> bool {
-        is_fuse(&self.fstype)
-    }
-}
-
 /// The topmost mount of any type on `path` (absolute, symlinks resolved), if any.
 pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
-    Ok(mounts_at(&read_mountinfo()?, path).pop())
+    Ok(mountinfo::mounts_on(&mountinfo::read()?, path).pop())
 }
 
 /// The topmost FUSE mount on `path`, if any.
 pub fn fuse_mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
-    let mounts = mounts_at(&read_mountinfo()?, path);
+    let mounts = mountinfo::mounts_on(&mountinfo::read()?, path);
     Ok(mounts.into_iter().rfind(MountEntry::is_fuse))
 }
 
@@ -81,24 +65,6 @@ pub fn is_fuse_mountpoint(path: &Path) -> io::Result<bool> {
 /// tells our mount apart from one made later on the same path.
 pub fn fuse_mount_device(path: &Path) -> io::Result<Option<String>> {
     Ok(fuse_mount_at(path)?.map(|mount| mount.device))
-}
-
-fn read_mountinfo() -> io::Result<String> {
-    fs::read_to_string("/proc/self/mountinfo")
-}
-
-/// The mounts on `path` in mountinfo text, in mount order (the last one is on top).
-fn mounts_at(info: &str, path: &Path) -> Vec<MountEntry> {
-    let path = path.as_os_str().as_bytes();
-    info.lines()
-        .filter_map(parse_line)
-        .filter(|(mountpoint, _)| unescape_eq(mountpoint, path))
-        .map(|(_, mount)| mount)
-        .collect()
-}
-
-fn is_fuse(fstype: &str) -> bool {
-    fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.")
 }
 
 /// `path` as mount(2) and mountinfo name it: the parent canonicalized, the last component
@@ -115,7 +81,7 @@ pub fn resolve(path: &Path) -> io::Result<PathBuf> {
         parent
     };
     let joined = fs::canonicalize(parent)?.join(name);
-    if !mounts_at(&read_mountinfo()?, &joined).is_empty() {
+    if !mountinfo::mounts_on(&mountinfo::read()?, &joined).is_empty() {
         return Ok(joined);
     }
     match fs::symlink_metadata(&joined) {
@@ -167,97 +133,17 @@ fn already_fuse(path: &Path, mount: &MountEntry) -> io::Error {
     io::Error::new(ErrorKind::ResourceBusy, msg)
 }
 
-/// (mountpoint, mount) of one mountinfo line: field 3 is the device, field 5 the
-/// mountpoint, and the fstype follows " - ".
-fn parse_line(line: &str) -> Option<(&str, MountEntry)> {
-    let (left, right) = line.split_once(" - ")?;
-    let mut left = left.split(' ');
-    let device = left.nth(2)?;
-    let mountpoint = left.nth(1)?;
-    let fstype = right.split(' ').next()?;
-    let mount = MountEntry {
-        device: device.to_string(),
-        fstype: fstype.to_string(),
-    };
-    Some((mountpoint, mount))
-}
-
-/// Compares a mountinfo field, where the kernel writes ' ', '\t', '\n' and '\\'
-/// as `\ooo` octal escapes, with raw path bytes.
-fn unescape_eq(field: &str, path: &[u8]) -> bool {
-    let mut bytes = field.bytes();
-    let mut out = path.iter();
-    while let Some(b) = bytes.next() {
-        let b = match b {
-            b'\\' => match octal(&mut bytes) {
-                Some(b) => b,
-                None => return false,
-            },
-            b => b,
-        };
-        if out.next() != Some(&b) {
-            return false;
-        }
-    }
-    out.next().is_none()
-}
-
-/// Three octal digits after a backslash.
-fn octal(bytes: &mut impl Iterator<Item = u8>) -> Option<u8> {
-    let mut value: u32 = 0;
-    for _ in 0..3 {
-        let digit = bytes.next().filter(|d| (b'0'..=b'7').contains(d))?;
-        value = value * 8 + u32::from(digit - b'0');
-    }
-    u8::try_from(value).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const MOUNTINFO: &str = "\
-22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
-98 29 0:50 / /tmp/img\\040one.raw rw,nosuid,nodev,relatime shared:60 - fuse.corofuse corofuse rw,user_id=0,group_id=0
-99 29 0:51 / /srv/plain.img rw,relatime - ext4 /dev/sda1 rw
-100 29 0:52 / /mnt/old rw,relatime - fuse sshfs rw
-";
-
-    fn fstypes_at(info: &str, path: &str) -> Vec<String> {
-        let mounts = mounts_at(info, Path::new(path));
-        mounts.into_iter().map(|m| m.fstype).collect()
-    }
-
-    #[test]
-    fn finds_mounts_with_escaped_paths() {
-        assert_eq!(fstypes_at(MOUNTINFO, "/tmp/img one.raw"), ["fuse.corofuse"]);
-        assert_eq!(fstypes_at(MOUNTINFO, "/mnt/old"), ["fuse"]);
-        assert!(fstypes_at(MOUNTINFO, "/tmp/img").is_empty());
-        assert_eq!(fstypes_at(MOUNTINFO, "/srv/plain.img"), ["ext4"]);
-        let fuse = mounts_at(MOUNTINFO, Path::new("/tmp/img one.raw"));
-        assert_eq!(fuse[0].device, "0:50");
-        assert!(fuse[0].is_fuse());
-        assert!(!mounts_at(MOUNTINFO, Path::new("/proc"))[0].is_fuse());
-    }
-
-    #[test]
-    fn stacked_mounts_come_in_mount_order() {
-        let stacked = format!("{MOUNTINFO}101 98 0:53 / /mnt/old rw - tmpfs tmpfs rw\n");
-        assert_eq!(fstypes_at(&stacked, "/mnt/old"), ["fuse", "tmpfs"]);
-    }
-
-    #[test]
-    fn malformed_lines_are_ignored() {
-        assert!(fstypes_at("garbage\n1 2 3\n - fuse\n", "/x").is_empty());
-        assert!(!unescape_eq("/a\\04", b"/a "));
-        assert!(!unescape_eq("/a\\999", b"/a"));
-    }
-
     #[test]
     fn a_corofuse_mount_in_the_way_points_to_corofuse_umount() {
         let ours = MountEntry {
+            mountpoint: "/x.img".into(),
             device: "0:50".into(),
             fstype: "fuse.corofuse".into(),
+            source: "/img".into(),
         };
         let msg = already_fuse(Path::new("/x.img"), &ours).to_string();
         assert!(

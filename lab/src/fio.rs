@@ -133,7 +133,7 @@ pub fn parse(stdout: &str) -> Result<LoadResult, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::workload::ALL as WORKLOADS;
+    use crate::workload::ALL as WORKLOADS;
 
     /// fio-3.33, `--rw=randwrite --bs=4k --ioengine=io_uring --iodepth=64
     /// --lat_percentiles=1` on a corofuse null:1G export, trimmed.

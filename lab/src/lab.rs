@@ -18,6 +18,8 @@ use super::export::EXPORT_SIZE;
 use super::{fill, mountinfo};
 
 const PREFIX: &str = "corofuse-bench-";
+/// [`Lab::dir_mountpoint`]'s name in the lab's directory.
+const DIR_MOUNTPOINT: &str = "mnt-dir";
 
 pub struct Lab {
     dir: PathBuf,
@@ -27,7 +29,7 @@ pub struct Lab {
 impl Lab {
     /// Creates `<parent>/corofuse-bench-<pid>/` with an empty mount point file.
     pub fn new(parent: &Path) -> Result<Lab, String> {
-        remove_stale(parent);
+        remove_stale(parent, PREFIX);
         let dir = parent.join(format!("{PREFIX}{}", std::process::id()));
         std::fs::create_dir(&dir).map_err(|e| {
             format!(
@@ -50,6 +52,17 @@ impl Lab {
         self.dir.join("mnt")
     }
 
+    /// The mount point of a directory export (`--dir`), created on first use.
+    pub fn dir_mountpoint(&self) -> Result<PathBuf, String> {
+        let mnt = self.dir.join(DIR_MOUNTPOINT);
+        match std::fs::create_dir(&mnt) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                Err(format!("{}: {e}", mnt.display()))
+            }
+            _ => Ok(mnt),
+        }
+    }
+
     /// A file in the lab's directory.
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -66,7 +79,7 @@ impl Lab {
         check_space(
             &self.dir,
             EXPORT_SIZE,
-            "free some space, use --dir, or run only the null export (--only null)",
+            "free some space, use --scratch-dir, or run only the null export (--only null)",
         )?;
         let f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         fill::write_image(&f, &path, EXPORT_SIZE)?;
@@ -77,10 +90,11 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let mnt = self.mountpoint();
-        if mountinfo::fuse_mounted(&mnt) {
-            if let Err(e) = mountinfo::lazy_unmount(&mnt) {
-                eprintln!("corofuse bench: cannot unmount {}: {e}", mnt.display());
+        for mnt in [self.mountpoint(), self.dir.join(DIR_MOUNTPOINT)] {
+            if mountinfo::fuse_mounted(&mnt) {
+                if let Err(e) = mountinfo::lazy_unmount(&mnt) {
+                    eprintln!("corofuse bench: cannot unmount {}: {e}", mnt.display());
+                }
             }
         }
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
@@ -114,19 +128,22 @@ pub fn check_space(dir: &Path, need: u64, hint: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Removes `corofuse-bench-<pid>` directories whose lab is gone and has no mount left.
-fn remove_stale(parent: &Path) {
+/// Removes `<prefix><pid>` directories in `parent` whose lab is gone and has no mount
+/// left (the lab's scratch directories; `--dir`'s source trees).
+pub fn remove_stale(parent: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
             continue;
         };
         let alive = Path::new("/proc").join(pid).exists();
-        let mnt = entry.path().join("mnt");
-        if pid.parse::<u32>().is_err() || alive || mountinfo::fstype_at(&mnt).is_some() {
+        let mounted = ["mnt", DIR_MOUNTPOINT]
+            .iter()
+            .any(|m| mountinfo::fstype_at(&entry.path().join(m)).is_some());
+        if pid.parse::<u32>().is_err() || alive || mounted {
             continue;
         }
         if std::fs::remove_dir_all(entry.path()).is_ok() {

@@ -1,16 +1,13 @@
 //! Page-aligned I/O buffers: O_DIRECT needs aligned memory, and `Vec<u8>` does not
 //! promise it.
 
-use std::alloc::{self, Layout};
-use std::ptr::NonNull;
-
 /// The alignment O_DIRECT wants here (a page).
-pub const ALIGN: usize = 4096;
+pub const ALIGN: usize = backend::PAGE_ALIGN;
 
-/// `slots` buffers of `len` bytes each, contiguous, page-aligned, zero-initialised.
+/// `slots` buffers of `len` bytes each, contiguous, page-aligned, zero-initialised: slots
+/// of one [`backend::AlignedBuf`].
 pub struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
+    mem: backend::AlignedBuf,
     len: usize,
 }
 
@@ -21,15 +18,10 @@ impl AlignedBuf {
         let stride = len.next_multiple_of(ALIGN);
         let size = stride
             .checked_mul(slots)
-            .filter(|&s| s > 0)
+            .filter(|&s| s > 0 && s < isize::MAX as usize / 2)
             .ok_or("buffer size overflows: lower --bs or --iodepth")?;
-        let layout = Layout::from_size_align(size, ALIGN).map_err(|e| e.to_string())?;
-        // SAFETY: `layout` has a non-zero size (checked above).
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or("out of memory for the I/O buffers")?;
         Ok(AlignedBuf {
-            ptr,
-            layout,
+            mem: backend::AlignedBuf::zeroed(size),
             len: stride,
         })
     }
@@ -42,9 +34,7 @@ impl AlignedBuf {
 
     /// All slots as one slice.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: the allocation is `layout.size()` initialised bytes owned by `self`,
-        // and `&mut self` makes this the only live reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+        &mut self.mem
     }
 
     /// Slot `i`, for a blocking call.
@@ -64,13 +54,6 @@ impl AlignedBuf {
         for (i, b) in self.as_mut_slice().iter_mut().enumerate() {
             *b = (i % 251) as u8 | 1;
         }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed only here.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 

@@ -10,7 +10,7 @@
 use std::fmt::Write;
 
 use super::Report;
-use crate::bench::export::{ExportKind, Server};
+use crate::export::{ExportKind, Server};
 
 const BAR: f64 = 30.0;
 const GAP: f64 = 36.0;
@@ -244,7 +244,7 @@ fn legend(s: &mut String, series: &[(ExportKind, Server)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::sample;
+    use crate::report::sample;
 
     /// Tags balance: every `<x ...>` is closed by `</x>`, in order; `<x .../>` closes itself.
     fn balanced(svg: &str) -> Result<(), String> {

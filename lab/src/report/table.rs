@@ -6,7 +6,7 @@
 //! column puts each export's IOPS beside its ceiling.
 
 use super::{CellReport, Report};
-use crate::bench::export::ExportKind;
+use crate::export::ExportKind;
 
 /// Column-aligned text: the first `left` columns are left-aligned, the rest right-aligned.
 pub struct Table {
@@ -299,7 +299,7 @@ fn row(c: &CellReport, cols: Columns) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::sample;
+    use crate::report::sample;
 
     #[test]
     fn aligns_columns() {

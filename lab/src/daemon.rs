@@ -40,11 +40,33 @@ pub struct Daemon {
     mountpoint: PathBuf,
     stats: Option<PathBuf>,
     log: PathBuf,
+    /// Exit status 1 after SIGTERM is this daemon's normal end (libfuse's examples).
+    exits_1_on_sigterm: bool,
 }
 
 impl Daemon {
     /// Spawns `cmd` and waits until it has written its pidfile and the mount is live.
-    pub fn start(mut cmd: Command, name: &'static str, paths: &Paths) -> Result<Daemon, String> {
+    pub fn start(cmd: Command, name: &'static str, paths: &Paths) -> Result<Daemon, String> {
+        Daemon::spawn(cmd, name, paths, true)
+    }
+
+    /// The same for a daemon that writes no pidfile and stays in the foreground (its PID
+    /// is the child's): waits only for the mount. Such a peer (libfuse's passthrough_hp)
+    /// exits with status 1 after SIGTERM, which [`Daemon::stop`] then takes as normal.
+    pub fn start_foreground(
+        cmd: Command,
+        name: &'static str,
+        paths: &Paths,
+    ) -> Result<Daemon, String> {
+        Daemon::spawn(cmd, name, paths, false)
+    }
+
+    fn spawn(
+        mut cmd: Command,
+        name: &'static str,
+        paths: &Paths,
+        pidfile: bool,
+    ) -> Result<Daemon, String> {
         for p in [Some(paths.pidfile), paths.stats].into_iter().flatten() {
             remove_if_present(p)?;
         }
@@ -68,8 +90,9 @@ impl Daemon {
             mountpoint: paths.mountpoint.to_path_buf(),
             stats: paths.stats.map(Path::to_path_buf),
             log: paths.log.to_path_buf(),
+            exits_1_on_sigterm: !pidfile,
         };
-        if let Err(e) = daemon.wait_mounted(paths.pidfile) {
+        if let Err(e) = daemon.wait_mounted(pidfile.then_some(paths.pidfile)) {
             // `e` already carries the log; stopping only has to clean up.
             let _ = daemon.stop();
             return Err(e);
@@ -82,11 +105,12 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    fn wait_mounted(&mut self, pidfile: &Path) -> Result<(), String> {
+    fn wait_mounted(&mut self, pidfile: Option<&Path>) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let has_pid =
-                std::fs::read_to_string(pidfile).is_ok_and(|s| s.trim().parse::<u32>().is_ok());
+            let has_pid = pidfile.is_none_or(|p| {
+                std::fs::read_to_string(p).is_ok_and(|s| s.trim().parse::<u32>().is_ok())
+            });
             if has_pid && mountinfo::fuse_mounted(&self.mountpoint) {
                 return Ok(());
             }
@@ -178,7 +202,10 @@ impl Daemon {
             }
             _ => terminate(&mut c, &mut problems),
         };
-        if let Some(s) = status.filter(|s| !s.success() && problems.is_empty()) {
+        let normal = |s: &std::process::ExitStatus| {
+            s.success() || (self.exits_1_on_sigterm && s.code() == Some(1))
+        };
+        if let Some(s) = status.filter(|s| !normal(s) && problems.is_empty()) {
             problems.push(format!("it exited with {s}"));
         }
         if mountinfo::fuse_mounted(&self.mountpoint) {

@@ -96,42 +96,19 @@ impl Variant {
     }
 }
 
-use crate::mount::ENABLE_URING;
+use fuse::mount::ENABLE_URING;
 
 /// While alive, `enable_uring` is Y; dropping it writes back what it found.
 pub struct UringSwitch {
-    /// The value found at start, when this guard changed it.
-    restore: Option<String>,
+    _on: crate::setting::Setting,
 }
 
 impl UringSwitch {
     /// Turns the switch on (saying so on stderr) if it is off.
     pub fn enable() -> Result<UringSwitch, String> {
-        let found = std::fs::read_to_string(ENABLE_URING).map_err(|e| {
-            format!(
-                "the uring transport needs {ENABLE_URING}: {e} (Linux 6.14+ with FUSE over io_uring)"
-            )
-        })?;
-        let found = found.trim().to_string();
-        if found == "Y" {
-            return Ok(UringSwitch { restore: None });
-        }
-        std::fs::write(ENABLE_URING, "Y")
-            .map_err(|e| format!("cannot turn on {ENABLE_URING}: {e}"))?;
-        eprintln!("turned on {ENABLE_URING} for this run (was {found}; restored at the end)");
-        Ok(UringSwitch {
-            restore: Some(found),
-        })
-    }
-}
-
-impl Drop for UringSwitch {
-    fn drop(&mut self) {
-        if let Some(v) = &self.restore {
-            if let Err(e) = std::fs::write(ENABLE_URING, v) {
-                eprintln!("corofuse bench: cannot restore {ENABLE_URING} to {v}: {e}");
-            }
-        }
+        let need = "the uring transport (Linux 6.14+ with FUSE over io_uring)";
+        let on = crate::setting::Setting::ensure(ENABLE_URING, "Y", |v| v == "Y", need)?;
+        Ok(UringSwitch { _on: on })
     }
 }
 

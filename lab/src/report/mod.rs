@@ -250,9 +250,9 @@ fn summarise(runs: &[Run], switch_ns: f64) -> Summary {
 pub(crate) mod sample {
     //! A small report for the rendering tests.
     use super::*;
-    use crate::bench::load::LoadResult;
-    use crate::bench::stats::PerRequest;
-    use crate::bench::workload::ALL as WORKLOADS;
+    use crate::load::LoadResult;
+    use crate::stats::PerRequest;
+    use crate::workload::ALL as WORKLOADS;
 
     fn run(iops: f64, per_request: bool) -> Run {
         Run {

@@ -220,6 +220,16 @@ pub fn evict(image: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `tmpfs` or `ramfs` when the file system holding `dir` (or the closest ancestor that
+/// exists) lives in RAM, for callers with their own refusal (`--dir`'s source tree).
+pub fn memory_fs(dir: &Path) -> Result<Option<&'static str>, String> {
+    Ok(match fs_magic(&nearest_existing(dir))? {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    })
+}
+
 /// The refusal, when `magic` (from statfs) is a file system in RAM.
 fn refuse_memory_fs(dir: &Path, magic: u64) -> Result<(), String> {
     let name = match magic {

@@ -125,8 +125,8 @@ pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::export::Server;
-    use crate::bench::storage;
+    use crate::export::Server;
+    use crate::storage;
     use clap::Parser;
     use std::path::Path;
 

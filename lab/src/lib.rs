@@ -1,4 +1,11 @@
-//! `corofuse bench`: the measurement lab. With no subcommand it mounts its own exports
+//! `corofuse bench` (the measurement lab) and `corofuse stats`, as a library: the
+//! `corofuse` command parses its command line with [`Args`] and [`stats_cmd::Args`] and
+//! calls [`run`] and [`stats_cmd::run`]. The lab's child processes (export daemons, the
+//! hidden `bench load` and `bench dir-client`, callgrind runs of `bench switch`)
+//! re-execute that binary (`std::env::current_exe()`), so these entry points are meant
+//! to run inside `corofuse` only.
+//!
+//! `corofuse bench`: with no subcommand it mounts its own exports
 //! (null:1G, a 1 GiB raw image on tmpfs, and a 2 GiB pre-filled image on real storage,
 //! buffered and with O_DIRECT), drives each with a matrix of workloads from a separate
 //! process, runs the same workloads on /dev/zero and /dev/null (the load's own ceiling)
@@ -24,11 +31,17 @@
 //!   [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
 //!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
-//! - [`stats_cmd`]: `corofuse stats PATH`.
+//! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
+//!   runtime's per-operation costs; [`setting`]: a kernel setting changed for one run.
+
+// The layout above names the lab's private modules: its docs are for who works on it.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod affinity;
+mod bench_switch;
 mod child;
 mod daemon;
+mod dir;
 mod env;
 mod export;
 mod fill;
@@ -41,6 +54,7 @@ mod mountinfo;
 mod plan;
 mod qsd;
 mod report;
+mod setting;
 mod stats;
 pub mod stats_cmd;
 mod storage;
@@ -53,17 +67,6 @@ use std::time::Instant;
 use affinity::Cpus;
 use export::{ExportKind, STORAGE_SIZE};
 
-/// The CPUs this process may run on (the export's default `--queues` uses the lab's
-/// affinity code).
-pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    affinity::allowed_cpus()
-}
-
-/// Pins the calling thread to `cpu` (the export's `--cpus` uses the lab's affinity code).
-pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
-    affinity::pin(0, cpu)
-}
-
 #[derive(clap::Args)]
 #[command(
     args_conflicts_with_subcommands = true,
@@ -73,7 +76,7 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     without O_DIRECT (they refuse it; no page cache): what the load itself can drive, \
     the ceiling of null and file (--only local,null)\n  \
     null          null:1G, the daemon's own cost\n  \
-    file          a 1 GiB raw image on tmpfs (--dir)\n  \
+    file          a 1 GiB raw image on tmpfs (--scratch-dir)\n  \
     device        a 2 GiB pre-filled image on real storage (--storage-dir), loaded \
     straight with O_DIRECT, no FUSE: the ceiling of the next two\n  \
     disk          that image exported buffered (corofuse mount -w IMG)\n  \
@@ -107,7 +110,14 @@ pub(crate) fn pin_thread(cpu: usize) -> std::io::Result<()> {
     Examples:\n  corofuse bench\n  corofuse bench --compare-qsd --trials 3 --seconds 5 --svg /tmp/bench.svg\n  \
     corofuse bench --only disk-direct --storage-dir /mnt/nvme/bench --workload randwrite-uring-qd64\n  \
     corofuse bench --only null --workload randread-psync-qd1 --cpus same --mount-opt \"--poll-us 50\"\n  \
-    corofuse bench --only null,file --queues 1,2 --transport dev,uring --compare-qsd --trials 3"
+    corofuse bench --only null,file --queues 1,2 --transport dev,uring --compare-qsd --trials 3\n\n\
+    --dir benchmarks the directory export instead (corofuse mount-dir, beside libfuse's \
+    passthrough_hp when --passthrough-hp PATH or COROFUSE_PASSTHROUGH_HP names its binary): \
+    create/stat/unlink of --files small files, ls -l and find, readdir at --entries \
+    sizes with the driver's and the requests' time beside the client's, fio 4 KiB random \
+    IOPS at qd1 and qd64 and 1 MiB random writes by 16 jobs at qd64, on a scratch tree in \
+    --storage-dir (a real file system), every row on a fresh mount, servers interleaved:\n  \
+    corofuse bench --dir --trials 5 --passthrough-hp /path/to/passthrough_hp"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -119,10 +129,13 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Coroutine switch, spawn and io_uring round-trip costs against their floors (JSON).
-    Switch(crate::bench_switch::Args),
+    Switch(bench_switch::Args),
     /// The load generator the lab runs in a child process (one JSON line on stdout).
     #[command(hide = true)]
     Load(load::Args),
+    /// The client of `--dir`'s metadata and readdir rows (one JSON line on stdout).
+    #[command(hide = true)]
+    DirClient(dir::ClientArgs),
 }
 
 #[derive(clap::Args)]
@@ -184,9 +197,10 @@ struct LabArgs {
     /// Also write a bar chart of IOPS per workload as SVG
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
-    /// Where the lab's scratch directory (mount point, the file row's 1 GiB image) goes
+    /// Where the lab's scratch directory (mount point, the file row's 1 GiB image, logs)
+    /// goes
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
-    dir: PathBuf,
+    scratch_dir: PathBuf,
     /// Directory on the file system the storage rows measure (not tmpfs). The 2 GiB image
     /// written there is kept for the next runs
     #[arg(long, value_name = "DIR", default_value = storage::DEFAULT_DIR)]
@@ -194,12 +208,17 @@ struct LabArgs {
     /// Write the storage image again even if a filled one is kept
     #[arg(long)]
     refill_image: bool,
+    #[command(flatten)]
+    dir: dir::DirArgs,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    match args.command {
-        Some(Command::Switch(a)) => crate::bench_switch::run(&a),
-        Some(Command::Load(a)) => load::run(&a),
+/// Runs `corofuse bench` as parsed: the lab, or one of its subcommands.
+pub fn run(args: &Args) -> Result<(), String> {
+    match &args.command {
+        Some(Command::Switch(a)) => bench_switch::run(a),
+        Some(Command::Load(a)) => load::run(a),
+        Some(Command::DirClient(a)) => dir::client(a),
+        None if args.lab.dir.enabled => dir::run(&args.lab),
         None => lab(&args.lab),
     }
 }
@@ -240,7 +259,7 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     );
     eprintln!("measuring the one-way coroutine switch (runtime_switch micro-benchmark) ...");
     let switch_ns = env::one_way_switch_ns()?;
-    let mut lab = lab::Lab::new(&args.dir)?;
+    let mut lab = lab::Lab::new(&args.scratch_dir)?;
     if plan.exports().contains(&ExportKind::File) {
         eprintln!("writing a 1 GiB image in {} ...", lab.dir().display());
         lab.create_image()?;
@@ -293,16 +312,11 @@ fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
 
 /// The lab mounts with mount(2): it needs euid 0 and a usable /dev/fuse.
 fn check_privileges() -> Result<(), String> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(
-            "corofuse bench mounts its own exports and needs root: run it with sudo".into(),
-        );
+    match fuse::mount::mount_unavailable() {
+        None => Ok(()),
+        Some(why) => Err(format!(
+            "corofuse bench mounts its own exports with mount(2), and cannot here: {why} \
+             (run it as root)"
+        )),
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map_err(|e| format!("cannot open /dev/fuse: {e} (try `modprobe fuse`)"))?;
-    Ok(())
 }

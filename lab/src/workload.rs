@@ -100,7 +100,8 @@ impl Workload {
     }
 }
 
-const fn wl(name: &'static str, rw: Rw, bs: u64, engine: Engine, iodepth: u32) -> Workload {
+/// A workload, spelt as a table row.
+pub const fn wl(name: &'static str, rw: Rw, bs: u64, engine: Engine, iodepth: u32) -> Workload {
     Workload {
         name,
         rw,

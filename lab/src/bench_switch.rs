@@ -9,7 +9,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use corofuse_benches::switch::{default_iters, live_count, measure, run_case, CaseResult, CASES};
+use corofuse_benches::switch::{
+    default_cases, default_iters, live_count, map_count_needed, measure, run_case, CaseResult,
+    CASES,
+};
 use serde::Serialize;
 
 #[derive(clap::Args)]
@@ -63,10 +66,25 @@ struct InstructionRatios {
 
 pub fn run(args: &Args) -> Result<(), String> {
     let cases: Vec<&str> = if args.cases.is_empty() {
-        CASES.to_vec()
+        default_cases()
     } else {
         args.cases.iter().map(String::as_str).collect()
     };
+    // Stacks beyond ~32k need more mappings than vm.max_map_count allows by default.
+    let most_live = cases
+        .iter()
+        .filter_map(|c| live_count(c))
+        .max()
+        .unwrap_or(0);
+    let _map_count = (most_live > 30_000)
+        .then(|| {
+            let needed = map_count_needed(most_live);
+            let enough = |v: &str| v.parse::<u64>().is_ok_and(|v| v >= needed);
+            let need = format!("{most_live} live coroutines (two mappings per stack)");
+            let path = "/proc/sys/vm/max_map_count";
+            crate::setting::Setting::ensure(path, &needed.to_string(), enough, &need)
+        })
+        .transpose()?;
     if args.raw {
         let iters = args.iters.ok_or("--raw needs --iters")?;
         for case in cases {

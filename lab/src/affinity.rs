@@ -7,8 +7,6 @@
 //! daemon's loops pin themselves one per CPU, and FUSE over io_uring serves a request on
 //! the CPU that issued it, which an unpinned client defeats by moving between CPUs.
 
-use std::io;
-
 use serde::Serialize;
 
 /// The placement policy.
@@ -58,24 +56,7 @@ impl Placement {
     }
 }
 
-fn set_for(cpu: usize) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET bounds-checks `cpu` against the set's size.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    set
-}
-
-/// Pins one task (0: the calling thread). Async-signal-safe, usable in `pre_exec`.
-pub fn pin(tid: libc::pid_t, cpu: usize) -> io::Result<()> {
-    let set = set_for(cpu);
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
+pub use runtime::affinity::{allowed_cpus, pin};
 
 /// Pins every thread of process `pid`.
 pub fn pin_process(pid: u32, cpu: usize) -> Result<(), String> {
@@ -93,20 +74,6 @@ pub fn pin_process(pid: u32, cpu: usize) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a writable cpu_set_t of the size passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let max = 8 * std::mem::size_of_val(&set);
-    // SAFETY: CPU_ISSET bounds-checks the index against the set's size.
-    Ok((0..max)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
 }
 
 #[cfg(test)]
