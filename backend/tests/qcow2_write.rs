@@ -368,3 +368,51 @@ fn qcow2_resize_moves_a_large_l1_table_in_small_clusters() {
         "contents"
     );
 }
+
+/// A big-endian u64 of `bytes` at `at`.
+fn be64(bytes: &[u8], at: u64) -> u64 {
+    u64::from_be_bytes(bytes[at as usize..][..8].try_into().unwrap())
+}
+
+/// An L2 entry damaged to point into the header makes writes there fail with EIO (the
+/// header is never overwritten); the rest of the image is served.
+#[test]
+fn qcow2_refuses_to_write_a_data_cluster_in_the_header() {
+    require_tool!("qemu-img", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(dir.path(), "bad.qcow2", "compat=1.1", "1M");
+    corofuse_tests::qcow2::qemu_io(&path, &["write -P 1 0 64k"]);
+    let bytes = fs::read(&path).unwrap();
+    let l2 = be64(&bytes, be64(&bytes, 40)) & 0x00ff_ffff_ffff_fe00;
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&(0x200u64 | 1 << 63).to_be_bytes(), l2)
+        .unwrap();
+    let disk = open_rw(&path);
+    let e = disk
+        .writev(&Ctx::Blocking, &[IoSlice::new(b"x")], 10)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    disk.writev(&Ctx::Blocking, &[IoSlice::new(b"y")], 65536)
+        .unwrap();
+    drop(disk);
+    assert_eq!(&fs::read(&path).unwrap()[..4], b"QFI\xfb", "the header");
+}
+
+/// Opened for writing, an image's autoclear bits (here: bitmaps, which corofuse does not
+/// update) are cleared, as the spec requires of a writer that does not know them.
+#[test]
+fn qcow2_clears_autoclear_bits_when_writable() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(dir.path(), "ac.qcow2", "compat=1.1", "1M");
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&1u64.to_be_bytes(), 88).unwrap();
+    drop(backend::open(path.to_str().unwrap(), &OpenOptions::default()).unwrap());
+    assert_eq!(
+        be64(&fs::read(&path).unwrap(), 88),
+        1,
+        "read-only: left alone"
+    );
+    drop(open_rw(&path));
+    assert_eq!(be64(&fs::read(&path).unwrap(), 88), 0, "writable: cleared");
+}

@@ -111,6 +111,12 @@ impl Qcow2Backend {
             let Mapping::Data { host, .. } = self.lookup(cx, self.cluster_of(pos))? else {
                 unreachable!("held clusters changed mapping");
             };
+            if host < cs {
+                // A damaged L2 entry: writing there would overwrite the header.
+                let path = self.path.display();
+                log::error!("qcow2 {path}: a data cluster at offset 0 (the image is corrupt)");
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
             // Extend over clusters that follow in the file too.
             let mut run = (cs - pos % cs).min(end - pos);
             while pos + run < end {
