@@ -111,11 +111,6 @@ pub trait BlockBackend: Send + Sync {
     /// Whether modifications fail with `EROFS`.
     fn read_only(&self) -> bool;
 
-    /// Whether a write past the end may grow the image (a growable export's writes).
-    fn grows_by_writes(&self) -> bool {
-        true
-    }
-
     /// One line for logs, e.g. "file:/img (direct, alignment 512/512)".
     fn describe(&self) -> String;
 

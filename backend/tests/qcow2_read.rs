@@ -37,6 +37,13 @@ fn check_variant(v: &Variant, cx: &Ctx<'_>) {
     let disk = open(&v.path, &OpenOptions::default());
     assert_eq!(disk.len(), want.len() as u64, "{}: size", v.name);
     assert!(disk.describe().starts_with("qcow2:"), "{}", disk.describe());
+    if v.name.contains("512") {
+        assert!(
+            disk.describe().contains("512 B clusters"),
+            "{}",
+            disk.describe()
+        );
+    }
     let got = read_all(cx, &*disk, &mut Rng::new(want.len() as u64));
     assert_bytes_eq(&got, &want, &v.name);
     // Past the end: short, then nothing.

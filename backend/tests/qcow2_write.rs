@@ -184,7 +184,7 @@ fn qcow2_concurrent_writers_to_the_same_clusters() {
 }
 
 #[test]
-fn qcow2_resize_grows_within_the_l1_table_and_refuses_the_rest() {
+fn qcow2_resize_grows_the_l1_table_and_refuses_what_qemu_refuses() {
     require_tool!("qemu-img");
     let dir = tempfile::tempdir().unwrap();
     let path = create(dir.path(), "r.qcow2", "compat=1.1", "1M");
@@ -201,25 +201,35 @@ fn qcow2_resize_grows_within_the_l1_table_and_refuses_the_rest() {
         Some(libc::EINVAL),
         "unaligned"
     );
-    // One L1 entry maps 512 MiB with 64 KiB clusters.
-    disk.resize(&cx, 256 << 20).unwrap();
     assert_eq!(
-        errno(disk.resize(&cx, 1 << 30)),
+        errno(disk.resize(&cx, 1 << 52)),
         Some(libc::EFBIG),
-        "past the L1 table"
+        "L1 past 32 MiB"
     );
-    disk.writev(&cx, &[IoSlice::new(b"end")], (256 << 20) - 3)
+    disk.writev(&cx, &[IoSlice::new(b"head")], 0).unwrap();
+    // One L1 entry maps 512 MiB with 64 KiB clusters: first within it, then past it.
+    disk.resize(&cx, 256 << 20).unwrap();
+    disk.writev(&cx, &[IoSlice::new(b"mid")], (256 << 20) - 3)
         .unwrap();
-    assert_eq!(
-        errno(disk.writev(&cx, &[IoSlice::new(b"x")], 256 << 20)),
-        Some(libc::ENOSPC)
-    );
+    disk.resize(&cx, 3 << 30).unwrap();
+    disk.writev(&cx, &[IoSlice::new(b"end")], (3 << 30) - 3)
+        .unwrap();
+    disk.writev(&cx, &[IoSlice::new(b"x")], 3 << 30).unwrap(); // grows by a sector
+    assert_eq!(disk.len(), (3 << 30) + 512);
     drop(disk);
     assert_check_clean(&path, "resized");
-    let out = qemu_img(&["info", "--output=json", path.to_str().unwrap()]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&format!("\"virtual-size\": {}", 256 << 20))
-    );
+    qcow2::assert_virtual_size(&path, (3 << 30) + 512);
+    let disk = backend::open(path.to_str().unwrap(), &OpenOptions::default()).unwrap();
+    for (at, want) in [
+        (0, &b"head"[..]),
+        ((256 << 20) - 3, b"mid"),
+        ((3 << 30) - 3, b"end"),
+    ] {
+        let mut got = vec![0u8; want.len()];
+        disk.readv(&cx, &mut [IoSliceMut::new(&mut got)], at)
+            .unwrap();
+        assert_eq!(got, want, "at {at}");
+    }
 }
 
 #[test]
@@ -329,4 +339,80 @@ fn qcow2_grows_a_full_refcount_table() {
         "contents: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// 512-byte clusters: an L1 entry maps 32 KiB, so growing 1 MiB to 64 MiB needs a new L1
+/// table of 32 clusters, contiguous, whose refcounts need new refcount blocks.
+#[test]
+fn qcow2_resize_moves_a_large_l1_table_in_small_clusters() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(
+        dir.path(),
+        "r512.qcow2",
+        "compat=1.1,cluster_size=512",
+        "1M",
+    );
+    let disk = open_rw(&path);
+    let cx = Ctx::Blocking;
+    let data = pattern(5, 0, 1 << 20);
+    disk.writev(&cx, &[IoSlice::new(&data)], 0).unwrap();
+    disk.resize(&cx, 64 << 20).unwrap();
+    disk.writev(&cx, &[IoSlice::new(&data)], 63 << 20).unwrap();
+    drop(disk);
+    assert_check_clean(&path, "grown L1");
+    let got = raw_contents(&path);
+    assert_eq!(got.len(), 64 << 20);
+    assert!(
+        got[..1 << 20] == data[..] && got[63 << 20..] == data[..],
+        "contents"
+    );
+}
+
+/// A big-endian u64 of `bytes` at `at`.
+fn be64(bytes: &[u8], at: u64) -> u64 {
+    u64::from_be_bytes(bytes[at as usize..][..8].try_into().unwrap())
+}
+
+/// An L2 entry damaged to point into the header makes writes there fail with EIO (the
+/// header is never overwritten); the rest of the image is served.
+#[test]
+fn qcow2_refuses_to_write_a_data_cluster_in_the_header() {
+    require_tool!("qemu-img", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(dir.path(), "bad.qcow2", "compat=1.1", "1M");
+    corofuse_tests::qcow2::qemu_io(&path, &["write -P 1 0 64k"]);
+    let bytes = fs::read(&path).unwrap();
+    let l2 = be64(&bytes, be64(&bytes, 40)) & 0x00ff_ffff_ffff_fe00;
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&(0x200u64 | 1 << 63).to_be_bytes(), l2)
+        .unwrap();
+    let disk = open_rw(&path);
+    let e = disk
+        .writev(&Ctx::Blocking, &[IoSlice::new(b"x")], 10)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    disk.writev(&Ctx::Blocking, &[IoSlice::new(b"y")], 65536)
+        .unwrap();
+    drop(disk);
+    assert_eq!(&fs::read(&path).unwrap()[..4], b"QFI\xfb", "the header");
+}
+
+/// Opened for writing, an image's autoclear bits (here: bitmaps, which corofuse does not
+/// update) are cleared, as the spec requires of a writer that does not know them.
+#[test]
+fn qcow2_clears_autoclear_bits_when_writable() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let path = create(dir.path(), "ac.qcow2", "compat=1.1", "1M");
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&1u64.to_be_bytes(), 88).unwrap();
+    drop(backend::open(path.to_str().unwrap(), &OpenOptions::default()).unwrap());
+    assert_eq!(
+        be64(&fs::read(&path).unwrap(), 88),
+        1,
+        "read-only: left alone"
+    );
+    drop(open_rw(&path));
+    assert_eq!(be64(&fs::read(&path).unwrap(), 88), 0, "writable: cleared");
 }

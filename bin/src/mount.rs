@@ -330,12 +330,6 @@ pub fn run(args: &Args) -> Result<(), String> {
         format: args.format.unwrap_or_default(),
     };
     let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
-    if args.growable && !disk.grows_by_writes() {
-        return Err(format!(
-            "--growable: {} cannot grow by writes past its end; resize it (truncate) instead",
-            disk.describe()
-        ));
-    }
     // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
     let disk = match args.inject.clone() {
         Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),

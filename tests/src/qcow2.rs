@@ -208,3 +208,11 @@ pub fn assert_same_as_raw(image: &Path, raw: &Path, what: &str) {
         describe(&out)
     );
 }
+
+/// `qemu-img info` says the disk in `image` is `len` bytes.
+#[track_caller]
+pub fn assert_virtual_size(image: &Path, len: u64) {
+    let out = qemu_img(&["info", "--output=json", image.to_str().expect("UTF-8 path")]);
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(info.contains(&format!("\"virtual-size\": {len}")), "{info}");
+}

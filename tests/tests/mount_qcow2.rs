@@ -8,13 +8,14 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 
 use corofuse_tests::qcow2::{
-    assert_check_clean, assert_same_as_raw, create, qemu_img, raw_contents, variants,
+    assert_check_clean, assert_same_as_raw, assert_virtual_size, create, qemu_img, raw_contents,
+    variants,
 };
 use corofuse_tests::qemu::{describe, qemu};
-use corofuse_tests::sys::fallocate;
+use corofuse_tests::sys::{fallocate, truncate};
 use corofuse_tests::{
-    assert_bytes_eq, dispatch_tests, open_rw, pattern, require_tool, Dispatch, MountedExport,
-    Sandbox, Seed, KIB, MIB,
+    assert_bytes_eq, dispatch_tests, errno_of, open_rw, pattern, require_tool, Dispatch,
+    MountedExport, Sandbox, Seed, KIB, MIB,
 };
 
 dispatch_tests!(mount_qcow2_reads_like_qemu_img [coroutine, inline, threads, uring]);
@@ -189,4 +190,58 @@ fn mount_qcow2_serving_requests_allocates_nothing(mode: Dispatch) {
     corofuse_tests::export::assert_4k_io_allocates_nothing(&mut export, &stats);
     export.stop();
     assert_check_clean(&image, "after serving");
+}
+
+dispatch_tests!(mount_qcow2_truncate_grows_and_never_shrinks[coroutine]);
+/// Through a growable export, truncate(2) grows the qcow2 disk (moving its L1 table) and
+/// is refused for shrinking; a write past the end grows it to the next whole sector.
+fn mount_qcow2_truncate_grows_and_never_shrinks(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let image = sandbox.path("t.qcow2");
+    create(&image, "compat=1.1", Some("1M"));
+    let mnt = sandbox.mountpoint("mnt");
+    let export = MountedExport::start(&image, &mnt, mode, &["-w", "--growable"]);
+    truncate(export.path(), 1 << 30).unwrap();
+    assert_eq!(fs::metadata(export.path()).unwrap().len(), 1 << 30);
+    let file = open_rw(export.path()).unwrap();
+    file.write_all_at(b"end", (1 << 30) - 3).unwrap();
+    let shrink = errno_of(truncate(export.path(), 1 << 20), "shrink");
+    assert_eq!(shrink, libc::EOPNOTSUPP);
+    file.write_all_at(b"past", (1 << 30) + 100).unwrap();
+    assert_eq!(fs::metadata(export.path()).unwrap().len(), (1 << 30) + 512);
+    drop(file);
+    export.stop();
+    assert_check_clean(&image, "after truncate");
+    assert_virtual_size(&image, (1 << 30) + 512);
+}
+
+dispatch_tests!(mount_qcow2_qemu_img_convert_into_the_export [coroutine, threads]);
+/// `qemu-img convert -n -t none` of a raw image into the export of an empty qcow2 image
+/// (O_DIRECT writes, zero detection, write-zeroes), then the qcow2 image holds the raw
+/// image's disk and checks clean.
+fn mount_qcow2_qemu_img_convert_into_the_export(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path("src");
+    fs::create_dir(&dir).unwrap();
+    let src = corofuse_tests::qcow2::source(&dir);
+    // Whole 4 KiB blocks: -t none writes them so, and the export is not growable.
+    let len = 6 * MIB;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+    let image = sandbox.path("target.qcow2");
+    create(&image, "compat=1.1", Some(&len.to_string()));
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let (from, to) = (src.to_str().unwrap(), export.path().to_str().unwrap());
+    qemu_img(&[
+        "convert", "-n", "-f", "raw", "-O", "raw", "-t", "none", from, to,
+    ]);
+    export.stop();
+    assert_check_clean(&image, "after convert");
+    assert_same_as_raw(&image, &src, "after convert");
 }

@@ -306,10 +306,6 @@ impl BlockBackend for InjectBackend {
         self.inner.read_only()
     }
 
-    fn grows_by_writes(&self) -> bool {
-        self.inner.grows_by_writes()
-    }
-
     fn describe(&self) -> String {
         format!("{}, injecting {}", self.inner.describe(), self.spec)
     }

@@ -230,6 +230,37 @@ impl Allocator {
         Ok(())
     }
 
+    /// `n` contiguous clusters at the end of the file (for a new L1 table), refcounted and
+    /// synced like a reservation; returns the host offset of the first.
+    pub(crate) fn contiguous(&self, cx: &Ctx<'_>, host: &Host, n: u64) -> io::Result<u64> {
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        let s = &mut *s;
+        let per_block = s.refcounts.per_block();
+        while (reftable::area_end(&s.refcounts, &s.refcounts.table, s.end, n) - 1) / per_block
+            >= s.refcounts.table.len() as u64
+        {
+            let old = reftable::grow(cx, host, &mut s.refcounts, &mut s.end, &mut s.scratch)?;
+            s.free.extend(old);
+        }
+        let start = s.end;
+        let mut table = s.refcounts.table.clone(); // once per new L1 table
+        let claimed = reftable::claim(cx, host, &s.refcounts, &mut table, start, n, &mut s.scratch);
+        s.refcounts.table = table;
+        let (end, new_blocks) = claimed?;
+        host.file.flush(cx)?; // the blocks before the table entries that link them
+        for b in new_blocks {
+            let at = s.refcounts.table_offset + b * 8;
+            host.write_u64(cx, s.refcounts.table[b as usize], at)?;
+        }
+        s.end = end;
+        if end << self.cluster_bits > host.file.len() {
+            host.file.resize(cx, end << self.cluster_bits)?;
+        }
+        host.file.flush(cx)?;
+        Ok(start << self.cluster_bits)
+    }
+
     /// Drops one reference of each host cluster in `clusters` after the next flush.
     pub(crate) fn free_later(&self, clusters: std::ops::Range<u64>) {
         self.pending().extend(clusters);
@@ -254,7 +285,7 @@ impl Allocator {
         let _serial = self.serial(cx);
         let mut s = self.state();
         let s = &mut *s;
-        for c in pending {
+        for &c in &pending {
             let count = s.refcounts.get(cx, host, c)?;
             if count == 0 || count == s.refcounts.max() {
                 continue; // already free (a damaged image), or saturated: leave it
@@ -265,7 +296,18 @@ impl Allocator {
                 s.free.push(c);
             }
         }
+        self.recycle(pending);
         Ok(())
+    }
+
+    /// Gives a drained pending list's memory back, so that frees between flushes do not
+    /// allocate in steady state.
+    fn recycle(&self, mut drained: Vec<u64>) {
+        drained.clear();
+        let mut pending = self.pending();
+        if pending.is_empty() && pending.capacity() < drained.capacity() {
+            *pending = drained;
+        }
     }
 
     /// Returns the unused reservation (refcount 0 again); for the backend's drop.

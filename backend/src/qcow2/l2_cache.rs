@@ -64,7 +64,7 @@ impl L2Cache {
     pub(crate) fn new(cluster_size: u64, l1_size: u32) -> L2Cache {
         let count = (BUDGET / cluster_size)
             .max(MIN_SLOTS)
-            .min(l1_size.max(1) as u64);
+            .min((l1_size as u64).max(MIN_SLOTS)); // a resize may add tables
         let entries = (cluster_size / 8) as usize;
         let slots = (0..count)
             .map(|_| Slot {

@@ -28,10 +28,12 @@
 //!   `qemu-img check -r all`. Unknown autoclear bits (and the bitmaps bit: corofuse does
 //!   not update bitmaps) are cleared when the image is opened for writing, as the spec
 //!   requires.
-//! - Size: `resize` grows the virtual size where the L1 table already covers it (`EFBIG`
-//!   past that; QEMU would move the L1 table) and refuses to shrink (`EOPNOTSUPP`, as QEMU
-//!   without `--shrink`) or to expose a backing file beyond the old size. Writes past the
-//!   virtual size fail with `ENOSPC`: the mount refuses `--growable` for qcow2.
+//! - Size: `resize` grows the virtual size, moving the L1 table where it must, and
+//!   refuses what QEMU refuses (`resize.rs`): shrinking, sizes that are not whole
+//!   sectors. Growable exports work as for raw images: a write or write_zeroes past the
+//!   end first grows the disk to the end of the request rounded up to 512 bytes (qcow2
+//!   sizes are whole sectors), so a growable export's size can be up to 511 bytes past
+//!   the last byte written.
 //!
 //! # Concurrency
 //! No lock covers the image. Each request holds the guest clusters it touches in a
@@ -54,10 +56,12 @@ mod compress;
 mod entry;
 mod header;
 mod hostio;
+mod l1;
 mod l2_cache;
 mod read;
 mod refcount;
 mod reftable;
+mod resize;
 mod write;
 mod zero;
 
@@ -81,8 +85,7 @@ pub struct Qcow2Backend {
     h: Header,
     /// Virtual size.
     size: AtomicU64,
-    /// The L1 table, as on disk.
-    l1: Vec<AtomicU64>,
+    l1: l1::L1,
     l2: L2Cache,
     /// Guest clusters held by requests.
     clusters: RangeLocks,
@@ -153,10 +156,7 @@ impl Qcow2Backend {
         let h = Header::parse(&first, opts.writable)?;
         let mut raw = vec![0u8; h.l1_size as usize * 8];
         host.read_exact(&cx, &mut raw, h.l1_table_offset)?;
-        let l1 = raw
-            .chunks_exact(8)
-            .map(|e| AtomicU64::new(u64::from_be_bytes(e.try_into().expect("8 bytes"))))
-            .collect();
+        let l1 = l1::L1::new(&raw, h.l1_table_offset);
         let backing = match h.backing_name_at {
             0 => None,
             _ => Some(backing::open(&cx, &host, &h, path, opts, depth)?),
@@ -241,7 +241,7 @@ impl Qcow2Backend {
         let Some(l1e) = self.l1.get(l1i) else {
             return Ok(Mapping::Unallocated);
         };
-        let Some(table) = entry::l2_table(l1e.load(Ordering::Acquire)) else {
+        let Some(table) = entry::l2_table(l1e) else {
             return Ok(Mapping::Unallocated);
         };
         Ok(Mapping::decode(entry_of(table, l2i)?, self.h.cluster_bits))
@@ -259,13 +259,15 @@ impl Qcow2Backend {
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EROFS))
     }
 
-    /// `ENOSPC` unless `[offset, offset + len)` lies inside the virtual disk.
-    fn check_inside(&self, offset: u64, len: u64) -> io::Result<u64> {
+    /// The end of `[offset, offset + len)`, after growing the virtual disk to reach it
+    /// (rounded up to a sector, as qcow2 sizes are) if it ends past the end: a growable
+    /// export's writes.
+    fn grow_to_reach(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<u64> {
         let end = crate::checked_end(offset, len)?;
-        match end <= self.len() {
-            true => Ok(end),
-            false => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+        if end > self.len() {
+            self.resize_to(cx, end.next_multiple_of(512), true)?;
         }
+        Ok(end)
     }
 }
 
@@ -301,7 +303,7 @@ impl BlockBackend for Qcow2Backend {
 
     fn resize(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
         self.check_writable()?;
-        self.resize_to(cx, new_len)
+        self.resize_to(cx, new_len, false)
     }
 
     fn block_status(&self, offset: u64) -> io::Result<Extent> {
@@ -316,23 +318,20 @@ impl BlockBackend for Qcow2Backend {
         !self.writable
     }
 
-    /// No: the L1 table made by qemu-img maps just the virtual size, so growing by writes
-    /// would fail at the first cluster past it (QEMU's growable exports move the L1 table).
-    fn grows_by_writes(&self) -> bool {
-        false
-    }
-
     fn describe(&self) -> String {
         let ro = if self.writable { "" } else { ", read-only" };
         let backing = match &self.backing {
             Some(b) => format!(", backing {}", b.describe()),
             None => String::new(),
         };
+        let cs = match self.cluster_size() {
+            cs if cs < 1024 => format!("{cs} B"),
+            cs => format!("{} KiB", cs / 1024),
+        };
         format!(
-            "qcow2:{} (v{}, {} KiB clusters{backing}{ro})",
+            "qcow2:{} (v{}, {cs} clusters{backing}{ro})",
             self.path.display(),
             self.h.version,
-            self.cluster_size() / 1024
         )
     }
 

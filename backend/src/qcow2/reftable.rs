@@ -29,43 +29,13 @@ pub(crate) fn grow(
     scratch: &mut [u8],
 ) -> io::Result<std::ops::Range<u64>> {
     let cs = scratch.len() as u64;
-    let (pb, old_len) = (r.per_block(), r.table.len() as u64);
-    let wanted = (*end / pb + 1).max(2 * old_len);
+    let old_len = r.table.len() as u64;
+    let wanted = (*end / r.per_block() + 1).max(2 * old_len);
     let table_clusters = (wanted * 8).div_ceil(cs);
     let start = *end;
-    // The blocks the new clusters need, which are new clusters too: iterate to a fixpoint.
-    let mut blocks = 0;
-    loop {
-        let needed = missing_blocks(r, start, start + table_clusters + blocks).count() as u64;
-        if needed == blocks {
-            break;
-        }
-        blocks = needed;
-    }
-    let area = start..start + table_clusters + blocks;
     let mut table = r.table.clone(); // once per growth
     table.resize((table_clusters * cs / 8) as usize, 0);
-    let new_blocks: Vec<u64> = missing_blocks(r, area.start, area.end).collect();
-    for (i, &b) in new_blocks.iter().enumerate() {
-        table[b as usize] = (start + table_clusters + i as u64) * cs;
-    }
-    // Refcounts of the area: in the new blocks, or in the existing ones.
-    let mut c = area.start;
-    while c < area.end {
-        let b = c / pb;
-        let run_end = area.end.min((b + 1) * pb);
-        match r.block_of(c) {
-            Some(_) => r.set_run(cx, host, c, run_end - c, 1, scratch)?,
-            None => {
-                scratch.fill(0);
-                for k in c..run_end {
-                    r.set_in(scratch, 0, k % pb, 1);
-                }
-                host.write(cx, scratch, table[b as usize])?;
-            }
-        }
-        c = run_end;
-    }
+    let (area_end, _) = claim(cx, host, r, &mut table, start, table_clusters, scratch)?;
     let raw: Vec<u8> = table.iter().flat_map(|e| e.to_be_bytes()).collect();
     host.write(cx, &raw, start * cs)?;
     host.file.flush(cx)?;
@@ -79,13 +49,76 @@ pub(crate) fn grow(
     for c in old.clone() {
         r.set_run(cx, host, c, 1, 0, scratch)?;
     }
-    *end = area.end;
+    *end = area_end;
     log::info!("qcow2: refcount table grown to {table_clusters} clusters");
     Ok(old)
 }
 
-/// The block indices covering clusters `[first, end)` that have no block yet.
-fn missing_blocks(r: &Refcounts, first: u64, end: u64) -> impl Iterator<Item = u64> + '_ {
+/// The first cluster past `[start, start + n)` and the refcount blocks it needs (placed
+/// right after it), where `table` is the refcount table to be.
+pub(crate) fn area_end(r: &Refcounts, table: &[u64], start: u64, n: u64) -> u64 {
+    let mut blocks = 0;
+    loop {
+        let needed = missing_blocks(r, table, start, start + n + blocks).count() as u64;
+        if needed == blocks {
+            return start + n + blocks;
+        }
+        blocks = needed;
+    }
+}
+
+/// Counts clusters `[start, start + n)` (refcount 1), and the refcount blocks they need,
+/// made right after them and entered in `table` (the refcount table to be, which must
+/// reach that far). Existing blocks get their entries written; new blocks are written
+/// whole. Returns the end of the area and the indices of the new blocks (the caller writes
+/// their table entries, after a sync).
+pub(crate) fn claim(
+    cx: &Ctx<'_>,
+    host: &Host,
+    r: &Refcounts,
+    table: &mut [u64],
+    start: u64,
+    n: u64,
+    scratch: &mut [u8],
+) -> io::Result<(u64, Vec<u64>)> {
+    let (cs, pb) = (scratch.len() as u64, r.per_block());
+    let end = area_end(r, table, start, n);
+    let new_blocks: Vec<u64> = missing_blocks(r, table, start, end).collect();
+    if new_blocks
+        .last()
+        .is_some_and(|&b| b as usize >= table.len())
+    {
+        return Err(io::Error::from_raw_os_error(libc::ENOSPC)); // the caller grows first
+    }
+    for (i, &b) in new_blocks.iter().enumerate() {
+        table[b as usize] = (start + n + i as u64) * cs;
+    }
+    let mut c = start;
+    while c < end {
+        let b = c / pb;
+        let run_end = end.min((b + 1) * pb);
+        match r.block_of(c) {
+            Some(_) => r.set_run(cx, host, c, run_end - c, 1, scratch)?,
+            None => {
+                scratch.fill(0);
+                for k in c..run_end {
+                    r.set_in(scratch, 0, k % pb, 1);
+                }
+                host.write(cx, scratch, table[b as usize])?;
+            }
+        }
+        c = run_end;
+    }
+    Ok((end, new_blocks))
+}
+
+/// The block indices covering clusters `[first, end)` that have no block in `table`.
+fn missing_blocks<'a>(
+    r: &Refcounts,
+    table: &'a [u64],
+    first: u64,
+    end: u64,
+) -> impl Iterator<Item = u64> + 'a {
     let pb = r.per_block();
-    (first / pb..end.div_ceil(pb)).filter(move |&b| r.block_of(b * pb).is_none())
+    (first / pb..end.div_ceil(pb)).filter(move |&b| table.get(b as usize).is_none_or(|&o| o == 0))
 }

@@ -49,7 +49,7 @@ impl Qcow2Backend {
     pub(super) fn write(&self, cx: &Ctx<'_>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         self.check_writable()?;
         let len = iov::total(bufs) as u64;
-        let end = self.check_inside(offset, len)?;
+        let end = self.grow_to_reach(cx, offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -111,6 +111,12 @@ impl Qcow2Backend {
             let Mapping::Data { host, .. } = self.lookup(cx, self.cluster_of(pos))? else {
                 unreachable!("held clusters changed mapping");
             };
+            if host < cs {
+                // A damaged L2 entry: writing there would overwrite the header.
+                let path = self.path.display();
+                log::error!("qcow2 {path}: a data cluster at offset 0 (the image is corrupt)");
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
             // Extend over clusters that follow in the file too.
             let mut run = (cs - pos % cs).min(end - pos);
             while pos + run < end {
@@ -208,19 +214,16 @@ impl Qcow2Backend {
     /// The L2 table of guest `cluster` and the entry's index in it, made if missing.
     pub(super) fn l2_table_for(&self, cx: &Ctx<'_>, cluster: u64) -> io::Result<(u64, usize)> {
         let (l1i, l2i) = self.split(cluster);
-        let slot = &self.l1[l1i];
-        if let Some(table) = entry::l2_table(slot.load(Ordering::Acquire)) {
+        let current = || self.l1.get(l1i).and_then(entry::l2_table);
+        if let Some(table) = current() {
             return Ok((table, l2i));
         }
-        let _l1 = self.l1_locks.lock(
-            cx,
-            Span {
-                start: l1i as u64,
-                end: l1i as u64 + 1,
-            },
-            Mode::Exclusive,
-        );
-        if let Some(table) = entry::l2_table(slot.load(Ordering::Acquire)) {
+        let span = Span {
+            start: l1i as u64,
+            end: l1i as u64 + 1,
+        };
+        let _l1 = self.l1_locks.lock(cx, span, Mode::Exclusive);
+        if let Some(table) = current() {
             return Ok((table, l2i)); // made meanwhile
         }
         let alloc = self.check_writable()?;
@@ -231,9 +234,10 @@ impl Qcow2Backend {
             self.host.file.flush(cx)?; // the table's contents before the entry that links it
         }
         let value = table | COPIED;
-        self.host
-            .write_u64(cx, value, self.h.l1_table_offset + l1i as u64 * 8)?;
-        slot.store(value, Ordering::Release);
+        // The L1 table stays put meanwhile: moving it takes every L1 entry's lock.
+        let offset = self.l1.read().offset;
+        self.host.write_u64(cx, value, offset + l1i as u64 * 8)?;
+        self.l1.read().entries[l1i].store(value, Ordering::Release);
         Ok((table, l2i))
     }
 }

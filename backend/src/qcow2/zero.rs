@@ -1,4 +1,4 @@
-//! write_zeroes, discard and resize.
+//! write_zeroes and discard.
 //!
 //! Whole clusters become v3 zero clusters (keeping their host cluster, preallocated, when
 //! unmapping is not allowed) or, in v2 images without a backing file, unallocated. v2
@@ -9,11 +9,10 @@
 
 use std::io;
 
-use crate::range_lock::{Mode, Span};
+use crate::range_lock::Mode;
 use crate::{BlockBackend, Ctx};
 
 use super::entry::{Mapping, COPIED, ZERO};
-use super::header::SIZE_FIELD;
 use super::write::Source;
 use super::Qcow2Backend;
 
@@ -26,7 +25,7 @@ impl Qcow2Backend {
         may_unmap: bool,
     ) -> io::Result<()> {
         self.check_writable()?;
-        let end = self.check_inside(offset, len)?;
+        let end = self.grow_to_reach(cx, offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -100,49 +99,6 @@ impl Qcow2Backend {
         if value & COPIED == 0 {
             alloc.free_later(m.host_clusters(self.h.cluster_bits));
         }
-        Ok(())
-    }
-
-    pub(super) fn resize_to(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
-        let _one = self.l1_locks.lock(
-            cx,
-            Span {
-                start: u64::MAX - 1,
-                end: u64::MAX,
-            },
-            Mode::Exclusive,
-        );
-        let size = self.len();
-        let capacity = self.h.l1_size as u64 * self.h.l2_entries() * self.cluster_size();
-        let refuse = |errno, why: &str| {
-            log::warn!("qcow2 {}: resize to {new_len}: {why}", self.path.display());
-            Err(io::Error::from_raw_os_error(errno))
-        };
-        if new_len == size {
-            return Ok(());
-        }
-        if new_len % 512 != 0 {
-            return refuse(libc::EINVAL, "not a multiple of 512 bytes");
-        }
-        if new_len < size {
-            return refuse(libc::EOPNOTSUPP, "shrinking a qcow2 image is not supported");
-        }
-        if new_len > capacity {
-            return refuse(
-                libc::EFBIG,
-                "past what the L1 table maps (moving it is not implemented)",
-            );
-        }
-        if self.backing.as_ref().is_some_and(|b| b.len() > size) {
-            return refuse(
-                libc::EOPNOTSUPP,
-                "the backing file would show through the new space",
-            );
-        }
-        self.host.write_u64(cx, new_len, SIZE_FIELD)?;
-        self.host.file.flush(cx)?;
-        self.size
-            .store(new_len, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 }
