@@ -12,7 +12,8 @@
 //!   an interrupted one leaves nothing that looks finished.
 //! - `qcow2-alloc`: [`Empty::create`] runs `qemu-img create -f qcow2` before every run
 //!   (every daemon start), so every run allocates from an empty image; the guard removes
-//!   it after the run.
+//!   it after the run. A run that writes more than the virtual size (1 MiB sequential
+//!   writes on a fast disk: 2 GiB in a few seconds) wraps and overwrites for the rest.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -146,7 +146,7 @@ fn qcow2_header(r: &Report) -> String {
             };
             format!("{}, {history}", q.path.display())
         }
-        None => "not run".into(),
+        None => "(this row did not run)".into(),
     };
     format!(
         "qcow2 = a fully allocated qcow2 image (qemu-img convert of the storage image, 64 KiB \
