@@ -20,6 +20,9 @@ pub struct Environment {
     pub unix_time: u64,
     pub fio_version: Option<String>,
     pub qsd_version: Option<String>,
+    /// With the qcow2 rows: the qemu-img that made their images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qemu_img_version: Option<String>,
 }
 
 impl Environment {
@@ -47,6 +50,7 @@ impl Environment {
                 .map_or(0, |d| d.as_secs()),
             fio_version: None,
             qsd_version: None,
+            qemu_img_version: None,
         }
     }
 }

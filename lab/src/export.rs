@@ -9,6 +9,12 @@
 //! (`disk`, `corofuse mount -w IMG`) and with O_DIRECT (`disk-direct`, `mount -w
 //! --direct IMG`), plus `device`, the same workload with O_DIRECT straight on the same
 //! image file with no FUSE at all: the ceiling every storage figure is divided by.
+//!
+//! Two opt-in rows (not in the default run: they need qemu-img, and `--only` names
+//! them) export qcow2 images on the same file system ([`super::qcow2`]): `qcow2`, a fully
+//! allocated image converted from the storage image, beside `disk` (its raw export: the
+//! "vs raw" ratio), and `qcow2-alloc`, a freshly created empty image for every run, so
+//! that every write allocates (write workloads only).
 
 use serde::{Serialize, Serializer};
 
@@ -34,18 +40,29 @@ pub enum ExportKind {
     /// The image on real storage, exported with O_DIRECT (`--direct`, qsd
     /// `cache.direct=on`).
     DiskDirect,
+    /// A fully allocated qcow2 image (64 KiB clusters) converted from the storage image
+    /// and kept beside it, exported buffered; `disk` is its raw comparison.
+    Qcow2,
+    /// An empty qcow2 image of the same virtual size, created before every run, so that
+    /// writes allocate clusters (write workloads only).
+    Qcow2Alloc,
 }
 
 impl ExportKind {
     /// Table order.
-    pub const ALL: [ExportKind; 6] = [
+    pub const ALL: [ExportKind; 8] = [
         ExportKind::Local,
         ExportKind::Null,
         ExportKind::File,
         ExportKind::Device,
         ExportKind::Disk,
         ExportKind::DiskDirect,
+        ExportKind::Qcow2,
+        ExportKind::Qcow2Alloc,
     ];
+
+    /// The rows run when `--only` names none: all but the qcow2 ones (the last two).
+    pub const DEFAULT: &'static [ExportKind] = Self::ALL.as_slice().split_at(6).0;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -55,14 +72,31 @@ impl ExportKind {
             ExportKind::Device => "device",
             ExportKind::Disk => "disk",
             ExportKind::DiskDirect => "disk-direct",
+            ExportKind::Qcow2 => "qcow2",
+            ExportKind::Qcow2Alloc => "qcow2-alloc",
         }
     }
 
-    /// Whether its bytes are the image on real storage (`--storage-dir`).
+    /// Whether it exports a qcow2 image.
+    pub fn qcow2(self) -> bool {
+        matches!(self, ExportKind::Qcow2 | ExportKind::Qcow2Alloc)
+    }
+
+    /// Whether it runs read workloads: not on `qcow2-alloc`, whose image is empty.
+    pub fn reads(self) -> bool {
+        self != ExportKind::Qcow2Alloc
+    }
+
+    /// Whether its bytes are on real storage (`--storage-dir`): the storage image, or a
+    /// qcow2 image beside it.
     pub fn on_storage(self) -> bool {
         matches!(
             self,
-            ExportKind::Device | ExportKind::Disk | ExportKind::DiskDirect
+            ExportKind::Device
+                | ExportKind::Disk
+                | ExportKind::DiskDirect
+                | ExportKind::Qcow2
+                | ExportKind::Qcow2Alloc
         )
     }
 
@@ -71,10 +105,10 @@ impl ExportKind {
         !matches!(self, ExportKind::Device | ExportKind::Local)
     }
 
-    /// Bytes the load spreads its I/O over.
-    pub fn size(self) -> u64 {
+    /// Bytes the load spreads its I/O over, with `storage` bytes on real storage.
+    pub fn size(self, storage: u64) -> u64 {
         if self.on_storage() {
-            STORAGE_SIZE
+            storage
         } else {
             EXPORT_SIZE
         }
@@ -162,8 +196,19 @@ mod tests {
             .filter(|e| e.on_storage())
             .map(|e| e.name())
             .collect();
-        assert_eq!(storage, ["device", "disk", "disk-direct"]);
         let one = [Variant::default()];
+        assert_eq!(
+            storage,
+            ["device", "disk", "disk-direct", "qcow2", "qcow2-alloc"]
+        );
+        assert!(ExportKind::DEFAULT.iter().all(|e| !e.qcow2()));
+        let opt_in = &ExportKind::ALL[ExportKind::DEFAULT.len()..];
+        assert!(opt_in.iter().all(|e| e.qcow2()));
+        assert!(ExportKind::Qcow2.reads() && !ExportKind::Qcow2Alloc.reads());
+        assert_eq!(
+            ExportKind::Qcow2Alloc.servers(&one, true),
+            [Server::COROFUSE, Server::Qsd]
+        );
         assert_eq!(ExportKind::Device.servers(&one, true), [Server::Bare]);
         assert_eq!(ExportKind::Local.servers(&one, true), [Server::Bare]);
         assert!(!ExportKind::Local.on_storage() && !ExportKind::Local.mounted());
@@ -183,9 +228,12 @@ mod tests {
             serde_json::to_string(&Server::Corofuse(two[1])).expect("serialises"),
             "\"corofuse q2\""
         );
-        assert_eq!(ExportKind::Disk.size(), STORAGE_SIZE);
-        assert_eq!(ExportKind::File.size(), EXPORT_SIZE);
+        assert_eq!(ExportKind::Disk.size(STORAGE_SIZE), STORAGE_SIZE);
+        assert_eq!(ExportKind::Qcow2Alloc.size(8 << 20), 8 << 20);
+        assert_eq!(ExportKind::File.size(8 << 20), EXPORT_SIZE);
         let json = serde_json::to_string(&ExportKind::DiskDirect).expect("serialises");
         assert_eq!(json, "\"disk-direct\"", "JSON and --only spell it alike");
+        let json = serde_json::to_string(&ExportKind::Qcow2Alloc).expect("serialises");
+        assert_eq!(json, "\"qcow2-alloc\"");
     }
 }

@@ -18,7 +18,8 @@
 //! an export vs the disk under it, built-in load vs fio, one placement vs another) must
 //! be one command that anyone can rerun, with nothing to set up but root and /dev/fuse,
 //! and that never leaves a mount, a daemon or a stray image behind. The one file it
-//! keeps on purpose is the storage image, reused by the next run ([`storage`]).
+//! keeps on purpose are the storage image, reused by the next run ([`storage`]), and the
+//! qcow2 row's conversion of it ([`qcow2`]).
 //!
 //! Layout, one job per file:
 //! - [`export`]: the rows and who serves them; [`workload`]: the matrix's workloads;
@@ -26,9 +27,9 @@
 //!   `bench load`): the load generator, with [`runtime::histogram`];
 //! - [`lab`](mod@lab): scratch directory and tmpfs image; [`storage`]: the image on real
 //!   storage (checked, filled, kept, evicted); [`fill`]: what both images hold;
-//!   [`daemon`]: start, stats, stop of one export daemon; [`qsd`]: qemu-storage-daemon's
-//!   command line; [`fio`]: the fio driver; [`child`], [`interrupt`], [`mountinfo`],
-//!   [`affinity`]: process plumbing;
+//!   [`qcow2`]: the qcow2 rows' images (qemu-img); [`daemon`]: start, stats, stop of one
+//!   export daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio
+//!   driver; [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
 //!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
@@ -52,6 +53,7 @@ mod load;
 mod matrix;
 mod mountinfo;
 mod plan;
+mod qcow2;
 mod qsd;
 mod report;
 mod setting;
@@ -80,7 +82,12 @@ use export::{ExportKind, STORAGE_SIZE};
     device        a 2 GiB pre-filled image on real storage (--storage-dir), loaded \
     straight with O_DIRECT, no FUSE: the ceiling of the next two\n  \
     disk          that image exported buffered (corofuse mount -w IMG)\n  \
-    disk-direct   that image exported with O_DIRECT (corofuse mount -w --direct IMG)\n\
+    disk-direct   that image exported with O_DIRECT (corofuse mount -w --direct IMG)\n  \
+    qcow2         opt-in: a fully allocated qcow2 image (qemu-img convert of that image, \
+    64 KiB clusters, kept beside it) exported buffered; brings disk along, its raw export \
+    (vs raw = IOPS / disk's; target >= 0.80x on reads)\n  \
+    qcow2-alloc   opt-in: an empty qcow2 image (qemu-img create before every run), write \
+    workloads only: allocating writes\n\
     Each export runs on a fresh daemon; the load runs in a separate process with \
     O_DIRECT:\n  \
     randread-psync-qd1, randwrite-psync-qd1   4 KiB, one blocking I/O at a time\n  \
@@ -88,7 +95,10 @@ use export::{ExportKind, STORAGE_SIZE};
     write1m-uring-qd4                         1 MiB sequential writes, io_uring, 4 in flight\n\
     By default local, null and file run these five and the three storage rows all but \
     randwrite-psync-qd1: 27 runs, about 95 s. --workload NAME runs exactly the named \
-    workloads on every row; --only null,file leaves the storage rows out (~35 s).\n\n\
+    workloads on every row; --only null,file leaves the storage rows out (~35 s). The \
+    qcow2 rows (and device and disk beside them) run the five and read1m-uring-qd4 \
+    (1 MiB sequential reads); qcow2-alloc its writes only: --only qcow2,qcow2-alloc \
+    --compare-qsd is 36 runs, about 2 min, and needs qemu-img.\n\n\
     The built-in load (io_uring) submits in batches: one io_uring_enter submits every \
     I/O reaped since the last and waits for iodepth/4 completions (DEFER_TASKRUN), with \
     a registered file and buffers; --jobs N runs N threads, each with its own file, \
@@ -147,12 +157,13 @@ struct LabArgs {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     trials: u32,
-    /// Only these rows (repeatable or comma-separated). disk and disk-direct bring the
-    /// device row along: it is their ceiling. Default: all five
+    /// Only these rows (repeatable or comma-separated). The rows on real storage bring
+    /// the device row along (their ceiling), qcow2 the disk row (its raw export).
+    /// Default: all but qcow2 and qcow2-alloc
     #[arg(long, value_enum, value_delimiter = ',', value_name = "ROW")]
     only: Vec<ExportKind>,
-    /// Only this workload, on every row (repeatable; default: the five, four on the
-    /// storage rows)
+    /// Only this workload, on every row but reads on qcow2-alloc (repeatable; default:
+    /// the five, four on the storage rows, six beside the qcow2 row)
     #[arg(long = "workload", value_name = "NAME",
           value_parser = clap::builder::PossibleValuesParser::new(workload::NAMES))]
     workloads: Vec<String>,
@@ -208,6 +219,11 @@ struct LabArgs {
     /// Write the storage image again even if a filled one is kept
     #[arg(long)]
     refill_image: bool,
+    /// MiB of the storage image (and of the qcow2 rows' virtual disks), for tests that
+    /// run a tiny lab; a kept image of another size is written again
+    #[arg(long, hide = true, value_name = "MIB", default_value_t = STORAGE_SIZE >> 20,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    storage_mib: u64,
     #[command(flatten)]
     dir: dir::DirArgs,
 }
@@ -234,18 +250,31 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     if args.compare_qsd {
         environment.qsd_version = Some(qsd::version()?);
     }
+    if plan.uses_qcow2() {
+        environment.qemu_img_version = Some(qcow2::version()?);
+    }
     interrupt::install()?;
     let _uring = plan
         .uses_uring()
         .then(variant::UringSwitch::enable)
         .transpose()?;
     let storage = if plan.on_storage() {
-        let image = storage::prepare(&args.storage_dir, STORAGE_SIZE, args.refill_image)?;
+        let mut image = storage::prepare(&args.storage_dir, plan.storage_size, args.refill_image)?;
         if image.reused {
             eprintln!(
                 "reusing {} (filled by an earlier run; --refill-image writes it again)",
                 image.path.display()
             );
+        }
+        if plan.rows.iter().any(|r| r.export == ExportKind::Qcow2) {
+            let qcow2 = qcow2::prepare_allocated(&image.path, image.size, image.filled_at()?)?;
+            if qcow2.reused {
+                eprintln!(
+                    "reusing {} (converted by an earlier run from the raw image)",
+                    qcow2.path.display()
+                );
+            }
+            image.qcow2 = Some(qcow2);
         }
         Some(image)
     } else {

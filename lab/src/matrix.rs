@@ -25,8 +25,9 @@ use super::load::LoadResult;
 use super::plan::Plan;
 use super::stats::{self, PerRequest};
 use super::storage::{self, Image};
+use super::variant::Variant;
 use super::workload::Workload;
-use super::{child, fio, interrupt, qsd};
+use super::{child, fio, interrupt, qcow2, qsd};
 
 /// One run of one cell.
 #[derive(Clone, Debug, Serialize)]
@@ -104,6 +105,14 @@ fn image_of<'a>(
                 .map(|s| s.path.as_path())
                 .ok_or("the storage rows need the image on real storage")?,
         ),
+        ExportKind::Qcow2 => Some(
+            storage
+                .and_then(|s| s.qcow2.as_ref())
+                .map(|q| q.path.as_path())
+                .ok_or("the qcow2 row needs its image beside the storage image")?,
+        ),
+        // Made by `run_one` before each run.
+        ExportKind::Qcow2Alloc => None,
     })
 }
 
@@ -131,11 +140,24 @@ fn progress_end(r: &Run) {
 /// One run: start the daemon, snapshot, load, snapshot, stop. On the device row: only
 /// the load, on the image itself.
 fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Result<Run, String> {
-    let image = image_of(cell.export, lab, storage)?;
+    let size = cell.export.size(plan.storage_size);
+    // qcow2-alloc: a fresh empty image for every run, removed after it (dropped last).
+    let empty = match (cell.export, storage) {
+        (ExportKind::Qcow2Alloc, Some(s)) => {
+            Some(qcow2::Empty::create(&qcow2::empty_path(&s.path), size)?)
+        }
+        (ExportKind::Qcow2Alloc, None) => {
+            return Err("the qcow2-alloc row needs --storage-dir".into())
+        }
+        _ => None,
+    };
+    let image = match &empty {
+        Some(e) => Some(e.path()),
+        None => image_of(cell.export, lab, storage)?,
+    };
     if let Some(path) = image.filter(|_| cell.export.on_storage()) {
         storage::evict(path)?;
     }
-    let size = cell.export.size();
     if !cell.export.mounted() {
         let target = match cell.export {
             ExportKind::Local => Path::new(export::local_target(cell.workload.rw.writes())),
@@ -197,12 +219,7 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
     let cmd = match cell.server {
         Server::Corofuse(variant) => {
             let spec = image.map_or_else(|| "null:1G".to_string(), |p| p.display().to_string());
-            let mut extra = Vec::new();
-            if cell.export == ExportKind::DiskDirect {
-                extra.push("--direct".to_string());
-            }
-            extra.extend(variant.mount_args());
-            extra.extend(plan.mount_opts.iter().cloned());
+            let extra = corofuse_options(cell.export, variant, &plan.mount_opts);
             daemon::corofuse_command(&spec, &paths, &extra)?
         }
         Server::Qsd => qsd::command(cell.export, image.unwrap_or(Path::new("")), &paths)?,
@@ -223,6 +240,23 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
         }
         _ => e,
     })
+}
+
+/// The options `corofuse mount` gets for a row beyond `-w`: `--direct` for disk-direct,
+/// `--format qcow2` for the qcow2 rows (the magic would choose it too; said so that a
+/// detection mistake fails instead of exporting the container bytes), then the
+/// variant's and `--mount-opt`'s.
+fn corofuse_options(export: ExportKind, variant: Variant, mount_opts: &[String]) -> Vec<String> {
+    let mut extra = Vec::new();
+    if export == ExportKind::DiskDirect {
+        extra.push("--direct".to_string());
+    }
+    if export.qcow2() {
+        extra.extend(["--format".to_string(), "qcow2".to_string()]);
+    }
+    extra.extend(variant.mount_args());
+    extra.extend(mount_opts.iter().cloned());
+    extra
 }
 
 /// Runs the load (built-in or fio, O_DIRECT) on `target`, over its first `size` bytes.
@@ -266,4 +300,40 @@ fn load(
         ));
     }
     LoadResult::parse(&std::fs::read_to_string(&out).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::variant::Transport;
+
+    #[test]
+    fn corofuse_options_per_row() {
+        let base = Variant::default();
+        assert!(corofuse_options(ExportKind::Disk, base, &[]).is_empty());
+        assert_eq!(
+            corofuse_options(ExportKind::DiskDirect, base, &[]),
+            ["--direct"]
+        );
+        for e in [ExportKind::Qcow2, ExportKind::Qcow2Alloc] {
+            assert_eq!(corofuse_options(e, base, &[]), ["--format", "qcow2"]);
+        }
+        let v = Variant {
+            queues: Some(2),
+            transport: Some(Transport::Dev),
+        };
+        assert_eq!(
+            corofuse_options(ExportKind::Qcow2, v, &["--readers".into(), "4".into()]),
+            [
+                "--format",
+                "qcow2",
+                "--queues",
+                "2",
+                "--transport",
+                "dev",
+                "--readers",
+                "4"
+            ]
+        );
+    }
 }

@@ -2,8 +2,9 @@
 //! each, and who serves each; checked before anything is mounted or written.
 //!
 //! Why a separate step: the rules have grown past one line each (the storage rows run a
-//! shorter default list, and a storage export never runs without its `device` ceiling),
-//! and they are easier to trust with tests that need no root and no mount.
+//! shorter default list, a storage export never runs without its `device` ceiling, the
+//! `qcow2` row never without `disk`, its raw export, and `qcow2-alloc` runs writes
+//! only), and they are easier to trust with tests that need no root and no mount.
 
 use super::affinity::Placement;
 use super::export::ExportKind;
@@ -14,6 +15,8 @@ use super::LabArgs;
 /// What to run, resolved from the command line.
 pub struct Plan {
     pub seconds: f64,
+    /// Bytes of the image on real storage (and of the qcow2 images' virtual disk).
+    pub storage_size: u64,
     pub trials: usize,
     /// The rows in table order, each with the workloads it runs.
     pub rows: Vec<Row>,
@@ -55,6 +58,11 @@ impl Plan {
         self.rows.iter().any(|r| r.export.on_storage())
     }
 
+    /// Whether some row exports a qcow2 image (the lab then needs qemu-img).
+    pub fn uses_qcow2(&self) -> bool {
+        self.rows.iter().any(|r| r.export.qcow2())
+    }
+
     /// Runs in all, over every trial.
     pub fn runs(&self) -> usize {
         let per_trial: usize = self
@@ -70,13 +78,36 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err("--seconds must be a positive number".into());
     }
-    let rows = exports(&args.only)
+    let exports = exports(&args.only);
+    let qcow2 = exports.contains(&ExportKind::Qcow2);
+    let rows: Vec<Row> = exports
         .into_iter()
-        .map(|export| Row {
-            export,
-            workloads: workload::select(&args.workloads, export.on_storage()),
+        .map(|export| {
+            let defaults: &[&str] = match export {
+                _ if export.qcow2() => &workload::QCOW2_DEFAULT,
+                // Beside the qcow2 row: its raw export and their ceiling run its cells.
+                ExportKind::Device | ExportKind::Disk if qcow2 => &workload::QCOW2_DEFAULT,
+                _ if export.on_storage() => &workload::STORAGE_DEFAULT,
+                _ => workload::matrix_default(),
+            };
+            let mut workloads = workload::select(&args.workloads, defaults);
+            workloads.retain(|w| export.reads() || w.rw.writes());
+            Row { export, workloads }
         })
         .collect();
+    let idle = |r: &Row| r.export == ExportKind::Qcow2Alloc && r.workloads.is_empty();
+    if rows.iter().any(idle) {
+        return Err(format!(
+            "nothing to run: the qcow2-alloc row runs write workloads only, and --workload \
+             names none (it has {})",
+            workload::NAMES
+                .iter()
+                .filter(|n| n.contains("write"))
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let mount_opts: Vec<String> = args
         .mount_opts
         .iter()
@@ -94,6 +125,7 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
     }
     Ok(Plan {
         seconds: args.seconds,
+        storage_size: args.storage_mib << 20,
         trials: args.trials as usize,
         rows,
         compare_qsd: args.compare_qsd,
@@ -106,19 +138,24 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
     })
 }
 
-/// The rows for `--only`, in table order: all of them when none is named, the `device`
-/// row whenever `disk` or `disk-direct` runs (their ratios divide by it). The `local`
-/// row (the load's own ceiling) runs by default and when named: `--only local,null`.
+/// The rows for `--only`, in table order: [`ExportKind::DEFAULT`] when none is named
+/// (the qcow2 rows are opt-in), the `device` row whenever an export on real storage runs
+/// (their ratios divide by it), the `disk` row whenever `qcow2` runs (its "vs raw"
+/// divides by it). The `local` row (the load's own ceiling) runs by default and when
+/// named: `--only local,null`.
 pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
     if only.is_empty() {
-        return ExportKind::ALL.to_vec();
+        return ExportKind::DEFAULT.to_vec();
     }
-    let needs_device = only
-        .iter()
-        .any(|e| matches!(e, ExportKind::Disk | ExportKind::DiskDirect));
+    let needs_device = only.iter().any(|e| e.on_storage() && e.mounted());
+    let needs_disk = only.contains(&ExportKind::Qcow2);
     ExportKind::ALL
         .into_iter()
-        .filter(|e| only.contains(e) || (*e == ExportKind::Device && needs_device))
+        .filter(|e| {
+            only.contains(e)
+                || (*e == ExportKind::Device && needs_device)
+                || (*e == ExportKind::Disk && needs_disk)
+        })
         .collect()
 }
 
@@ -200,6 +237,60 @@ mod tests {
         );
         assert_eq!(rows(&["--only", "device"]), ["device"]);
         assert!(parse(&["--only", "tmpfs"]).is_err());
+    }
+
+    #[test]
+    fn qcow2_rows_are_opt_in_and_bring_their_comparisons() {
+        let p = plan(&["--only", "qcow2,qcow2-alloc", "--compare-qsd"]);
+        let n = names(&p);
+        let rows: Vec<&str> = n.iter().map(|r| r.0).collect();
+        assert_eq!(rows, ["device", "disk", "qcow2", "qcow2-alloc"]);
+        for r in &n[..3] {
+            assert_eq!(r.1, workload::QCOW2_DEFAULT, "{}", r.0);
+        }
+        assert_eq!(
+            n[3].1,
+            [
+                "randwrite-psync-qd1",
+                "randwrite-uring-qd64",
+                "write1m-uring-qd4"
+            ],
+            "no reads from an empty image"
+        );
+        assert!(p.uses_qcow2() && p.on_storage());
+        assert!(!plan(&[]).uses_qcow2(), "not in the default run");
+        assert_eq!(p.runs(), 6 + 2 * 6 * 2 + 2 * 3);
+        assert_eq!(p.storage_size, crate::export::STORAGE_SIZE);
+        let alone = plan(&["--only", "qcow2-alloc"]);
+        let rows: Vec<&str> = alone.rows.iter().map(|r| r.export.name()).collect();
+        assert_eq!(rows, ["device", "qcow2-alloc"], "its ceiling only");
+        assert_eq!(
+            alone.rows[0].workloads.len(),
+            workload::STORAGE_DEFAULT.len()
+        );
+        let named = plan(&[
+            "--only",
+            "qcow2,qcow2-alloc",
+            "--workload",
+            "randread-psync-qd1",
+            "--workload",
+            "randwrite-uring-qd64",
+        ]);
+        assert_eq!(
+            names(&named)[3],
+            ("qcow2-alloc", vec!["randwrite-uring-qd64"])
+        );
+        let e = build(
+            &parse(&["--only", "qcow2-alloc", "--workload", "randread-psync-qd1"]).expect("parses"),
+        )
+        .err();
+        assert!(
+            e.is_some_and(|e| e.contains("write workloads only")),
+            "a run with nothing to do is refused"
+        );
+        let tiny = plan(&["--only", "qcow2", "--storage-mib", "8"]);
+        assert_eq!(tiny.storage_size, 8 << 20);
+        assert!(parse(&["--storage-mib", "0"]).is_err());
     }
 
     #[test]

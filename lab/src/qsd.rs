@@ -5,8 +5,10 @@
 //! return zeroes, writes are dropped), and `driver=file,aio=io_uring` is QEMU's fastest
 //! path to a raw image. The cache mode matches corofuse's export of the same row: the
 //! default (page cache) for `file` and `disk`, `cache.direct=on` (O_DIRECT) for
-//! `disk-direct`, as `corofuse mount --direct`. qsd writes no statistics, so its
-//! per-request columns are "-"; the `device` row has no qsd run.
+//! `disk-direct`, as `corofuse mount --direct`. The qcow2 rows stack QEMU's `qcow2`
+//! driver on the same `file` node (buffered, as `disk`), and export the qcow2 node. qsd
+//! writes no statistics, so its per-request columns are "-"; the `device` row has no
+//! qsd run.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,30 +31,40 @@ pub fn version() -> Result<String, String> {
     Ok(text.lines().next().unwrap_or("unknown").trim().to_string())
 }
 
-/// The `--blockdev` argument for an export (none for the device row).
-pub fn blockdev(export: ExportKind, image: &Path) -> Option<String> {
-    let file = format!(
-        "node-name=f,driver=file,filename={},aio=io_uring",
-        escape(image)
-    );
+/// The `--blockdev` arguments for an export, the exported node (`f`) last; none for the
+/// rows without FUSE.
+pub fn blockdevs(export: ExportKind, image: &Path) -> Vec<String> {
+    let file = |node: &str| {
+        format!(
+            "node-name={node},driver=file,filename={},aio=io_uring",
+            escape(image)
+        )
+    };
     match export {
-        ExportKind::Null => Some(format!(
+        ExportKind::Null => vec![format!(
             "node-name=f,driver=null-co,size={EXPORT_SIZE},read-zeroes=on"
-        )),
-        ExportKind::File | ExportKind::Disk => Some(file),
-        ExportKind::DiskDirect => Some(file + ",cache.direct=on"),
-        ExportKind::Device | ExportKind::Local => None,
+        )],
+        ExportKind::File | ExportKind::Disk => vec![file("f")],
+        ExportKind::DiskDirect => vec![file("f") + ",cache.direct=on"],
+        ExportKind::Qcow2 | ExportKind::Qcow2Alloc => vec![
+            file("file"),
+            "node-name=f,driver=qcow2,file=file".to_string(),
+        ],
+        ExportKind::Device | ExportKind::Local => Vec::new(),
     }
 }
 
 /// The whole command line.
 pub fn command(export: ExportKind, image: &Path, paths: &Paths) -> Result<Command, String> {
-    let blockdev = blockdev(export, image)
-        .ok_or_else(|| format!("the {} row has no qsd run", export.name()))?;
+    let blockdevs = blockdevs(export, image);
+    if blockdevs.is_empty() {
+        return Err(format!("the {} row has no qsd run", export.name()));
+    }
     let mut cmd = Command::new(PROGRAM);
-    cmd.arg("--blockdev")
-        .arg(blockdev)
-        .arg("--export")
+    for b in blockdevs {
+        cmd.arg("--blockdev").arg(b);
+    }
+    cmd.arg("--export")
         .arg(format!(
             "type=fuse,id=e,node-name=f,mountpoint={},writable=on",
             escape(paths.mountpoint)
@@ -73,24 +85,64 @@ mod tests {
 
     #[test]
     fn blockdevs() {
-        let b = |e, p| blockdev(e, Path::new(p));
+        let b = |e, p| super::blockdevs(e, Path::new(p));
         assert_eq!(
-            b(ExportKind::Null, "unused").as_deref(),
-            Some("node-name=f,driver=null-co,size=1073741824,read-zeroes=on")
+            b(ExportKind::Null, "unused"),
+            ["node-name=f,driver=null-co,size=1073741824,read-zeroes=on"]
         );
         assert_eq!(
-            b(ExportKind::File, "/dev/shm/a,b/image.raw").as_deref(),
-            Some("node-name=f,driver=file,filename=/dev/shm/a,,b/image.raw,aio=io_uring")
+            b(ExportKind::File, "/dev/shm/a,b/image.raw"),
+            ["node-name=f,driver=file,filename=/dev/shm/a,,b/image.raw,aio=io_uring"]
         );
         assert_eq!(
-            b(ExportKind::Disk, "/var/tmp/i.raw").as_deref(),
-            Some("node-name=f,driver=file,filename=/var/tmp/i.raw,aio=io_uring"),
+            b(ExportKind::Disk, "/var/tmp/i.raw"),
+            ["node-name=f,driver=file,filename=/var/tmp/i.raw,aio=io_uring"],
             "buffered, as `corofuse mount` without --direct"
         );
         assert_eq!(
-            b(ExportKind::DiskDirect, "/var/tmp/i.raw").as_deref(),
-            Some("node-name=f,driver=file,filename=/var/tmp/i.raw,aio=io_uring,cache.direct=on")
+            b(ExportKind::DiskDirect, "/var/tmp/i.raw"),
+            ["node-name=f,driver=file,filename=/var/tmp/i.raw,aio=io_uring,cache.direct=on"]
         );
-        assert_eq!(b(ExportKind::Device, "/var/tmp/i.raw"), None);
+        for e in [ExportKind::Qcow2, ExportKind::Qcow2Alloc] {
+            assert_eq!(
+                b(e, "/var/tmp/i.qcow2"),
+                [
+                    "node-name=file,driver=file,filename=/var/tmp/i.qcow2,aio=io_uring",
+                    "node-name=f,driver=qcow2,file=file"
+                ],
+                "the qcow2 driver on a buffered file node, as disk"
+            );
+        }
+        assert!(b(ExportKind::Device, "/var/tmp/i.raw").is_empty());
+    }
+
+    #[test]
+    fn qcow2_command_line_exports_the_qcow2_node() {
+        let (mnt, pid, log) = (Path::new("/m/mnt"), Path::new("/m/pid"), Path::new("/m/l"));
+        let paths = Paths {
+            mountpoint: mnt,
+            pidfile: pid,
+            log,
+            stats: None,
+        };
+        let cmd = command(ExportKind::Qcow2, Path::new("/s/i.qcow2"), &paths).expect("qsd");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "--blockdev",
+                "node-name=file,driver=file,filename=/s/i.qcow2,aio=io_uring",
+                "--blockdev",
+                "node-name=f,driver=qcow2,file=file",
+                "--export",
+                "type=fuse,id=e,node-name=f,mountpoint=/m/mnt,writable=on",
+                "--pidfile",
+                "/m/pid"
+            ]
+        );
+        assert!(command(ExportKind::Device, Path::new("/s/i"), &paths).is_err());
     }
 }

@@ -56,6 +56,20 @@ pub struct Image {
     pub reused: bool,
     /// How long writing it took, when this run wrote it.
     pub fill_seconds: Option<f64>,
+    /// The `qcow2` row's image beside it, when that row runs ([`super::qcow2`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qcow2: Option<super::qcow2::Allocated>,
+}
+
+impl Image {
+    /// When the image was last completely written: its marker's mtime (the image's own
+    /// changes with every write run).
+    pub fn filled_at(&self) -> Result<std::time::SystemTime, String> {
+        let marker = self.path.with_file_name(MARKER);
+        std::fs::metadata(&marker)
+            .and_then(|m| m.modified())
+            .map_err(|e| format!("{}: {e}", marker.display()))
+    }
 }
 
 /// Checks `dir`'s file system, creates `dir` if needed, and returns a filled image of
@@ -90,6 +104,7 @@ pub fn prepare(dir: &Path, size: u64, refill: bool) -> Result<Image, String> {
         fs_source,
         reused: fill_seconds.is_none(),
         fill_seconds,
+        qcow2: None,
     })
 }
 
@@ -377,7 +392,9 @@ mod tests {
             "every byte written, none zero"
         );
 
+        let filled = first.filled_at().expect("marker");
         let second = prepare(&s.0, size, false).expect("reuses");
+        assert_eq!(second.filled_at(), Ok(filled), "reuse leaves the marker");
         assert!(second.reused && second.fill_seconds.is_none());
         let third = prepare(&s.0, size, true).expect("refills");
         assert!(!third.reused, "--refill-image writes it again");

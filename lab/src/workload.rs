@@ -15,6 +15,11 @@
 //! The rows on real storage run four of the five by default ([`STORAGE_DEFAULT`]): each
 //! of their workloads costs three runs (device, buffered, direct), and iodepth 1 is
 //! covered by the reads, whose round trip through a disk is what differs from tmpfs.
+//!
+//! The qcow2 rows run [`QCOW2_DEFAULT`], the cells issue 12 asks for: 4 KiB random reads
+//! and writes at iodepth 1 and 64 and sequential 1 MiB writes and reads (`read1m-uring-qd4`,
+//! otherwise opt-in); `device` and `disk` run the same list when a qcow2 row is planned,
+//! so that each qcow2 cell has its raw export and its ceiling beside it.
 
 use serde::Serialize;
 
@@ -115,7 +120,7 @@ pub const fn wl(name: &'static str, rw: Rw, bs: u64, engine: Engine, iodepth: u3
 pub const DEFAULT_COUNT: usize = 5;
 
 /// Every workload, in table order: the default matrix, then the opt-in ones.
-pub const ALL: [Workload; 10] = [
+pub const ALL: [Workload; 11] = [
     wl("randread-psync-qd1", Rw::Randread, 4096, Engine::Psync, 1),
     wl("randwrite-psync-qd1", Rw::Randwrite, 4096, Engine::Psync, 1),
     wl(
@@ -145,6 +150,7 @@ pub const ALL: [Workload; 10] = [
         Engine::IoUring,
         16,
     ),
+    wl("read1m-uring-qd4", Rw::Read, 1 << 20, Engine::IoUring, 4),
 ];
 
 /// The names accepted by `--workload`: every workload.
@@ -167,20 +173,34 @@ pub const STORAGE_DEFAULT: [&str; 4] = [
     "write1m-uring-qd4",
 ];
 
+/// What the qcow2 rows (and, beside them, `device` and `disk`) run when no `--workload`
+/// is given: the default five and sequential 1 MiB reads.
+pub const QCOW2_DEFAULT: [&str; 6] = [
+    "randread-psync-qd1",
+    "randwrite-psync-qd1",
+    "randread-uring-qd64",
+    "randwrite-uring-qd64",
+    "write1m-uring-qd4",
+    "read1m-uring-qd4",
+];
+
+/// The default matrix: the first [`DEFAULT_COUNT`] of [`ALL`].
+pub fn matrix_default() -> &'static [&'static str] {
+    &NAMES[..DEFAULT_COUNT]
+}
+
 /// The workloads a row runs: those named with `--workload`, in table order, or when
-/// none is named the default matrix (the first [`DEFAULT_COUNT`]), or
-/// [`STORAGE_DEFAULT`] for a row on real storage.
-pub fn select<S: AsRef<str>>(names: &[S], on_storage: bool) -> Vec<Workload> {
-    if names.is_empty() && on_storage {
-        return select(&STORAGE_DEFAULT, false);
-    }
-    if names.is_empty() {
-        return ALL[..DEFAULT_COUNT].to_vec();
-    }
-    ALL.iter()
-        .filter(|w| names.iter().any(|n| n.as_ref() == w.name))
-        .copied()
-        .collect()
+/// none is named the row's `defaults` (the default matrix, [`STORAGE_DEFAULT`] or
+/// [`QCOW2_DEFAULT`]).
+pub fn select<S: AsRef<str>>(names: &[S], defaults: &[&str]) -> Vec<Workload> {
+    let chosen = |name: &str| {
+        if names.is_empty() {
+            defaults.contains(&name)
+        } else {
+            names.iter().any(|n| n.as_ref() == name)
+        }
+    };
+    ALL.iter().filter(|w| chosen(w.name)).copied().collect()
 }
 
 #[cfg(test)]
@@ -202,10 +222,14 @@ mod tests {
         assert_eq!(ALL[5].label(), "read 4k psync qd1");
         assert_eq!(ALL[8].label(), "write 4k io_uring qd64");
         assert_eq!(ALL[9].label(), "randwrite 1m io_uring qd16");
+        assert_eq!(ALL[10].label(), "read 1m io_uring qd4");
+        for name in QCOW2_DEFAULT {
+            assert!(NAMES.contains(&name), "{name}");
+        }
     }
 
     fn select(names: &[&str]) -> Vec<&'static str> {
-        super::select(names, false)
+        super::select(names, matrix_default())
             .into_iter()
             .map(|w| w.name)
             .collect()
@@ -226,7 +250,7 @@ mod tests {
     #[test]
     fn storage_rows_default_to_four_and_follow_named_workloads() {
         let storage = |names: &[&str]| -> Vec<&str> {
-            super::select(names, true)
+            super::select(names, &STORAGE_DEFAULT)
                 .into_iter()
                 .map(|w| w.name)
                 .collect()

@@ -3,7 +3,8 @@
 //! Why by hand: one chart type, a few dozen elements; a plotting crate would bring more
 //! code than this file. One group of bars per workload, one bar per (export, server) in
 //! a fixed colour (corofuse dark, qsd light; blue for null, orange for file, green for
-//! disk, purple for disk-direct, grey for the device row), the value
+//! disk, purple for disk-direct, teal for qcow2, red for qcow2-alloc, grey for the
+//! device row), the value
 //! printed on each bar so that small bars (1 MiB writes) stay readable, a y axis with
 //! round ticks, and a legend.
 
@@ -29,6 +30,10 @@ fn colour(export: ExportKind, server: Server) -> &'static str {
         (ExportKind::Disk, Server::Qsd) => "#a6d9ae",
         (ExportKind::DiskDirect, Server::Corofuse(_)) => "#7a3fa8",
         (ExportKind::DiskDirect, Server::Qsd) => "#cdb0e6",
+        (ExportKind::Qcow2, Server::Corofuse(_)) => "#0f7f80",
+        (ExportKind::Qcow2, Server::Qsd) => "#97d6d6",
+        (ExportKind::Qcow2Alloc, Server::Corofuse(_)) => "#a83246",
+        (ExportKind::Qcow2Alloc, Server::Qsd) => "#eaa4b0",
         // The device row, and pairs the lab never runs.
         _ => "#888888",
     }

@@ -3,7 +3,8 @@
 //! Why plain text: it is what people paste into an issue or BENCHMARKS.md; columns are
 //! right-aligned numbers so that magnitudes line up, and values a server does not report
 //! are "-" rather than a misleading zero. With the rows on real storage, a "vs device"
-//! column puts each export's IOPS beside its ceiling.
+//! column puts each export's IOPS beside its ceiling; with the qcow2 rows, a "vs raw"
+//! column puts them beside the disk row's (the raw export of the same data).
 
 use super::{CellReport, Report};
 use crate::export::ExportKind;
@@ -129,6 +130,30 @@ fn header(r: &Report) -> String {
         r.switch_one_way_ns,
         variants_header(r),
         storage_header(r)
+    ) + &qcow2_header(r)
+}
+
+/// What the qcow2 rows ran on, and how to read "vs raw".
+fn qcow2_header(r: &Report) -> String {
+    if !r.cells.iter().any(|c| c.export.qcow2()) {
+        return String::new();
+    }
+    let image = match r.storage.as_ref().and_then(|s| s.qcow2.as_ref()) {
+        Some(q) => {
+            let history = match q.convert_seconds {
+                Some(t) => format!("converted by this run in {t:.1} s"),
+                None => "kept from an earlier run".into(),
+            };
+            format!("{}, {history}", q.path.display())
+        }
+        None => "(this row did not run)".into(),
+    };
+    format!(
+        "qcow2 = a fully allocated qcow2 image (qemu-img convert of the storage image, 64 KiB \
+         clusters): {image}; qcow2-alloc = an empty qcow2 image made by qemu-img create \
+         before every run (writes allocate; no reads). Both buffered, as disk.\n\
+         vs raw = IOPS / the disk row's (the raw export of the same data), same workload \
+         and server; the target for allocated reads is >= 0.80x.\n"
     )
 }
 
@@ -177,6 +202,7 @@ struct Columns {
     server: bool,
     trials: bool,
     device: bool,
+    raw: bool,
     variants: bool,
 }
 
@@ -186,6 +212,7 @@ fn table(r: &Report) -> Table {
         server: r.options.compare_qsd || variants,
         trials: r.options.trials > 1,
         device: r.cells.iter().any(|c| c.export.on_storage()),
+        raw: r.cells.iter().any(|c| c.export.qcow2()),
         variants,
     };
     let mut headers = vec!["export", "workload"];
@@ -198,6 +225,9 @@ fn table(r: &Report) -> Table {
     }
     if cols.device {
         headers.push("vs device");
+    }
+    if cols.raw {
+        headers.push("vs raw");
     }
     if cols.variants {
         headers.push("vs base");
@@ -241,6 +271,9 @@ fn table(r: &Report) -> Table {
             if cols.device {
                 ratio_row.push(String::new());
             }
+            if cols.raw {
+                ratio_row.push(String::new());
+            }
             if cols.variants {
                 ratio_row.push(String::new());
             }
@@ -275,6 +308,13 @@ fn row(c: &CellReport, cols: Columns) -> Vec<String> {
             (_, Some(v)) => ratio(v),
             (e, None) if e.on_storage() => "-".into(),
             _ => String::new(),
+        });
+    }
+    if cols.raw {
+        row.push(match (c.export.qcow2(), c.vs_raw) {
+            (true, Some(v)) => ratio(v),
+            (true, None) => "-".into(),
+            (false, _) => String::new(),
         });
     }
     if cols.variants {
@@ -413,6 +453,14 @@ mod tests {
         assert_eq!(lines.len(), 1 + 3 * 4);
     }
 
+    /// The first table line of `export` (its first word) served by `server`.
+    fn line_of<'a>(lines: &[&'a str], export: &str, server: &str, text: &str) -> &'a str {
+        lines
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(export) && l.contains(server))
+            .unwrap_or_else(|| panic!("no {export} {server} row in\n{text}"))
+    }
+
     #[test]
     fn renders_storage_rows_beside_their_ceiling() {
         let text = render(&sample::with_storage(true));
@@ -422,15 +470,7 @@ mod tests {
         );
         let lines = check_alignment(&text);
         assert!(lines[0].contains("vs device"), "{}", lines[0]);
-        let find = |export: &str, server: &str| {
-            lines
-                .iter()
-                .find(|l| {
-                    let w: Vec<&str> = l.split_whitespace().collect();
-                    w.first() == Some(&export) && l.contains(server)
-                })
-                .unwrap_or_else(|| panic!("no {export} {server} row in\n{text}"))
-        };
+        let find = |export: &str, server: &str| line_of(&lines, export, server, &text);
         assert!(find("device", "no FUSE").contains("ceiling"));
         assert!(find("disk", "corofuse").contains("0.75x"));
         assert!(find("disk-direct", "qsd").contains("0.25x"));
@@ -446,5 +486,24 @@ mod tests {
         // 3 workloads: null, file, disk and disk-direct with corofuse, qsd and a ratio
         // row each, local and device with one row.
         assert_eq!(lines.len(), 1 + 4 * 3 * 3 + 3 + 3);
+    }
+
+    #[test]
+    fn renders_qcow2_rows_beside_their_raw_export() {
+        let text = render(&sample::with_qcow2(true));
+        assert!(text.contains("vs raw = IOPS / the disk row's"), "{text}");
+        let lines = check_alignment(&text);
+        assert!(lines[0].contains("vs device  vs raw"), "{}", lines[0]);
+        let find = |export: &str, server: &str| line_of(&lines, export, server, &text);
+        let q: Vec<&str> = find("qcow2", "corofuse").split_whitespace().collect();
+        assert_eq!(q[8..10], ["0.60x", "0.80x"], "vs device, then vs raw");
+        assert!(find("qcow2-alloc", "qsd").contains("0.20x"), "{text}");
+        let disk = find("disk", "corofuse");
+        assert!(disk.contains("0.75x") && !disk.contains("0.80x"), "{disk}");
+        // 3 workloads: disk, qcow2, qcow2-alloc with corofuse, qsd and a ratio row,
+        // device with one row.
+        assert_eq!(lines.len(), 1 + 3 * 3 * 3 + 3);
+        let plain = render(&sample::with_storage(false));
+        assert!(!plain.contains("vs raw"), "{plain}");
     }
 }
