@@ -298,10 +298,16 @@ fn o_direct_opens_are_direct_io_with_parallel_writes() {
     let open_flags = |h: &mut Harness, flags: i32| {
         let mut arg = fuse_open_in::new_zeroed();
         arg.flags = flags as u32;
-        let out = h.call(FUSE_OPEN, node, &[arg.as_bytes()]).arg::<fuse_open_out>();
+        let out = h
+            .call(FUSE_OPEN, node, &[arg.as_bytes()])
+            .arg::<fuse_open_out>();
         out.open_flags
     };
     let direct = FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
     assert_eq!(open_flags(&mut h, libc::O_RDWR | libc::O_DIRECT), direct);
-    assert_eq!(open_flags(&mut h, libc::O_RDWR), 0, "--cache auto: the page cache");
+    assert_eq!(
+        open_flags(&mut h, libc::O_RDWR),
+        0,
+        "--cache auto: the page cache"
+    );
 }
