@@ -298,13 +298,12 @@ impl DirFs {
     /// does for appends and writes that extend the file).
     fn fill_open(&self, out: &mut fuse_open_out, open: Open, flags: i32) {
         *out = FromZeros::new_zeroed();
-        let direct = flags & libc::O_DIRECT != 0;
-        out.open_flags = match (&open, self.options.cache) {
-            (Open::Dir(_), _) => 0,
-            (_, Cache::Never) => FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES,
-            _ if direct => FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES,
-            (_, Cache::Auto) => 0,
-            (_, Cache::Always) => FOPEN_KEEP_CACHE,
+        let direct = flags & libc::O_DIRECT != 0 || self.options.cache == Cache::Never;
+        out.open_flags = match open {
+            Open::Dir(_) => 0,
+            Open::File(_) if direct => FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES,
+            Open::File(_) if self.options.cache == Cache::Always => FOPEN_KEEP_CACHE,
+            Open::File(_) => 0,
         };
         out.fh = self.handles.insert(open);
     }
