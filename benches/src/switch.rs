@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `raw_switch` | corosensei alone: resume + suspend (two one-way switches) |
 //! | `runtime_switch` | the same through the runtime: `yield_now` and the loop's resume |
-//! | `spawn_pooled` | spawn on a pooled stack, run to completion (batches of 64) |
+//! | `spawn_pooled` | spawn on a pooled stack, run to completion (batches of 64: one worker runs a batch's jobs back to back, chained) |
+//! | `spawn_one` | spawn one, then `run()` until it is done: the loop resumes an idle worker and it suspends back (no chaining) |
 //! | `spawn_fresh` | the same with no pool: every coroutine maps a new stack |
 //! | `nop_bare` | io_uring NOP pushed, submitted with one `io_uring_enter`, reaped |
 //! | `nop_coroutine` | the same from a coroutine: submit, suspend, resume on its CQE |
@@ -37,6 +38,7 @@ pub const CASES: &[&str] = &[
     "raw_switch",
     "runtime_switch",
     "spawn_pooled",
+    "spawn_one",
     "spawn_fresh",
     "nop_bare",
     "nop_coroutine",
@@ -80,6 +82,7 @@ pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
         "raw_switch" => raw_switch(iters),
         "runtime_switch" => runtime_switch(iters),
         "spawn_pooled" => spawn(iters, Config::default()),
+        "spawn_one" => spawn_one(iters),
         "spawn_fresh" => spawn(
             iters,
             Config {
@@ -202,6 +205,22 @@ pub fn spawn(iters: u64, config: Config) -> Duration {
     start.elapsed()
 }
 
+/// Spawns `iters` empty coroutines one at a time, each run to completion by its own `run()`.
+pub fn spawn_one(iters: u64) -> Duration {
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    rt.spawn(|_| {}).expect("spawn");
+    rt.run().expect("run");
+    let start = Instant::now();
+    for _ in 0..iters {
+        rt.spawn(|co| {
+            black_box(co);
+        })
+        .expect("spawn");
+        rt.run().expect("run");
+    }
+    start.elapsed()
+}
+
 /// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it.
 pub fn nop_bare(iters: u64) -> Duration {
     let mut ring: IoUring = IoUring::builder()
@@ -318,7 +337,7 @@ pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
 pub fn default_iters(case: &str) -> u64 {
     match case {
         "raw_switch" | "runtime_switch" => 2_000_000,
-        "spawn_pooled" => 500_000,
+        "spawn_pooled" | "spawn_one" => 500_000,
         "spawn_fresh" => 20_000,
         // A multiple of every live count: whole rounds (three of a million).
         c if live_count(c).is_some() => 3_000_000,

@@ -47,8 +47,10 @@ struct Ratios {
     runtime_switch_over_raw: Option<f64>,
     /// Coroutine NOP round trip over the bare ring NOP round trip.
     nop_coroutine_over_bare: Option<f64>,
-    /// Pooled spawn-to-completion in nanoseconds.
+    /// Pooled spawn-to-completion in nanoseconds (queued together: chained).
     spawn_pooled_ns: Option<f64>,
+    /// Pooled spawn-to-completion one at a time (the loop resumes the worker), in ns.
+    spawn_one_ns: Option<f64>,
     /// Fresh-stack spawn over pooled spawn.
     spawn_fresh_over_pooled: Option<f64>,
     /// The same comparisons in instructions (with `--callgrind`): exact and repeatable.
@@ -62,6 +64,7 @@ struct InstructionRatios {
     runtime_switch_over_raw: Option<f64>,
     nop_coroutine_over_bare: Option<f64>,
     spawn_pooled: Option<f64>,
+    spawn_one: Option<f64>,
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -128,11 +131,13 @@ fn ratios(results: &[CaseResult]) -> Ratios {
                 runtime_switch_over_raw: ins_ratio("runtime_switch", "raw_switch"),
                 nop_coroutine_over_bare: ins_ratio("nop_coroutine", "nop_bare"),
                 spawn_pooled: ins("spawn_pooled"),
+                spawn_one: ins("spawn_one"),
             });
     Ratios {
         runtime_switch_over_raw: ratio("runtime_switch", "raw_switch"),
         nop_coroutine_over_bare: ratio("nop_coroutine", "nop_bare"),
         spawn_pooled_ns: ns("spawn_pooled"),
+        spawn_one_ns: ns("spawn_one"),
         spawn_fresh_over_pooled: ratio("spawn_fresh", "spawn_pooled"),
         instructions,
     }

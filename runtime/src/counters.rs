@@ -46,6 +46,7 @@ pub(crate) struct Counters {
     pub(crate) stacks_reused: Counter,
     pub(crate) workers_reused: Counter,
     pub(crate) jobs_boxed: Counter,
+    pub(crate) chained: Counter,
     pub(crate) resumes: Counter,
     pub(crate) suspends: Counter,
     pub(crate) sqes_submitted: Counter,
@@ -81,11 +82,16 @@ pub struct CounterSnapshot {
     /// Spawns whose closure was too large for a worker's inline job slot and was boxed
     /// (one allocation); a per-request path should keep this at zero.
     pub jobs_boxed: u64,
+    /// Jobs that a worker whose job had just returned ran in place, without a switch,
+    /// because they were next in the loop's turn.
+    #[serde(default)]
+    pub chained: u64,
     /// Times the loop switched into a coroutine.
     pub resumes: u64,
     /// Times a coroutine suspended itself (waiting for I/O, a queue, or yielding).
     pub suspends: u64,
-    /// Transfers of control in either direction (resumes + suspends + finishes).
+    /// Transfers of control in either direction (resumes + suspends + finishes that
+    /// returned to the loop: a chained job's start and its predecessor's end are none).
     pub switches: u64,
     /// SQEs handed to the kernel.
     pub sqes_submitted: u64,
@@ -118,9 +124,10 @@ impl Counters {
             stacks_reused: self.stacks_reused.get() + self.workers_reused.get(),
             workers_reused: self.workers_reused.get(),
             jobs_boxed: self.jobs_boxed.get(),
+            chained: self.chained.get(),
             resumes: self.resumes.get(),
             suspends: self.suspends.get(),
-            switches: self.resumes.get() + self.suspends.get() + finished,
+            switches: self.resumes.get() + self.suspends.get() + finished - self.chained.get(),
             sqes_submitted: self.sqes_submitted.get(),
             enter_calls: self.enter_calls.get(),
             cqes_reaped: self.cqes_reaped.get(),
@@ -148,6 +155,7 @@ impl CounterSnapshot {
         self.stacks_reused += other.stacks_reused;
         self.workers_reused += other.workers_reused;
         self.jobs_boxed += other.jobs_boxed;
+        self.chained += other.chained;
         self.resumes += other.resumes;
         self.suspends += other.suspends;
         self.switches += other.switches;
@@ -170,6 +178,7 @@ impl CounterSnapshot {
             stacks_reused: self.stacks_reused - earlier.stacks_reused,
             workers_reused: self.workers_reused - earlier.workers_reused,
             jobs_boxed: self.jobs_boxed - earlier.jobs_boxed,
+            chained: self.chained - earlier.chained,
             resumes: self.resumes - earlier.resumes,
             suspends: self.suspends - earlier.suspends,
             switches: self.switches - earlier.switches,

@@ -6,6 +6,12 @@
 //! A coroutine that yields as the last of its turn, with nothing else ready and nothing in
 //! flight, is resumed again at once (`run_alone`): the same turns, without the queue.
 //!
+//! A spawn queues its closure in the job queue and a [`JOB`] marker in the run queue, and
+//! promises the job an idle worker (making one if none is free, so a failure to map a stack
+//! is the spawn's error). When the loop reaches the marker it resumes that worker; when a
+//! worker's job returns and the next entry of the turn is a marker, the worker takes that
+//! job itself (`chain_job`): the same order, without two switches.
+//!
 //! # Shutdown contract
 //! Dropping a [`Runtime`] (or calling [`Runtime::shutdown`]) with coroutines alive:
 //! 1. new submissions and spawns are refused with `ECANCELED`;
@@ -34,6 +40,7 @@ use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::job::Job;
+use crate::job_queue::JobQueue;
 use crate::join::{JoinHandle, JoinState};
 use crate::loop_cell::LoopCell;
 use crate::poll::AdaptivePoll;
@@ -41,7 +48,10 @@ use crate::reactor::{Reactor, INTERNAL};
 use crate::run_queue::RunQueue;
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
-use crate::worker::worker;
+use crate::worker::{worker, END, START};
+
+/// The run queue's key for "start the job queue's oldest job".
+const JOB: usize = usize::MAX;
 
 /// Every key's slot, the free keys that have no worker, and the run queue of
 /// `(key, resume value)`. Free keys with an idle worker are in the `StackPool`.
@@ -85,6 +95,9 @@ impl Sched {
 pub(crate) struct Inner {
     sched: LoopCell<Sched>,
     coros: LoopCell<CoroStore>,
+    jobs: LoopCell<JobQueue>,
+    /// Entries of the current turn not yet taken from the run queue.
+    turn_left: Cell<usize>,
     reactor: Reactor,
     stacks: LoopCell<StackPool>,
     pub(crate) counters: Counters,
@@ -125,6 +138,8 @@ impl Runtime {
                 ready: RunQueue::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
+            jobs: LoopCell::new(JobQueue::new()),
+            turn_left: Cell::new(0),
             reactor,
             stacks: LoopCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
             counters: Counters::default(),
@@ -217,8 +232,8 @@ impl Drop for Runtime {
 }
 
 impl Inner {
-    /// Gives `f` to an idle worker (a pointer pop), or to a new one on a pooled or fresh
-    /// stack, and queues it.
+    /// Queues `f` with an idle worker promised to it (a pooled one, or a new one on a pooled
+    /// or fresh stack).
     #[inline]
     pub(crate) fn spawn<F>(self: &Rc<Self>, name: &'static str, f: F) -> io::Result<TaskId>
     where
@@ -227,44 +242,69 @@ impl Inner {
         if self.closing.get() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
-        // Only a new worker can raise the peak: a worker is created when every existing
-        // one is busy, so busy workers never outnumber the peak when one is idle.
-        let (key, new) = match self.stacks.with(|pool| pool.pop_idle()) {
-            Some(key) => {
-                self.counters.workers_reused.bump();
-                (key, false)
-            }
-            None => (self.new_worker()?, true),
-        };
+        if self.stacks.with(|pool| pool.reserve()) {
+            self.counters.workers_reused.bump();
+        } else {
+            self.new_worker()?;
+        }
         let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
-        if self.coros.with(|coros| coros.put_job(key, id, f)) {
+        if self.jobs.with(|jobs| jobs.push(id, name, f)) {
             self.counters.jobs_boxed.bump();
         }
+        self.sched.with(|s| s.ready.push_back((JOB, START)));
+        self.counters.spawned.bump();
+        self.counters.peak_live.set_max(self.counters.live());
+        Ok(id)
+    }
+
+    /// A new idle worker at a free key, promised to the job being spawned.
+    #[cold]
+    #[inline(never)]
+    fn new_worker(self: &Rc<Self>) -> io::Result<()> {
+        let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
+        let key = self.sched.with(|s| s.new_key());
+        let co = worker(stack, Rc::clone(self), key);
+        self.coros.with(|coros| coros.put(key, co));
+        self.stacks.with(|pool| pool.reserve_new(key));
+        Ok(())
+    }
+
+    /// The job queue's oldest job, for the worker at `key` (which the loop resumed for a
+    /// job marker, or which chained one); books it as that key's coroutine.
+    #[inline(always)]
+    pub(crate) fn take_job(&self, key: usize) -> (NonNull<Job>, TaskId) {
+        let job = self.jobs.with(|jobs| jobs.pop());
+        let job = job.expect("every job marker has its job");
+        // SAFETY: the slot was just released and nothing touches it before the worker
+        // runs it (see `JobQueue`).
+        let (id, name) = unsafe { Job::identity(job.as_ptr()) };
         self.sched.with(|s| {
             s.tasks[key] = Slot {
                 state: State::Ready,
                 id,
                 name,
-            };
-            s.ready.push_back((key, 0));
+            }
         });
-        self.counters.spawned.bump();
-        if new {
-            self.counters.peak_live.set_max(self.counters.live());
-        }
-        debug_assert!(self.counters.live() <= self.counters.peak_live.get());
-        Ok(id)
+        (job, id)
     }
 
-    /// A new idle worker at a free key.
-    #[inline(never)]
-    fn new_worker(self: &Rc<Self>) -> io::Result<usize> {
-        let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
-        let key = self.sched.with(|s| s.new_key());
-        let job = self.coros.with(|coros| coros.reserve(key));
-        let co = worker(stack, Rc::clone(self), key, job);
-        self.coros.with(|coros| coros.put(key, co));
-        Ok(key)
+    /// Called by a worker whose job returned: whether the next entry of this turn is a job
+    /// marker, which it then takes from the run queue to run that job itself.
+    #[inline(always)]
+    pub(crate) fn chain_job(&self) -> bool {
+        let left = self.turn_left.get();
+        if left == 0 {
+            return false;
+        }
+        let next = self
+            .sched
+            .with(|s| s.ready.pop_front_if(|(key, _)| key == JOB));
+        if next {
+            self.turn_left.set(left - 1);
+            self.stacks.with(|pool| pool.unreserve());
+            self.counters.chained.bump();
+        }
+        next
     }
 
     pub(crate) fn spawn_joinable<T, F>(
@@ -368,15 +408,21 @@ impl Inner {
 
     fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
         loop {
-            let turn = self.sched.with(|s| s.ready.len());
-            for left in (0..turn).rev() {
+            self.turn_left.set(self.sched.with(|s| s.ready.len()));
+            while let Some(left) = self.turn_left.get().checked_sub(1) {
+                self.turn_left.set(left);
                 let Some((key, value)) = self.sched.with(|s| s.ready.pop_front()) else {
                     break;
+                };
+                let key = if key == JOB {
+                    self.stacks.with(|pool| pool.pop_reserved())
+                } else {
+                    key
                 };
                 if !self.run_task(key, value) {
                     continue;
                 }
-                if left == 0 && self.alone() {
+                if self.turn_left.get() == 0 && self.alone() {
                     if self.run_alone(key, &mut stop) {
                         return Ok(());
                     }
@@ -506,7 +552,6 @@ impl Inner {
                 true
             }
             Ok(CoroutineResult::Yield(Park::Done)) => {
-                self.counters.completed.bump();
                 self.retire(key);
                 false
             }
@@ -547,24 +592,40 @@ impl Inner {
     }
 
     /// Frees the slot of a coroutine whose job returned; its worker stays idle in the pool,
-    /// or ends if the pool is full.
+    /// and idle workers beyond the pool's bound end.
     #[inline(always)]
     fn retire(&self, key: usize) {
         self.sched.with(|s| s.tasks[key].state = State::Free);
-        if !self.stacks.with(|pool| pool.keep_idle(key)) {
+        if self.stacks.with(|pool| {
+            pool.park_idle(key);
+            pool.over_bound()
+        }) {
+            self.trim();
+        }
+    }
+
+    /// Ends idle workers that no job is promised while the pool is over its bound.
+    #[cold]
+    #[inline(never)]
+    fn trim(&self) {
+        while let Some(key) = self.stacks.with(|pool| {
+            if pool.over_bound() {
+                pool.pop_unreserved()
+            } else {
+                None
+            }
+        }) {
             self.end_idle(key);
         }
     }
 
-    /// Ends the idle worker at `key`: resumed with no job, it returns.
-    #[cold]
-    #[inline(never)]
+    /// Ends the idle worker at `key`: resumed with [`END`], it returns.
     fn end_idle(&self, key: usize) {
         let mut co = self
             .coros
             .with(|coros| coros.take(key))
             .expect("an idle worker is in its slot");
-        let ended = co.resume(0);
+        let ended = co.resume(END);
         debug_assert!(matches!(ended, CoroutineResult::Return(())));
         self.end(key, co);
     }
@@ -593,10 +654,17 @@ impl Inner {
             }
             self.reactor.reap(&self.counters, |_, _| {});
         }
-        // Take every coroutine out before dropping any: dropping unwinds it, running its
-        // destructors, which may call back into the loop.
-        for (slot, co, job) in self.take_all() {
-            let ended = panic::catch_unwind(AssertUnwindSafe(|| end_at_shutdown(&slot, co, job)));
+        // Take every job and coroutine out before dropping any: dropping a closure runs its
+        // destructors, and so does unwinding a coroutine; they may call back into the loop.
+        let (jobs, workers) = self.take_all();
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| drop(jobs))) {
+            log::error!(
+                "a job dropped unrun at shutdown panicked: {}",
+                panic_message(&*payload)
+            );
+        }
+        for (slot, co) in workers {
+            let ended = panic::catch_unwind(AssertUnwindSafe(|| end_at_shutdown(&slot, co)));
             if let Err(payload) = ended {
                 log::error!(
                     "coroutine {} ({}) panicked while unwinding at shutdown: {}",
@@ -609,9 +677,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Every remaining worker with its slot and its job if it never started it (idle
-    /// workers come with a free slot and no job); leaves the loop empty.
-    fn take_all(&self) -> Vec<(Slot, Coro, Option<Job>)> {
+    /// Every job that never started, and every remaining worker with its slot (idle workers
+    /// come with a free slot); leaves the loop empty.
+    #[allow(clippy::type_complexity)]
+    fn take_all(&self) -> (Vec<Job>, Vec<(Slot, Coro)>) {
+        let jobs = self.jobs.with(|jobs| jobs.drain());
         let idle = self.stacks.with(|pool| pool.drain_idle());
         let slots: Vec<(usize, Slot)> = self.sched.with(|s| {
             s.ready.clear();
@@ -621,15 +691,13 @@ impl Inner {
             slots.extend(idle.into_iter().map(|k| (k, s.tasks[k])));
             slots
         });
-        self.coros.with(|coros| {
-            slots
-                .into_iter()
-                .filter_map(|(key, slot)| {
-                    let job = coros.take_job(key);
-                    Some((slot, coros.take(key)?, job))
-                })
+        let workers = self.coros.with(|coros| {
+            let taken = slots.into_iter();
+            taken
+                .filter_map(|(key, slot)| Some((slot, coros.take(key)?)))
                 .collect()
-        })
+        });
+        (jobs, workers)
     }
 
     fn cancel_in_flight(&self) {
@@ -642,14 +710,11 @@ impl Inner {
     }
 }
 
-/// Ends a worker at shutdown: one that never started its job (or is idle) drops the job
-/// unrun and, resumed with an empty slot, returns; one suspended inside its job is dropped,
-/// which unwinds its stack.
-fn end_at_shutdown(slot: &Slot, mut co: Coro, job: Option<Job>) {
-    let in_job = slot.state != State::Free && job.is_none();
-    drop(job);
-    if !in_job {
-        co.resume(0);
+/// Ends a worker at shutdown: an idle one (or one never started), resumed with [`END`],
+/// returns; one suspended inside its job is dropped, which unwinds its stack.
+fn end_at_shutdown(slot: &Slot, mut co: Coro) {
+    if slot.state == State::Free {
+        co.resume(END);
     }
     drop(co);
 }

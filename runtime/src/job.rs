@@ -1,6 +1,6 @@
-//! A spawned closure waiting in its worker's slot: stored inline, so a spawn allocates nothing.
+//! A spawned closure waiting in the job queue: stored inline, so a spawn allocates nothing.
 //!
-//! A [`Job`] is a fixed-size buffer of [`JOB_BYTES`] bytes (16-byte aligned) plus one function
+//! A [`Job`] is the coroutine's identity (id and name) and a fixed-size buffer of [`JOB_BYTES`] bytes (16-byte aligned) plus one function
 //! pointer that knows the closure's type. A closure that fits is written into the buffer; a
 //! larger or more aligned one is boxed and the box is stored instead (the runtime counts
 //! those, as `jobs_boxed`, so a hot path can be checked never to take it).
@@ -28,6 +28,7 @@ type CallFn = unsafe fn(*mut Buf, Option<&Co<'_>>);
 pub(crate) struct Job {
     call: Option<CallFn>,
     id: TaskId,
+    name: &'static str,
     buf: Buf,
 }
 
@@ -41,15 +42,23 @@ impl Job {
         Job {
             call: None,
             id: TaskId(0),
+            name: "",
             buf: Buf(MaybeUninit::uninit()),
         }
     }
 
-    /// Stores `f` as the job of coroutine `id`; returns whether it had to be boxed.
-    #[inline]
-    pub(crate) fn put<F: FnOnce(&Co<'_>) + 'static>(&mut self, id: TaskId, f: F) -> bool {
+    /// Stores `f` as the job of coroutine `id` called `name`; returns whether it had to be
+    /// boxed.
+    #[inline(always)]
+    pub(crate) fn put<F: FnOnce(&Co<'_>) + 'static>(
+        &mut self,
+        id: TaskId,
+        name: &'static str,
+        f: F,
+    ) -> bool {
         debug_assert!(self.call.is_none(), "a job slot holds one job");
         self.id = id;
+        self.name = name;
         if fits::<F>() {
             // SAFETY: the buffer is large and aligned enough for `F` (`fits`), and empty.
             unsafe { self.buf.0.as_mut_ptr().cast::<F>().write(f) };
@@ -63,15 +72,21 @@ impl Job {
         }
     }
 
-    /// The coroutine whose job waits here, if one does.
+    /// Whether a job waits here.
+    #[cfg(test)]
+    pub(crate) fn is_pending(&self) -> bool {
+        self.call.is_some()
+    }
+
+    /// The identity of the coroutine whose job this is.
     ///
     /// # Safety
     /// `job` points to a live `Job` that nothing else accesses during the call.
     #[inline(always)]
-    pub(crate) unsafe fn pending(job: *const Job) -> Option<TaskId> {
+    pub(crate) unsafe fn identity(job: *const Job) -> (TaskId, &'static str) {
         // SAFETY: forwarded from the caller.
         let job = unsafe { &*job };
-        job.call.map(|_| job.id)
+        (job.id, job.name)
     }
 
     /// Takes the job out and runs it with `co`; does nothing if the slot is empty.
@@ -122,23 +137,24 @@ mod tests {
         let small = [0u64; JOB_BYTES / 8];
         let large = [0u64; JOB_BYTES / 8 + 1];
         let mut job = Job::empty();
-        assert!(!job.put(TaskId(1), move |_| {
+        assert!(!job.put(TaskId(1), "small", move |_| {
             std::hint::black_box(small);
         }));
         drop(job);
         let mut job = Job::empty();
-        assert!(job.put(TaskId(2), move |_| {
+        assert!(job.put(TaskId(2), "large", move |_| {
             std::hint::black_box(large);
         }));
+        assert!(job.is_pending());
         // SAFETY: `job` is a local, not otherwise accessed.
-        assert_eq!(unsafe { Job::pending(&job) }, Some(TaskId(2)));
+        assert_eq!(unsafe { Job::identity(&job) }, (TaskId(2), "large"));
     }
 
     #[test]
     fn a_job_dropped_unrun_drops_its_closure() {
         fn check<F: FnOnce(&Co<'_>) + 'static>(witness: &Rc<()>, make: impl FnOnce(Rc<()>) -> F) {
             let mut job = Job::empty();
-            job.put(TaskId(1), make(witness.clone()));
+            job.put(TaskId(1), "witness", make(witness.clone()));
             assert_eq!(Rc::strong_count(witness), 2);
             drop(job);
             assert_eq!(Rc::strong_count(witness), 1);

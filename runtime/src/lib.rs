@@ -27,7 +27,8 @@
 //!
 //! Layout: `executor` (turns, the lone-yielder fast path, panic containment, shutdown),
 //! `worker` (coroutines that run job after job, as QEMU's pool does), `job` (the spawned
-//! closure, inline in its worker's slot), `coro_store` (workers at stable addresses),
+//! closure, stored inline), `job_queue` (jobs waiting for a worker), `coro_store` (workers
+//! at stable addresses),
 //! `run_queue`, `reactor` (the ring), `co` (the in-coroutine handle), `ops` (one method per
 //! io_uring operation), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool` (idle
 //! workers and spare stacks), `counters`.
@@ -41,6 +42,7 @@ mod counters;
 mod executor;
 pub mod histogram;
 mod job;
+mod job_queue;
 mod join;
 mod loop_cell;
 mod ops;

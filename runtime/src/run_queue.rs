@@ -2,7 +2,7 @@
 //!
 //! `VecDeque` does the same for any capacity, and pays for it on every push and pop (about
 //! 20 instructions for the pair, measured with callgrind in `spawn_pooled`); here the
-//! wrap-around is a mask.
+//! wrap-around is a mask, and indexing skips the bounds check the mask makes redundant.
 
 pub(crate) struct RunQueue {
     slots: Vec<(usize, i32)>,
@@ -35,7 +35,8 @@ impl RunQueue {
             self.grow();
         }
         let tail = (self.head + self.len) & (self.slots.len() - 1);
-        self.slots[tail] = entry;
+        // SAFETY: masked by `len - 1` of a non-empty power-of-two ring: inside `slots`.
+        unsafe { *self.slots.get_unchecked_mut(tail) = entry };
         self.len += 1;
     }
 
@@ -44,10 +45,23 @@ impl RunQueue {
         if self.len == 0 {
             return None;
         }
-        let entry = self.slots[self.head];
+        // SAFETY: `head` is always masked into the ring (see `push_back`).
+        let entry = unsafe { *self.slots.get_unchecked(self.head) };
         self.head = (self.head + 1) & (self.slots.len() - 1);
         self.len -= 1;
         Some(entry)
+    }
+
+    /// Pops the oldest entry if `want` holds for it; returns whether it did.
+    #[inline(always)]
+    pub(crate) fn pop_front_if(&mut self, want: impl FnOnce((usize, i32)) -> bool) -> bool {
+        // SAFETY: `head` is always masked into the ring (see `push_back`).
+        let take = self.len > 0 && want(unsafe { *self.slots.get_unchecked(self.head) });
+        if take {
+            self.head = (self.head + 1) & (self.slots.len() - 1);
+            self.len -= 1;
+        }
+        take
     }
 
     pub(crate) fn clear(&mut self) {

@@ -1,20 +1,22 @@
 //! Worker coroutines: one corosensei coroutine runs job after job, as QEMU's coroutine pool
 //! does, so a pooled spawn is a pop, a resume and a push instead of building and tearing
-//! down a coroutine.
+//! down a coroutine; and a worker whose job returns takes the next queued job itself, with
+//! no switch at all, when that job is next in the loop's turn.
 //!
 //! # Contract with the loop (`executor`)
-//! - A worker is bound to one key for its whole life; its job slot is the `CoroStore` entry
-//!   of that key. The loop writes the slot only while the worker is idle: not started yet,
-//!   or suspended with [`Park::Done`].
-//! - Resumed with a job in its slot, the worker takes it out, runs it with a fresh [`Co`]
-//!   (so per-coroutine counters start at zero for every job), then suspends with
-//!   [`Park::Done`]. Yields in between are the job's own.
-//! - Resumed with an empty slot, it returns: that is how the loop ends an idle worker.
+//! - A worker is bound to one key for its whole life. It is resumed with [`START`] when
+//!   the loop has popped a job marker for it: it takes the job queue's oldest job, runs it
+//!   with a fresh [`Co`] (so per-coroutine counters start at zero for every job), and
+//!   counts it completed. Yields in between are the job's own.
+//! - It then asks the loop for the next job of the same turn ([`Inner::chain_job`]): if the
+//!   next ready entry is a job marker, it runs that job in place (the order the loop would
+//!   have run it in, without the two switches); otherwise it suspends with [`Park::Done`].
+//! - Resumed with [`END`] (idle, or never started), it returns: that is how the loop ends
+//!   an idle worker.
 //! - A panic in a job ends the worker: it unwinds to corosensei's root and resumes on the
 //!   loop's side, which drops the worker and keeps only its stack. A forced unwind (dropping
 //!   a worker suspended inside a job, at shutdown) ends it the same way.
 
-use std::ptr::NonNull;
 use std::rc::Rc;
 
 use corosensei::stack::DefaultStack;
@@ -25,16 +27,28 @@ use crate::executor::Inner;
 use crate::job::Job;
 use crate::task::{Coro, Park};
 
-/// A new worker for `key` on `stack`, taking its jobs from `job`.
-pub(crate) fn worker(stack: DefaultStack, inner: Rc<Inner>, key: usize, job: NonNull<Job>) -> Coro {
-    Coroutine::with_stack(stack, move |yielder, _first: i32| {
-        // SAFETY: the job slot lives as long as the store, which outlives every worker
-        // (shutdown ends them all first), and the loop leaves it alone while we run.
-        while let Some(id) = unsafe { Job::pending(job.as_ptr()) } {
-            let co = Co::new(yielder, &inner, key, id);
-            // SAFETY: as above.
-            unsafe { Job::run(job.as_ptr(), &co) };
-            yielder.suspend(Park::Done);
+/// Resume value that starts a worker on the job queue's oldest job.
+pub(crate) const START: i32 = 0;
+/// Resume value that ends an idle worker.
+pub(crate) const END: i32 = i32::MIN;
+
+/// A new idle worker for `key` on `stack`.
+pub(crate) fn worker(stack: DefaultStack, inner: Rc<Inner>, key: usize) -> Coro {
+    Coroutine::with_stack(stack, move |yielder, first: i32| {
+        let mut command = first;
+        while command != END {
+            loop {
+                let (job, id) = inner.take_job(key);
+                let co = Co::new(yielder, &inner, key, id);
+                // SAFETY: `take_job` just released this slot and nothing has spawned since
+                // (see `JobQueue`); `run` moves the closure out before calling it.
+                unsafe { Job::run(job.as_ptr(), &co) };
+                inner.counters.completed.bump();
+                if !inner.chain_job() {
+                    break;
+                }
+            }
+            command = yielder.suspend(Park::Done);
         }
     })
 }

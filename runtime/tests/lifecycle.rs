@@ -40,6 +40,7 @@ fn counters_match_a_hand_computed_scenario() {
         stacks_allocated: 2,
         stacks_reused: 0,
         workers_reused: 0,
+        chained: 0,
         jobs_boxed: 0,
         resumes: 6,
         suspends: 4,

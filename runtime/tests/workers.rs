@@ -1,5 +1,6 @@
-//! Worker coroutines: a finished coroutine takes its next job in place; panics and
-//! shutdown end workers cleanly; the fast path for a lone yielder keeps FIFO and counters.
+//! Worker coroutines: a finished coroutine takes its next job in place, and runs the next
+//! queued job of the turn itself (chained); panics and shutdown end workers cleanly; the
+//! fast path for a lone yielder keeps FIFO and counters.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -120,7 +121,7 @@ fn shutdown_drops_unstarted_jobs_and_ends_idle_workers() {
         rt.spawn(|co| co.yield_now()).unwrap();
     }
     rt.run().unwrap();
-    // One job given to an idle worker, one to a new worker; neither ever runs.
+    // Jobs promised to idle workers, and to new workers; none ever runs.
     let dropped = Rc::new(Cell::new(false));
     let guard = SetOnDrop(dropped.clone());
     rt.spawn(move |_| drop(guard)).unwrap();
@@ -190,4 +191,104 @@ fn a_lone_yielder_goes_back_to_the_queue_when_another_is_ready() {
         *log.borrow(),
         ["a0", "a1", "a2", "a3", "b0", "a4", "b1", "a5"]
     );
+}
+
+/// Spawns a job that logs `name` at its start and after each of `yields` yields.
+fn logged(rt: &Runtime, log: &Rc<RefCell<Vec<String>>>, name: &'static str, yields: usize) {
+    let log = log.clone();
+    rt.spawn_named(name, move |co| {
+        log.borrow_mut().push(format!("{name}0"));
+        for i in 1..=yields {
+            co.yield_now();
+            log.borrow_mut().push(format!("{name}{i}"));
+        }
+    })
+    .unwrap();
+}
+
+#[test]
+fn queued_jobs_chain_onto_a_finished_worker_in_fifo_order() {
+    let rt = rt();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    logged(&rt, &log, "a", 2);
+    logged(&rt, &log, "b", 0);
+    logged(&rt, &log, "c", 0);
+    logged(&rt, &log, "d", 1);
+    rt.run().unwrap();
+    // The order the loop's turns give, chained or not.
+    assert_eq!(*log.borrow(), ["a0", "b0", "c0", "d0", "a1", "d1", "a2"]);
+    let c = rt.counters();
+    // b's worker ran c and d in place: no switch for their start or for b's and c's end.
+    assert_eq!(c.chained, 2);
+    assert_eq!((c.resumes, c.suspends, c.completed), (5, 3, 4));
+    // Resumes: a three times, b's worker twice. Returns to the loop: a's two yields, d's
+    // yield, and two workers' ends.
+    assert_eq!(c.switches, 10);
+}
+
+#[test]
+fn a_job_spawned_during_a_turn_waits_for_the_next_turn() {
+    let rt = rt();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let l = log.clone();
+    rt.spawn(move |co| {
+        l.borrow_mut().push("a");
+        let l2 = l.clone();
+        co.spawn(move |_| l2.borrow_mut().push("spawned by a"))
+            .unwrap();
+    })
+    .unwrap();
+    let l = log.clone();
+    rt.spawn(move |_| l.borrow_mut().push("b")).unwrap();
+    let mut turns = 0;
+    let l = log.clone();
+    rt.run_until(move || {
+        turns += 1;
+        if turns == 1 {
+            assert_eq!(*l.borrow(), ["a", "b"], "the first turn is a and b only");
+        }
+        false
+    })
+    .unwrap();
+    assert_eq!(*log.borrow(), ["a", "b", "spawned by a"]);
+    assert_eq!(
+        rt.counters().chained,
+        1,
+        "b chained onto a's worker, not the third"
+    );
+}
+
+#[test]
+fn a_chained_job_that_panics_ends_its_worker_and_the_next_job_still_runs() {
+    let rt = rt();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    logged(&rt, &log, "b", 0);
+    rt.spawn_named("c", |_| panic!("c fails")).unwrap();
+    logged(&rt, &log, "d", 0);
+    rt.run().unwrap();
+    assert_eq!(*log.borrow(), ["b0", "d0"]);
+    let c = rt.counters();
+    assert_eq!((c.completed, c.panicked, c.chained, c.live), (2, 1, 1, 0));
+    // d's promised worker ran it; the panicked worker's stack went back to the pool.
+    assert!(rt.block_on(|co| co.nop().is_ok()).unwrap());
+}
+
+#[test]
+fn idle_workers_left_over_by_chaining_stay_within_the_pool_bound() {
+    let rt = Runtime::new(Config {
+        max_free_stacks: 2,
+        ..Config::default()
+    })
+    .unwrap();
+    let ran = Rc::new(Cell::new(0));
+    for _ in 0..10 {
+        let ran = ran.clone();
+        rt.spawn(move |_| ran.set(ran.get() + 1)).unwrap();
+    }
+    rt.run().unwrap();
+    assert_eq!(ran.get(), 10);
+    let c = rt.counters();
+    // Each spawn had a worker promised (made at spawn); one worker ran all ten.
+    assert_eq!((c.stacks_allocated, c.chained, c.resumes), (10, 9, 1));
+    assert_eq!(rt.free_stacks(), 2);
 }
