@@ -340,7 +340,23 @@ impl Inner {
     ///
     /// # Safety
     /// The memory the SQE points to stays valid until its CQE is reaped.
+    #[inline(always)]
     pub(crate) unsafe fn push_sqe(&self, entry: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.reactor.try_push(entry) } {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.push_sqe_full(entry) }
+    }
+
+    /// [`Inner::push_sqe`] when the submission queue is full.
+    ///
+    /// # Safety
+    /// As [`Inner::push_sqe`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn push_sqe_full(&self, entry: &squeue::Entry) -> io::Result<()> {
         // SAFETY: forwarded from the caller.
         while !unsafe { self.reactor.try_push(entry) } {
             self.make_room()?;

@@ -59,6 +59,7 @@ impl Reactor {
     }
 
     /// SQEs pushed whose completion has not been reaped yet.
+    #[inline(always)]
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.get()
     }
@@ -67,15 +68,13 @@ impl Reactor {
     ///
     /// # Safety
     /// Whatever memory `entry` points to must stay valid until its CQE has been reaped.
+    #[inline(always)]
     pub(crate) unsafe fn try_push(&self, entry: &squeue::Entry) -> bool {
         let pushed = self.ring.with(|ring| match ring {
             // SAFETY: the caller keeps the entry's memory valid until its completion.
             Ring::Sqe64(ring) => unsafe { ring.submission().push(entry).is_ok() },
-            Ring::Sqe128(ring) => {
-                let big: squeue::Entry128 = entry.clone().into();
-                // SAFETY: as above; the 128-byte form carries the same pointers.
-                unsafe { ring.submission().push(&big).is_ok() }
-            }
+            // SAFETY: as above.
+            Ring::Sqe128(ring) => unsafe { push_widened(ring, entry) },
         });
         if pushed {
             self.in_flight.set(self.in_flight.get() + 1);
@@ -107,6 +106,7 @@ impl Reactor {
     /// Submits what is queued and waits for at least `want` completions: one
     /// `io_uring_enter`. Skipped when there is nothing to submit and nothing to wait for.
     /// EINTR, EAGAIN and EBUSY are not errors (the loop reaps and looks again).
+    #[inline]
     pub(crate) fn enter(&self, want: usize, counters: &Counters) -> io::Result<()> {
         let queued = self.queued.get();
         if want == 0 && queued == 0 {
@@ -123,13 +123,7 @@ impl Reactor {
                 counters.sqes_submitted.add(submitted as u64);
                 Ok(())
             }
-            Err(e) => match e.raw_os_error() {
-                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => Ok(()),
-                _ => Err(io::Error::new(
-                    e.kind(),
-                    format!("io_uring_enter with {queued} queued SQEs: {e}"),
-                )),
-            },
+            Err(e) => enter_failed(e, queued),
         }
     }
 
@@ -144,6 +138,7 @@ impl Reactor {
     /// Hands every available completion to `f` as `(user_data, result)`; returns how many.
     /// `f` runs inside the ring's `LoopCell`: it must not touch the reactor, switch
     /// coroutines or run user code.
+    #[inline(always)]
     pub(crate) fn reap(&self, counters: &Counters, mut f: impl FnMut(u64, i32)) -> usize {
         let mut n = 0;
         let mut each = |user_data: u64, result: i32| {
@@ -157,5 +152,33 @@ impl Reactor {
         self.in_flight.set(self.in_flight.get() - n);
         counters.cqes_reaped.add(n as u64);
         n
+    }
+}
+
+/// Pushes a 64-byte SQE onto a ring of 128-byte ones (kept out of the 64-byte fast path).
+///
+/// # Safety
+/// As [`Reactor::try_push`].
+#[cold]
+#[inline(never)]
+unsafe fn push_widened(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    entry: &squeue::Entry,
+) -> bool {
+    let big: squeue::Entry128 = entry.clone().into();
+    // SAFETY: forwarded from the caller; the 128-byte form carries the same pointers.
+    unsafe { ring.submission().push(&big).is_ok() }
+}
+
+/// What a failed `io_uring_enter` means: EINTR, EAGAIN and EBUSY are not errors.
+#[cold]
+#[inline(never)]
+fn enter_failed(e: io::Error, queued: usize) -> io::Result<()> {
+    match e.raw_os_error() {
+        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => Ok(()),
+        _ => Err(io::Error::new(
+            e.kind(),
+            format!("io_uring_enter with {queued} queued SQEs: {e}"),
+        )),
     }
 }
