@@ -2,6 +2,7 @@
 
 use std::cell::Cell;
 use std::io;
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,13 @@ pub struct Co<'a> {
     suspends: Cell<u32>,
     sqes: Cell<u32>,
     io_wait_ns: Cell<u64>,
+    /// The hook of [`Co::on_first_suspend`] while it is armed (its lifetime erased: it is
+    /// cleared before that call returns or unwinds).
+    first_suspend: Cell<Option<NonNull<SuspendHook<'static>>>>,
 }
+
+/// What [`Co::on_first_suspend`] runs.
+type SuspendHook<'h> = dyn Fn(&Co<'_>) + 'h;
 
 /// What one coroutine has done so far: the raw material of per-request accounting.
 /// Kept on the coroutine's own stack, so counting costs no shared state.
@@ -61,6 +68,7 @@ impl<'a> Co<'a> {
             suspends: Cell::new(0),
             sqes: Cell::new(0),
             io_wait_ns: Cell::new(0),
+            first_suspend: Cell::new(None),
         }
     }
 
@@ -102,8 +110,67 @@ impl<'a> Co<'a> {
     /// Hands control to the loop; returns the value the loop resumes us with.
     #[inline(always)]
     pub(crate) fn park(&self, why: Park) -> i32 {
+        if self.first_suspend.get().is_some() {
+            self.run_first_suspend();
+        }
         self.suspends.set(self.suspends.get().wrapping_add(1));
         self.yielder.suspend(why)
+    }
+
+    /// Runs `body`; if it suspends (for I/O, on a wait queue, or to yield), `hook` runs
+    /// once, on this coroutine, just before the first suspend. Returns what `body`
+    /// returned, and whether the hook ran.
+    ///
+    /// A FUSE reader serves the request it read in place, and hands reading over to a new
+    /// reader only when serving has to wait: a request served without suspending costs no
+    /// spawn and no switch beyond its read.
+    ///
+    /// ```
+    /// let rt = runtime::Runtime::new(Default::default())?;
+    /// let (quick, waited) = rt.block_on(|co| {
+    ///     let hook = |_: &runtime::Co<'_>| println!("about to wait");
+    ///     let quick = co.on_first_suspend(&hook, || 6 * 7);
+    ///     let waited = co.on_first_suspend(&hook, || co.nop().is_ok());
+    ///     (quick, waited)
+    /// })?;
+    /// assert_eq!((quick, waited), ((42, false), (true, true)));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn on_first_suspend<R>(
+        &self,
+        hook: &SuspendHook<'_>,
+        body: impl FnOnce() -> R,
+    ) -> (R, bool) {
+        /// Disarms the hook when `body` returns or unwinds.
+        struct Disarm<'c, 'a>(&'c Co<'a>);
+        impl Drop for Disarm<'_, '_> {
+            fn drop(&mut self) {
+                self.0.first_suspend.set(None);
+            }
+        }
+        debug_assert!(self.first_suspend.get().is_none(), "hooks do not nest");
+        let armed: NonNull<SuspendHook<'_>> = NonNull::from(hook);
+        // SAFETY: only the lifetime bound of the trait object changes; `Disarm` clears the
+        // pointer before this call returns or unwinds, so it is never used after `hook`'s
+        // borrow ends.
+        let armed: NonNull<SuspendHook<'static>> = unsafe { std::mem::transmute(armed) };
+        self.first_suspend.set(Some(armed));
+        let disarm = Disarm(self);
+        let result = body();
+        let ran = self.first_suspend.get().is_none();
+        drop(disarm);
+        (result, ran)
+    }
+
+    /// Disarms and runs the hook of [`Co::on_first_suspend`].
+    #[cold]
+    #[inline(never)]
+    fn run_first_suspend(&self) {
+        if let Some(hook) = self.first_suspend.take() {
+            // SAFETY: armed by `on_first_suspend`, whose caller's borrow of the hook lasts
+            // until it disarms it; `take` disarmed it, so the hook runs once.
+            unsafe { hook.as_ref()(self) };
+        }
     }
 
     /// Suspends until the CQE of the SQE just queued; counts it, and times it when asked.

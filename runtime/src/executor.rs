@@ -96,8 +96,6 @@ pub(crate) struct Inner {
     sched: LoopCell<Sched>,
     coros: LoopCell<CoroStore>,
     jobs: LoopCell<JobQueue>,
-    /// Entries of the current turn not yet taken from the run queue.
-    turn_left: Cell<usize>,
     reactor: Reactor,
     stacks: LoopCell<StackPool>,
     pub(crate) counters: Counters,
@@ -139,7 +137,6 @@ impl Runtime {
             }),
             coros: LoopCell::new(CoroStore::new()),
             jobs: LoopCell::new(JobQueue::new()),
-            turn_left: Cell::new(0),
             reactor,
             stacks: LoopCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
             counters: Counters::default(),
@@ -292,15 +289,10 @@ impl Inner {
     /// marker, which it then takes from the run queue to run that job itself.
     #[inline(always)]
     pub(crate) fn chain_job(&self) -> bool {
-        let left = self.turn_left.get();
-        if left == 0 {
-            return false;
-        }
         let next = self
             .sched
-            .with(|s| s.ready.pop_front_if(|(key, _)| key == JOB));
+            .with(|s| s.ready.pop_in_turn_if(|(key, _)| key == JOB));
         if next {
-            self.turn_left.set(left - 1);
             self.stacks.with(|pool| pool.unreserve());
             self.counters.chained.bump();
         }
@@ -424,12 +416,8 @@ impl Inner {
 
     fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
         loop {
-            self.turn_left.set(self.sched.with(|s| s.ready.len()));
-            while let Some(left) = self.turn_left.get().checked_sub(1) {
-                self.turn_left.set(left);
-                let Some((key, value)) = self.sched.with(|s| s.ready.pop_front()) else {
-                    break;
-                };
+            self.sched.with(|s| s.ready.start_turn());
+            while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
                 let key = if key == JOB {
                     self.stacks.with(|pool| pool.pop_reserved())
                 } else {
@@ -438,7 +426,7 @@ impl Inner {
                 if !self.run_task(key, value) {
                     continue;
                 }
-                if self.turn_left.get() == 0 && self.alone() {
+                if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
                     if self.run_alone(key, &mut stop) {
                         return Ok(());
                     }

@@ -1,13 +1,21 @@
-//! The run queue: ready coroutines as `(key, resume value)`, FIFO, in a power-of-two ring.
+//! The run queue: ready coroutines as `(key, resume value)`, FIFO, in a power-of-two ring,
+//! and the boundary of the loop's current turn.
 //!
 //! `VecDeque` does the same for any capacity, and pays for it on every push and pop (about
 //! 20 instructions for the pair, measured with callgrind in `spawn_pooled`); here the
 //! wrap-around is a mask, and indexing skips the bounds check the mask makes redundant.
+//!
+//! Positions count every entry ever pushed or popped (they never wrap in practice: 2^64),
+//! and are masked only to index the ring. A turn is the entries pushed before it began:
+//! [`RunQueue::start_turn`] records the tail, and an entry is in the turn while the head is
+//! below that mark. The loop and a worker that chains a job both pop against the same mark,
+//! so the turn's end needs no counter kept in step.
 
 pub(crate) struct RunQueue {
     slots: Vec<(usize, i32)>,
     head: usize,
-    len: usize,
+    tail: usize,
+    turn_end: usize,
 }
 
 impl RunQueue {
@@ -15,70 +23,107 @@ impl RunQueue {
         RunQueue {
             slots: vec![(0, 0); 64],
             head: 0,
-            len: 0,
+            tail: 0,
+            turn_end: 0,
         }
     }
 
     #[inline(always)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.tail - self.head
     }
 
     #[inline(always)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.tail == self.head
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
     }
 
     #[inline(always)]
     pub(crate) fn push_back(&mut self, entry: (usize, i32)) {
-        if self.len == self.slots.len() {
+        if self.len() == self.slots.len() {
             self.grow();
         }
-        let tail = (self.head + self.len) & (self.slots.len() - 1);
+        let at = self.tail & self.mask();
         // SAFETY: masked by `len - 1` of a non-empty power-of-two ring: inside `slots`.
-        unsafe { *self.slots.get_unchecked_mut(tail) = entry };
-        self.len += 1;
+        unsafe { *self.slots.get_unchecked_mut(at) = entry };
+        self.tail += 1;
     }
 
+    /// The oldest entry (it must exist).
     #[inline(always)]
+    fn front(&self) -> (usize, i32) {
+        debug_assert!(!self.is_empty());
+        // SAFETY: masked into the ring (see `push_back`).
+        unsafe { *self.slots.get_unchecked(self.head & self.mask()) }
+    }
+
+    #[cfg(test)]
     pub(crate) fn pop_front(&mut self) -> Option<(usize, i32)> {
-        if self.len == 0 {
+        if self.is_empty() {
             return None;
         }
-        // SAFETY: `head` is always masked into the ring (see `push_back`).
-        let entry = unsafe { *self.slots.get_unchecked(self.head) };
-        self.head = (self.head + 1) & (self.slots.len() - 1);
-        self.len -= 1;
+        let entry = self.front();
+        self.head += 1;
         Some(entry)
     }
 
-    /// Pops the oldest entry if `want` holds for it; returns whether it did.
+    /// Starts a turn: the entries queued now.
     #[inline(always)]
-    pub(crate) fn pop_front_if(&mut self, want: impl FnOnce((usize, i32)) -> bool) -> bool {
-        // SAFETY: `head` is always masked into the ring (see `push_back`).
-        let take = self.len > 0 && want(unsafe { *self.slots.get_unchecked(self.head) });
-        if take {
-            self.head = (self.head + 1) & (self.slots.len() - 1);
-            self.len -= 1;
+    pub(crate) fn start_turn(&mut self) {
+        self.turn_end = self.tail;
+    }
+
+    /// Whether entries of the current turn are left.
+    #[inline(always)]
+    pub(crate) fn in_turn(&self) -> bool {
+        self.head < self.turn_end
+    }
+
+    /// Pops the oldest entry if it belongs to the current turn.
+    #[inline(always)]
+    pub(crate) fn pop_in_turn(&mut self) -> Option<(usize, i32)> {
+        if !self.in_turn() {
+            return None;
         }
+        let entry = self.front();
+        self.head += 1;
+        Some(entry)
+    }
+
+    /// Pops the oldest entry if it belongs to the current turn and `want` holds for it;
+    /// returns whether it did.
+    #[inline(always)]
+    pub(crate) fn pop_in_turn_if(&mut self, want: impl FnOnce((usize, i32)) -> bool) -> bool {
+        let take = self.in_turn() && want(self.front());
+        self.head += usize::from(take);
         take
     }
 
     pub(crate) fn clear(&mut self) {
         self.head = 0;
-        self.len = 0;
+        self.tail = 0;
+        self.turn_end = 0;
     }
 
-    /// Doubles the ring, oldest entry first.
+    /// Doubles the ring, oldest entry first (positions restart at 0; the turn's mark moves
+    /// with them).
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
         let cap = self.slots.len();
+        let len = self.len();
         let mut slots = Vec::with_capacity(cap * 2);
-        slots.extend((0..self.len).map(|i| self.slots[(self.head + i) & (cap - 1)]));
+        slots.extend((self.head..self.tail).map(|i| self.slots[i & (cap - 1)]));
         slots.resize(cap * 2, (0, 0));
         self.slots = slots;
+        self.turn_end = self.turn_end.saturating_sub(self.head).min(len);
         self.head = 0;
+        self.tail = len;
     }
 }
 
@@ -109,5 +154,30 @@ mod tests {
         }
         assert_eq!(expect, next);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_turn_is_the_entries_queued_when_it_started_even_across_growth() {
+        let mut q = RunQueue::new();
+        for i in 0..50 {
+            q.push_back((i, 0));
+        }
+        for _ in 0..40 {
+            q.pop_front();
+        }
+        q.start_turn();
+        // Entries pushed during the turn, enough to grow the ring, are not in it.
+        for i in 50..200 {
+            q.push_back((i, 0));
+        }
+        let turn: Vec<usize> = std::iter::from_fn(|| q.pop_in_turn())
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(turn, (40..50).collect::<Vec<_>>());
+        assert!(!q.pop_in_turn_if(|_| true));
+        q.start_turn();
+        assert!(q.pop_in_turn_if(|(key, _)| key == 50));
+        assert!(!q.pop_in_turn_if(|(key, _)| key == 50));
+        assert_eq!(q.len(), 149);
     }
 }

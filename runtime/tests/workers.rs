@@ -292,3 +292,62 @@ fn idle_workers_left_over_by_chaining_stay_within_the_pool_bound() {
     assert_eq!((c.stacks_allocated, c.chained, c.resumes), (10, 9, 1));
     assert_eq!(rt.free_stacks(), 2);
 }
+
+#[test]
+fn the_first_suspend_hook_runs_once_before_the_suspend_and_only_while_armed() {
+    let rt = rt();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let l = log.clone();
+    rt.block_on(move |co| {
+        let hook = |co: &runtime::Co<'_>| {
+            l.borrow_mut().push("hook");
+            let l2 = l.clone();
+            // Spawned before the suspend: it runs while the body waits.
+            co.spawn(move |_| l2.borrow_mut().push("spawned by the hook"))
+                .unwrap();
+        };
+        let ((), quick) = co.on_first_suspend(&hook, || l.borrow_mut().push("quick body"));
+        assert!(!quick, "a body that never suspends does not run the hook");
+        let ((), waited) = co.on_first_suspend(&hook, || {
+            l.borrow_mut().push("body");
+            co.nop().unwrap();
+            l.borrow_mut().push("after the first wait");
+            co.yield_now();
+        });
+        assert!(waited);
+        co.yield_now(); // disarmed: no hook
+        l.borrow_mut().push("done");
+    })
+    .unwrap();
+    assert_eq!(
+        *log.borrow(),
+        [
+            "quick body",
+            "body",
+            "hook",
+            "spawned by the hook",
+            "after the first wait",
+            "done"
+        ]
+    );
+}
+
+#[test]
+fn the_first_suspend_hook_is_disarmed_when_its_body_panics() {
+    let rt = rt();
+    let ran = Rc::new(Cell::new(0));
+    let r = ran.clone();
+    let after = rt
+        .block_on(move |co| {
+            let hook = |_: &runtime::Co<'_>| r.set(r.get() + 1);
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                co.on_first_suspend(&hook, || panic!("the body fails"))
+            }));
+            assert!(caught.is_err());
+            co.yield_now(); // the hook's borrow has ended: it must not run
+            co.nop().is_ok()
+        })
+        .unwrap();
+    assert!(after);
+    assert_eq!(ran.get(), 0);
+}

@@ -1,12 +1,16 @@
 //! The coroutine transport: /dev/fuse read through the loop's io_uring, one coroutine per
 //! request (QEMU's design in its coroutine series).
 //!
-//! A queue keeps `readers` reads outstanding. When a read completes, its coroutine spawns
-//! a replacement reader and then *becomes* the request's coroutine: it decodes, runs
-//! [`FileSystem::handle`] with [`Ctx::Coroutine`] (suspending on the backend's io_uring
-//! operations), writes the reply, gives its buffer back and ends. So each request costs
-//! one pooled spawn and no hand-off of buffers. The buffer puts WRITE data and READ
-//! replies on a page boundary ([`crate::buffers`]), so O_DIRECT images need no bounce.
+//! A queue keeps `readers` reads outstanding. When a read completes, its coroutine
+//! *becomes* the request's coroutine: it decodes, runs [`FileSystem::handle`] with
+//! [`Ctx::Coroutine`] (suspending on the backend's io_uring operations) and writes the
+//! reply. Reading is handed over lazily ([`Co::on_first_suspend`]): only if serving has to
+//! suspend does the coroutine spawn a replacement reader, just before it suspends, and end
+//! once its request is done; a request served without suspending (the page cache, the null
+//! backend) is followed by the same coroutine reading the next one. So a request costs at
+//! most one pooled spawn, none when it never waits, and no hand-off of buffers. The buffer
+//! puts WRITE data and READ replies on a page boundary ([`crate::buffers`]), so O_DIRECT
+//! images need no bounce.
 //!
 //! /dev/fuse is opened `O_NONBLOCK` (required for io_uring reads): a read that finds no
 //! request completes with `EAGAIN`, and the reader then waits for `POLLIN` through the ring
@@ -200,32 +204,51 @@ impl<F: FileSystem> Queue<F> {
         Ok(())
     }
 
-    /// A reader's life: wait for one request, hand reading over to a new reader, serve it.
+    /// A reader's life: wait for a request and serve it; if serving suspends, hand reading
+    /// over to a new reader first and end after this request, otherwise read the next one.
     /// In `inline` mode the one reader serves every request itself, without suspending.
     fn reader(self: Rc<Self>, co: &Co<'_>) {
         if self.config.inline {
             return self.inline_reader(co);
         }
         let mut buf = self.buffers.requests.take();
-        let received = self.receive(co, &mut buf);
-        self.readers.borrow_mut().retain(|&id| id != co.id());
-        self.live_readers.set(self.live_readers.get() - 1);
-        match received {
-            Ok(Some(n)) => {
-                self.in_flight.set(self.in_flight.get() + 1);
-                if !self.stopping.get() {
-                    if let Err(e) = self.spawn_reader(co) {
-                        log::error!("cannot start a /dev/fuse reader: {e}");
-                    }
+        let hand_over = |co: &Co<'_>| {
+            if !self.stopping.get() {
+                if let Err(e) = self.spawn_reader(co) {
+                    log::error!("cannot start a /dev/fuse reader: {e}");
                 }
-                let clock = self.clock(co, &buf, n);
-                let (request, data) = buf.parts(n);
-                let served = self.dispatch(co, &Ctx::Coroutine(co), request, data);
-                self.account(co, clock, &served);
-                self.in_flight.set(self.in_flight.get() - 1);
             }
-            Ok(None) => self.stopping.set(true),
-            Err(e) => self.fail(co, &e),
+        };
+        loop {
+            let received = self.receive(co, &mut buf);
+            self.readers.borrow_mut().retain(|&id| id != co.id());
+            self.live_readers.set(self.live_readers.get() - 1);
+            match received {
+                Ok(Some(n)) => {
+                    self.in_flight.set(self.in_flight.get() + 1);
+                    let ((), handed_over) = co.on_first_suspend(&hand_over, || {
+                        let clock = self.clock(co, &buf, n);
+                        let (request, data) = buf.parts(n);
+                        let served = self.dispatch(co, &Ctx::Coroutine(co), request, data);
+                        self.account(co, clock, &served);
+                    });
+                    self.in_flight.set(self.in_flight.get() - 1);
+                    if handed_over || self.stopping.get() {
+                        break;
+                    }
+                    self.stats.borrow_mut().served_in_place += 1;
+                    self.live_readers.set(self.live_readers.get() + 1);
+                    self.readers.borrow_mut().push(co.id());
+                }
+                Ok(None) => {
+                    self.stopping.set(true);
+                    break;
+                }
+                Err(e) => {
+                    self.fail(co, &e);
+                    break;
+                }
+            }
         }
         self.buffers.requests.give(buf);
         if self.is_finished() {

@@ -103,6 +103,10 @@ pub struct QueueStats {
     pub empty_reads: u64,
     /// Request buffers allocated (high-water mark of requests in flight plus readers).
     pub buffers_allocated: u64,
+    /// Requests served without suspending, after which the coroutine that read them read
+    /// the next one itself (coroutine transport): no spawn, no switch beyond the read.
+    #[serde(default)]
+    pub served_in_place: u64,
 }
 
 impl QueueStats {
@@ -125,5 +129,6 @@ impl QueueStats {
         self.stream_errors += other.stream_errors;
         self.empty_reads += other.empty_reads;
         self.buffers_allocated += other.buffers_allocated;
+        self.served_in_place += other.served_in_place;
     }
 }
