@@ -484,6 +484,7 @@ impl Inner {
     }
 
     /// Moves the coroutine of every available CQE to the run queue.
+    #[inline(always)]
     fn reap(&self) {
         let reaped = self.reactor.reap(&self.counters, |user_data, result| {
             if user_data == INTERNAL {
