@@ -637,7 +637,8 @@ impl Inner {
 
     /// Pools the stack of a worker that has ended, and frees its key.
     fn end(&self, key: usize, co: Coro) {
-        self.stacks.with(|pool| pool.give(co.into_stack()));
+        self.stacks
+            .with(|pool| pool.give(co.into_stack().into_inner()));
         self.sched.with(|s| s.no_worker.push(key));
     }
 

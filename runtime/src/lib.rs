@@ -26,7 +26,8 @@
 //! ```
 //!
 //! Layout: `executor` (turns, the lone-yielder fast path, panic containment, shutdown),
-//! `worker` (coroutines that run job after job, as QEMU's pool does), `job` (the spawned
+//! `worker` (coroutines that run job after job, as QEMU's pool does), `colored_stack`
+//! (stack tops staggered across cache sets), `job` (the spawned
 //! closure, stored inline), `job_queue` (jobs waiting for a worker), `coro_store` (workers
 //! at stable addresses),
 //! `run_queue`, `reactor` (the ring), `co` (the in-coroutine handle), `ops` (one method per
@@ -36,6 +37,7 @@
 
 pub mod affinity;
 mod co;
+mod colored_stack;
 mod config;
 mod coro_store;
 mod counters;

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-use corosensei::stack::DefaultStack;
 use corosensei::Coroutine;
+
+use crate::colored_stack::ColoredStack;
 
 /// Why a coroutine handed control back to the loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +21,7 @@ pub(crate) enum Park {
 
 /// A worker coroutine as the loop holds it: resumed with a CQE result (or 0), yields a
 /// [`Park`] (see `worker`).
-pub(crate) type Coro = Coroutine<i32, Park, (), DefaultStack>;
+pub(crate) type Coro = Coroutine<i32, Park, (), ColoredStack>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {

@@ -23,6 +23,7 @@ use corosensei::stack::DefaultStack;
 use corosensei::Coroutine;
 
 use crate::co::Co;
+use crate::colored_stack::ColoredStack;
 use crate::executor::Inner;
 use crate::job::Job;
 use crate::task::{Coro, Park};
@@ -34,7 +35,7 @@ pub(crate) const END: i32 = i32::MIN;
 
 /// A new idle worker for `key` on `stack`.
 pub(crate) fn worker(stack: DefaultStack, inner: Rc<Inner>, key: usize) -> Coro {
-    Coroutine::with_stack(stack, move |yielder, first: i32| {
+    Coroutine::with_stack(ColoredStack::new(stack, key), move |yielder, first: i32| {
         let mut command = first;
         while command != END {
             loop {
