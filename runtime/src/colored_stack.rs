@@ -20,7 +20,8 @@ const STEP: usize = 64;
 /// A [`DefaultStack`] whose usable top is `color` bytes below the mapping's end.
 pub(crate) struct ColoredStack {
     stack: DefaultStack,
-    color: usize,
+    /// The coloured top (corosensei asks for it on every resume).
+    base: StackPointer,
 }
 
 impl ColoredStack {
@@ -30,7 +31,8 @@ impl ColoredStack {
     pub(crate) fn new(stack: DefaultStack, key: usize) -> Self {
         let room = (stack.base().get() - stack.limit().get()) / 8;
         let color = ((key % COLORS) * STEP).min(room / STEP * STEP);
-        ColoredStack { stack, color }
+        let base = StackPointer::new(stack.base().get() - color).expect("inside the mapping");
+        ColoredStack { stack, base }
     }
 
     /// The stack itself, for the pool.
@@ -47,7 +49,7 @@ unsafe impl Stack for ColoredStack {
     fn base(&self) -> StackPointer {
         const _: () = assert!(STEP % corosensei::stack::STACK_ALIGNMENT == 0);
         const _: () = assert!(COLORS * STEP < 4096);
-        StackPointer::new(self.stack.base().get() - self.color).expect("inside the mapping")
+        self.base
     }
 
     #[inline]
