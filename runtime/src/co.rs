@@ -32,13 +32,10 @@ pub struct Co<'a> {
     suspends: Cell<u32>,
     sqes: Cell<u32>,
     io_wait_ns: Cell<u64>,
-    /// The hook of [`Co::on_first_suspend`] while it is armed (its lifetime erased: it is
-    /// cleared before that call returns or unwinds).
-    first_suspend: Cell<Option<NonNull<SuspendHook<'static>>>>,
 }
 
 /// What [`Co::on_first_suspend`] runs.
-type SuspendHook<'h> = dyn Fn(&Co<'_>) + 'h;
+pub(crate) type SuspendHook<'h> = dyn Fn(&Co<'_>) + 'h;
 
 /// What one coroutine has done so far: the raw material of per-request accounting.
 /// Kept on the coroutine's own stack, so counting costs no shared state.
@@ -68,7 +65,6 @@ impl<'a> Co<'a> {
             suspends: Cell::new(0),
             sqes: Cell::new(0),
             io_wait_ns: Cell::new(0),
-            first_suspend: Cell::new(None),
         }
     }
 
@@ -110,7 +106,7 @@ impl<'a> Co<'a> {
     /// Hands control to the loop; returns the value the loop resumes us with.
     #[inline(always)]
     pub(crate) fn park(&self, why: Park) -> i32 {
-        if self.first_suspend.get().is_some() {
+        if self.inner.suspend_hook.get().is_some() {
             self.run_first_suspend();
         }
         self.suspends.set(self.suspends.get().wrapping_add(1));
@@ -120,6 +116,10 @@ impl<'a> Co<'a> {
     /// Runs `body`; if it suspends (for I/O, on a wait queue, or to yield), `hook` runs
     /// once, on this coroutine, just before the first suspend. Returns what `body`
     /// returned, and whether the hook ran.
+    ///
+    /// At most one hook is armed at a time, the running coroutine's: arming happens while
+    /// it runs, and its first suspend fires and disarms the hook before any other coroutine
+    /// runs. So the loop keeps it, in a line every suspend touches anyway.
     ///
     /// A FUSE reader serves the request it read in place, and hands reading over to a new
     /// reader only when serving has to wait: a request served without suspending costs no
@@ -145,19 +145,19 @@ impl<'a> Co<'a> {
         struct Disarm<'c, 'a>(&'c Co<'a>);
         impl Drop for Disarm<'_, '_> {
             fn drop(&mut self) {
-                self.0.first_suspend.set(None);
+                self.0.inner.suspend_hook.set(None);
             }
         }
-        debug_assert!(self.first_suspend.get().is_none(), "hooks do not nest");
+        debug_assert!(self.inner.suspend_hook.get().is_none(), "hooks do not nest");
         let armed: NonNull<SuspendHook<'_>> = NonNull::from(hook);
         // SAFETY: only the lifetime bound of the trait object changes; `Disarm` clears the
         // pointer before this call returns or unwinds, so it is never used after `hook`'s
         // borrow ends.
         let armed: NonNull<SuspendHook<'static>> = unsafe { std::mem::transmute(armed) };
-        self.first_suspend.set(Some(armed));
+        self.inner.suspend_hook.set(Some(armed));
         let disarm = Disarm(self);
         let result = body();
-        let ran = self.first_suspend.get().is_none();
+        let ran = self.inner.suspend_hook.get().is_none();
         drop(disarm);
         (result, ran)
     }
@@ -166,7 +166,7 @@ impl<'a> Co<'a> {
     #[cold]
     #[inline(never)]
     fn run_first_suspend(&self) {
-        if let Some(hook) = self.first_suspend.take() {
+        if let Some(hook) = self.inner.suspend_hook.take() {
             // SAFETY: armed by `on_first_suspend`, whose caller's borrow of the hook lasts
             // until it disarms it; `take` disarmed it, so the hook runs once.
             unsafe { hook.as_ref()(self) };

@@ -6,11 +6,12 @@
 //! A coroutine that yields as the last of its turn, with nothing else ready and nothing in
 //! flight, is resumed again at once (`run_alone`): the same turns, without the queue.
 //!
-//! A spawn queues its closure in the job queue and a [`JOB`] marker in the run queue, and
-//! promises the job an idle worker (making one if none is free, so a failure to map a stack
-//! is the spawn's error). When the loop reaches the marker it resumes that worker; when a
-//! worker's job returns and the next entry of the turn is a marker, the worker takes that
-//! job itself (`chain_job`): the same order, without two switches.
+//! A spawn queues its closure in the job queue, and in the run queue an entry that starts an
+//! idle worker ([`START`]): a pooled one, or one made now (so a failure to map a stack is
+//! the spawn's error). When the loop reaches that entry it resumes the worker, which takes
+//! the job queue's oldest job; when a worker's job returns and the next entry of the turn
+//! starts another worker, the finished worker takes that job itself and puts the other
+//! worker back among the idle (`chain_job`): the same order, without two switches.
 //!
 //! # Shutdown contract
 //! Dropping a [`Runtime`] (or calling [`Runtime::shutdown`]) with coroutines alive:
@@ -35,7 +36,7 @@ use std::time::Instant;
 use corosensei::CoroutineResult;
 use io_uring::{opcode, squeue};
 
-use crate::co::Co;
+use crate::co::{Co, SuspendHook};
 use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
@@ -49,9 +50,6 @@ use crate::run_queue::RunQueue;
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
 use crate::worker::{worker, END, START};
-
-/// The run queue's key for "start the job queue's oldest job".
-const JOB: usize = usize::MAX;
 
 /// Every key's slot, the free keys that have no worker, and the run queue of
 /// `(key, resume value)`. Free keys with an idle worker are in the `StackPool`.
@@ -101,6 +99,9 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     closing: Cell<bool>,
     running: Cell<bool>,
+    /// The running coroutine's [`Co::on_first_suspend`] hook, while armed (its lifetime
+    /// erased: it is cleared before that call returns or unwinds).
+    pub(crate) suspend_hook: Cell<Option<NonNull<SuspendHook<'static>>>>,
     next_id: Cell<u64>,
     poll: AdaptivePoll,
     account: bool,
@@ -142,6 +143,7 @@ impl Runtime {
             counters: Counters::default(),
             closing: Cell::new(false),
             running: Cell::new(false),
+            suspend_hook: Cell::new(None),
             next_id: Cell::new(1),
             poll: AdaptivePoll::new(config.poll_ns),
             account: config.account,
@@ -229,8 +231,8 @@ impl Drop for Runtime {
 }
 
 impl Inner {
-    /// Queues `f` with an idle worker promised to it (a pooled one, or a new one on a pooled
-    /// or fresh stack).
+    /// Queues `f`, and the start of an idle worker for it (a pooled one, or a new one on a
+    /// pooled or fresh stack).
     #[inline]
     pub(crate) fn spawn<F>(self: &Rc<Self>, name: &'static str, f: F) -> io::Result<TaskId>
     where
@@ -239,39 +241,40 @@ impl Inner {
         if self.closing.get() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
-        if self.stacks.with(|pool| pool.reserve()) {
-            self.counters.workers_reused.bump();
-        } else {
-            self.new_worker()?;
-        }
+        let key = match self.stacks.with(|pool| pool.pop_idle()) {
+            Some(key) => {
+                self.counters.workers_reused.bump();
+                key
+            }
+            None => self.new_worker()?,
+        };
         let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
         if self.jobs.with(|jobs| jobs.push(id, name, f)) {
             self.counters.jobs_boxed.bump();
         }
-        self.sched.with(|s| s.ready.push_back((JOB, START)));
+        self.sched.with(|s| s.ready.push_back((key, START)));
         self.counters.spawned.bump();
         self.counters.peak_live.set_max(self.counters.live());
         Ok(id)
     }
 
-    /// A new idle worker at a free key, promised to the job being spawned.
+    /// A new worker at a free key, for the job being spawned.
     #[cold]
     #[inline(never)]
-    fn new_worker(self: &Rc<Self>) -> io::Result<()> {
+    fn new_worker(self: &Rc<Self>) -> io::Result<usize> {
         let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
         let key = self.sched.with(|s| s.new_key());
         let co = worker(stack, Rc::clone(self), key);
         self.coros.with(|coros| coros.put(key, co));
-        self.stacks.with(|pool| pool.reserve_new(key));
-        Ok(())
+        Ok(key)
     }
 
-    /// The job queue's oldest job, for the worker at `key` (which the loop resumed for a
-    /// job marker, or which chained one); books it as that key's coroutine.
+    /// The job queue's oldest job, for the worker at `key` (which the loop started, or which
+    /// chained the job); books it as that key's coroutine.
     #[inline(always)]
     pub(crate) fn take_job(&self, key: usize) -> (NonNull<Job>, TaskId) {
         let job = self.jobs.with(|jobs| jobs.pop());
-        let job = job.expect("every job marker has its job");
+        let job = job.expect("every worker start has its job");
         // SAFETY: the slot was just released and nothing touches it before the worker
         // runs it (see `JobQueue`).
         let (id, name) = unsafe { Job::identity(job.as_ptr()) };
@@ -285,18 +288,22 @@ impl Inner {
         (job, id)
     }
 
-    /// Called by a worker whose job returned: whether the next entry of this turn is a job
-    /// marker, which it then takes from the run queue to run that job itself.
+    /// Called by a worker whose job returned: whether the next entry of this turn starts a
+    /// worker on a job, which it then takes from the run queue to run that job itself (the
+    /// worker it was for goes back among the idle).
     #[inline(always)]
     pub(crate) fn chain_job(&self) -> bool {
         let next = self
             .sched
-            .with(|s| s.ready.pop_in_turn_if(|(key, _)| key == JOB));
-        if next {
-            self.stacks.with(|pool| pool.unreserve());
-            self.counters.chained.bump();
+            .with(|s| s.ready.pop_in_turn_if(|(_, value)| value == START));
+        match next {
+            Some((unused, _)) => {
+                self.stacks.with(|pool| pool.park_idle(unused));
+                self.counters.chained.bump();
+                true
+            }
+            None => false,
         }
-        next
     }
 
     pub(crate) fn spawn_joinable<T, F>(
@@ -418,11 +425,6 @@ impl Inner {
         loop {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
-                let key = if key == JOB {
-                    self.stacks.with(|pool| pool.pop_reserved())
-                } else {
-                    key
-                };
                 if !self.run_task(key, value) {
                     continue;
                 }
@@ -609,13 +611,13 @@ impl Inner {
         }
     }
 
-    /// Ends idle workers that no job is promised while the pool is over its bound.
+    /// Ends idle workers while the pool is over its bound.
     #[cold]
     #[inline(never)]
     fn trim(&self) {
         while let Some(key) = self.stacks.with(|pool| {
             if pool.over_bound() {
-                pool.pop_unreserved()
+                pool.pop_idle()
             } else {
                 None
             }
@@ -688,8 +690,10 @@ impl Inner {
     #[allow(clippy::type_complexity)]
     fn take_all(&self) -> (Vec<Job>, Vec<(Slot, Coro)>) {
         let jobs = self.jobs.with(|jobs| jobs.drain());
-        let idle = self.stacks.with(|pool| pool.drain_idle());
+        let mut idle = self.stacks.with(|pool| pool.drain_idle());
         let slots: Vec<(usize, Slot)> = self.sched.with(|s| {
+            // Workers a queued job was to start are idle too.
+            idle.extend(s.ready.keys_with(START));
             s.ready.clear();
             let live = s.live_keys(|_| true).into_iter();
             let mut slots: Vec<_> = live.map(|k| (k, s.release(k))).collect();

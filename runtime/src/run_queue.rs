@@ -95,13 +95,28 @@ impl RunQueue {
         Some(entry)
     }
 
-    /// Pops the oldest entry if it belongs to the current turn and `want` holds for it;
-    /// returns whether it did.
+    /// Pops the oldest entry if it belongs to the current turn and `want` holds for it.
     #[inline(always)]
-    pub(crate) fn pop_in_turn_if(&mut self, want: impl FnOnce((usize, i32)) -> bool) -> bool {
-        let take = self.in_turn() && want(self.front());
-        self.head += usize::from(take);
-        take
+    pub(crate) fn pop_in_turn_if(
+        &mut self,
+        want: impl FnOnce((usize, i32)) -> bool,
+    ) -> Option<(usize, i32)> {
+        if !self.in_turn() {
+            return None;
+        }
+        let entry = self.front();
+        if !want(entry) {
+            return None;
+        }
+        self.head += 1;
+        Some(entry)
+    }
+
+    /// The keys of the queued entries whose resume value is `value`, oldest first.
+    pub(crate) fn keys_with(&self, value: i32) -> Vec<usize> {
+        let mask = self.mask();
+        let entries = (self.head..self.tail).map(|i| self.slots[i & mask]);
+        entries.filter(|e| e.1 == value).map(|e| e.0).collect()
     }
 
     pub(crate) fn clear(&mut self) {
@@ -174,10 +189,12 @@ mod tests {
             .map(|e| e.0)
             .collect();
         assert_eq!(turn, (40..50).collect::<Vec<_>>());
-        assert!(!q.pop_in_turn_if(|_| true));
+        assert_eq!(q.pop_in_turn_if(|_| true), None);
         q.start_turn();
-        assert!(q.pop_in_turn_if(|(key, _)| key == 50));
-        assert!(!q.pop_in_turn_if(|(key, _)| key == 50));
+        assert_eq!(q.pop_in_turn_if(|(key, _)| key == 50), Some((50, 0)));
+        assert_eq!(q.pop_in_turn_if(|(key, _)| key == 50), None);
         assert_eq!(q.len(), 149);
+        q.push_back((7, -1));
+        assert_eq!(q.keys_with(-1), [7]);
     }
 }

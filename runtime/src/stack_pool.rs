@@ -7,9 +7,9 @@
 //! stack. Idle workers and bare stacks together stay within `max_free`; beyond it a worker is
 //! ended and its stack unmapped.
 //!
-//! Every queued job has an idle worker promised to it (`reserved`), made at spawn time if
-//! need be, so that a failure to map a stack is the spawn's error and the loop never has to
-//! create a worker. A job that a running worker takes instead (chained) frees its promise.
+//! A spawn takes its worker out of the pool (or makes one), so that a failure to map a
+//! stack is the spawn's error; a worker whose job another worker ran instead (chained)
+//! comes back without having run.
 
 use std::io;
 
@@ -21,8 +21,6 @@ pub(crate) struct StackPool {
     free: Vec<DefaultStack>,
     /// Keys of idle workers, most recently idle last (its stack is the warmest).
     idle: Vec<usize>,
-    /// Idle workers promised to queued jobs: never more than `idle.len()`.
-    reserved: usize,
     stack_size: usize,
     max_free: usize,
 }
@@ -32,69 +30,32 @@ impl StackPool {
         StackPool {
             free: Vec::new(),
             idle: Vec::new(),
-            reserved: 0,
             stack_size,
             max_free,
         }
     }
 
-    /// Promises an idle worker to a job being queued; `false` if none is free (then the
-    /// caller makes one and [`StackPool::reserve_new`]s it).
+    /// The key of an idle worker, if there is one: a pooled spawn.
     #[inline(always)]
-    pub(crate) fn reserve(&mut self) -> bool {
-        if self.idle.len() > self.reserved {
-            self.reserved += 1;
-            true
-        } else {
-            false
-        }
+    pub(crate) fn pop_idle(&mut self) -> Option<usize> {
+        self.idle.pop()
     }
 
-    /// Adds the new worker of `key`, promised to a job being queued.
-    pub(crate) fn reserve_new(&mut self, key: usize) {
-        self.idle.push(key);
-        self.reserved += 1;
-    }
-
-    /// The key of the promised idle worker a job marker just left the run queue for.
-    #[inline(always)]
-    pub(crate) fn pop_reserved(&mut self) -> usize {
-        debug_assert!(self.reserved > 0, "a queued job has a worker promised");
-        self.reserved -= 1;
-        self.idle.pop().expect("a promised worker is idle")
-    }
-
-    /// Frees the promise of a job that a running worker took (chained).
-    #[inline(always)]
-    pub(crate) fn unreserve(&mut self) {
-        self.reserved -= 1;
-    }
-
-    /// Puts the worker of `key`, whose job returned, back among the idle ones.
+    /// Puts the worker of `key` back among the idle ones (its job returned, or another
+    /// worker ran the job it was for).
     #[inline(always)]
     pub(crate) fn park_idle(&mut self, key: usize) {
         self.idle.push(key);
     }
 
-    /// Whether an idle worker that nothing is promised should be ended: the pool is over
-    /// its bound.
+    /// Whether idle workers should be ended: the pool is over its bound.
     #[inline(always)]
     pub(crate) fn over_bound(&self) -> bool {
-        self.len() > self.max_free && self.idle.len() > self.reserved
-    }
-
-    /// An idle worker's key to end (see [`StackPool::over_bound`]).
-    pub(crate) fn pop_unreserved(&mut self) -> Option<usize> {
-        if self.idle.len() > self.reserved {
-            self.idle.pop()
-        } else {
-            None
-        }
+        self.len() > self.max_free
     }
 
     /// Every idle worker's key; leaves none (shutdown).
     pub(crate) fn drain_idle(&mut self) -> Vec<usize> {
-        self.reserved = 0;
         std::mem::take(&mut self.idle)
     }
 

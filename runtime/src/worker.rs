@@ -5,12 +5,14 @@
 //!
 //! # Contract with the loop (`executor`)
 //! - A worker is bound to one key for its whole life. It is resumed with [`START`] when
-//!   the loop has popped a job marker for it: it takes the job queue's oldest job, runs it
+//!   the loop reaches the run queue entry a spawn queued for it: it takes the job queue's
+//!   oldest job (jobs and starts are queued in the same order), runs it
 //!   with a fresh [`Co`] (so per-coroutine counters start at zero for every job), and
 //!   counts it completed. Yields in between are the job's own.
 //! - It then asks the loop for the next job of the same turn ([`Inner::chain_job`]): if the
-//!   next ready entry is a job marker, it runs that job in place (the order the loop would
-//!   have run it in, without the two switches); otherwise it suspends with [`Park::Done`].
+//!   next ready entry starts another worker, it runs that worker's job in place (the order
+//!   the loop would have run it in, without the two switches) and the other worker stays
+//!   idle; otherwise it suspends with [`Park::Done`].
 //! - Resumed with [`END`] (idle, or never started), it returns: that is how the loop ends
 //!   an idle worker.
 //! - A panic in a job ends the worker: it unwinds to corosensei's root and resumes on the
@@ -28,8 +30,9 @@ use crate::executor::Inner;
 use crate::job::Job;
 use crate::task::{Coro, Park};
 
-/// Resume value that starts a worker on the job queue's oldest job.
-pub(crate) const START: i32 = 0;
+/// Resume value that starts a worker on the job queue's oldest job: never a CQE's result
+/// (at least -4095) nor a yield's or wake's (0), so a run queue entry with it is a start.
+pub(crate) const START: i32 = i32::MIN + 1;
 /// Resume value that ends an idle worker.
 pub(crate) const END: i32 = i32::MIN;
 
