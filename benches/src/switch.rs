@@ -15,11 +15,14 @@
 //! | `yield_live_100`, `yield_live_10k`, `yield_live_30k`, `yield_live_1m` | one yield round trip
 //! with that many coroutines alive, all yielding in turn (scaling: the cost should not grow
 //! with them) |
+//! | `nop_live_100`, `nop_live_10k`, `nop_live_1m` | one io_uring NOP round trip with that many
+//! coroutines alive, each submitting NOP after NOP (the loop submits and reaps them in
+//! batches, as it does a daemon's I/O) |
 //!
 //! Each stack is two mappings (the stack and its guard page), and `vm.max_map_count` (65530
-//! by default) caps a process at about 32k stacks: `yield_live_1m` needs it raised to
+//! by default) caps a process at about 32k stacks: `yield_live_1m` and `nop_live_1m` need it raised to
 //! [`map_count_needed`] (`corofuse bench switch` does that for the run, as root), and about
-//! 4.5 GiB of memory (one touched stack page per coroutine); it is not in the default set.
+//! 4.5 GiB of memory (one touched stack page per coroutine); they are not in the default set.
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -48,14 +51,17 @@ pub const CASES: &[&str] = &[
     "yield_live_10k",
     "yield_live_30k",
     "yield_live_1m",
+    "nop_live_100",
+    "nop_live_10k",
+    "nop_live_1m",
 ];
 
-/// Cases run when none is named: all but the million-coroutine one (a minute, 4.5 GiB).
+/// Cases run when none is named: all but the million-coroutine ones (a minute, 4.5 GiB).
 pub fn default_cases() -> Vec<&'static str> {
     CASES
         .iter()
         .copied()
-        .filter(|c| *c != "yield_live_1m")
+        .filter(|c| !c.ends_with("_live_1m"))
         .collect()
 }
 
@@ -65,13 +71,16 @@ pub fn map_count_needed(live: usize) -> u64 {
     2 * live as u64 + 65_530
 }
 
-/// Live coroutines of each `yield_live_*` case.
+/// Live coroutines of each `yield_live_*` and `nop_live_*` case.
 pub fn live_count(case: &str) -> Option<usize> {
-    Some(match case {
-        "yield_live_100" => 100,
-        "yield_live_10k" => 10_000,
-        "yield_live_30k" => 30_000,
-        "yield_live_1m" => 1_000_000,
+    let count = case
+        .strip_prefix("yield_live_")
+        .or_else(|| case.strip_prefix("nop_live_"))?;
+    Some(match count {
+        "100" => 100,
+        "10k" => 10_000,
+        "30k" => 30_000,
+        "1m" => 1_000_000,
         _ => return None,
     })
 }
@@ -94,7 +103,8 @@ pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
         "nop_coroutine" => nop_coroutine(iters),
         "pread_4k" => pread_4k(iters),
         "accounting" => accounting(iters),
-        _ => yield_live(live_count(case)?, iters).0,
+        c if c.starts_with("nop_live_") => live_loop(live_count(c)?, iters, LiveOp::Nop).0,
+        _ => live_loop(live_count(case)?, iters, LiveOp::Yield).0,
     })
 }
 
@@ -134,11 +144,21 @@ pub fn runtime_switch(iters: u64) -> Duration {
     elapsed.get()
 }
 
-/// `live` coroutines alive at once, yielding in turn until `iters` yields in all have run
-/// (at least one round). Returns the time of the rounds after the first (which touches
-/// every stack), scaled to `iters` yields, and the resident memory each live coroutine added, in bytes: the pages it
-/// really touched (its stack, its slots), not the stack reserved for it.
-pub fn yield_live(live: usize, iters: u64) -> (Duration, f64) {
+/// What each coroutine of a `*_live_*` case does in a round.
+#[derive(Clone, Copy)]
+pub enum LiveOp {
+    /// `yield_now`: a switch to the loop and back.
+    Yield,
+    /// One io_uring NOP: queued, submitted with the others of the turn, reaped, resumed.
+    Nop,
+}
+
+/// `live` coroutines alive at once, yielding (or submitting NOPs) in turn until `iters`
+/// operations in all have run (at least one round). Returns the time of the rounds after
+/// the first (which touches every stack), scaled to `iters` operations, and the resident
+/// memory each live coroutine added, in bytes: the pages it really touched (its stack, its
+/// slots), not the stack reserved for it.
+pub fn live_loop(live: usize, iters: u64, op: LiveOp) -> (Duration, f64) {
     let rounds = (iters / live as u64).max(1);
     let rt = Runtime::new(Config::default()).expect("runtime");
     let rss_before = resident_bytes();
@@ -147,13 +167,17 @@ pub fn yield_live(live: usize, iters: u64) -> (Duration, f64) {
     for _ in 0..live {
         let (started, warm) = (started.clone(), warm.clone());
         rt.spawn(move |co| {
-            co.yield_now(); // every coroutine has run once: its stack is touched
+            let step = || match op {
+                LiveOp::Yield => co.yield_now(),
+                LiveOp::Nop => co.nop().expect("nop"),
+            };
+            step(); // every coroutine has run once: its stack is touched
             warm.set(warm.get() + 1);
             if warm.get() == live {
                 started.set(Some((Instant::now(), resident_bytes())));
             }
             for _ in 0..rounds {
-                co.yield_now();
+                step();
             }
         })
         .expect("spawn (raise vm.max_map_count for more live coroutines)");
@@ -310,7 +334,7 @@ pub struct CaseResult {
     /// Instructions per iteration, when measured under callgrind.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<f64>,
-    /// `yield_live_*` only: resident bytes each live coroutine added (pages touched).
+    /// `*_live_*` only: resident bytes each live coroutine added (pages touched).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resident_bytes_per_live: Option<f64>,
 }
@@ -329,7 +353,14 @@ pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
         min_ns: per_iter[0],
         max_ns: per_iter[per_iter.len() - 1],
         instructions: None,
-        resident_bytes_per_live: live_count(case).map(|live| yield_live(live, iters).1),
+        resident_bytes_per_live: live_count(case).map(|live| {
+            let op = if case.starts_with("nop_") {
+                LiveOp::Nop
+            } else {
+                LiveOp::Yield
+            };
+            live_loop(live, iters, op).1
+        }),
     })
 }
 
