@@ -28,7 +28,7 @@ pub struct Co<'a> {
     yielder: &'a Yielder<i32, Park>,
     pub(crate) inner: &'a Rc<Inner>,
     key: usize,
-    id: TaskId,
+    id: Cell<TaskId>,
     suspends: Cell<u32>,
     sqes: Cell<u32>,
     io_wait_ns: Cell<u64>,
@@ -61,7 +61,7 @@ impl<'a> Co<'a> {
             yielder,
             inner,
             key,
-            id,
+            id: Cell::new(id),
             suspends: Cell::new(0),
             sqes: Cell::new(0),
             io_wait_ns: Cell::new(0),
@@ -86,7 +86,16 @@ impl<'a> Co<'a> {
 
     /// This coroutine's identity.
     pub fn id(&self) -> TaskId {
-        self.id
+        self.id.get()
+    }
+
+    /// Starts the next job of the same worker: its identity, and counters from zero.
+    #[inline(always)]
+    pub(crate) fn begin(&self, id: TaskId) {
+        self.id.set(id);
+        self.suspends.set(0);
+        self.sqes.set(0);
+        self.io_wait_ns.set(0);
     }
 
     pub(crate) fn key(&self) -> usize {

@@ -17,6 +17,8 @@ use crate::task::TaskId;
 
 pub(crate) struct JobQueue {
     slots: Vec<Job>,
+    /// `slots.len() - 1` (a power of two less one), kept rather than recomputed.
+    mask: usize,
     head: usize,
     len: usize,
 }
@@ -25,6 +27,7 @@ impl JobQueue {
     pub(crate) fn new() -> Self {
         JobQueue {
             slots: (0..64).map(|_| Job::empty()).collect(),
+            mask: 63,
             head: 0,
             len: 0,
         }
@@ -36,10 +39,10 @@ impl JobQueue {
     where
         F: FnOnce(&Co<'_>) + 'static,
     {
-        if self.len == self.slots.len() {
+        if self.len > self.mask {
             self.grow();
         }
-        let tail = (self.head + self.len) & (self.slots.len() - 1);
+        let tail = (self.head + self.len) & self.mask;
         self.len += 1;
         // SAFETY: masked by `len - 1` of a non-empty power-of-two ring: inside `slots`.
         unsafe { self.slots.get_unchecked_mut(tail) }.put(id, name, f)
@@ -53,7 +56,7 @@ impl JobQueue {
         }
         // SAFETY: `head` is always masked into the ring (see `push`).
         let job = NonNull::from(unsafe { self.slots.get_unchecked_mut(self.head) });
-        self.head = (self.head + 1) & (self.slots.len() - 1);
+        self.head = (self.head + 1) & self.mask;
         self.len -= 1;
         Some(job)
     }
@@ -79,6 +82,7 @@ impl JobQueue {
             std::mem::swap(slot, &mut self.slots[(self.head + i) & (cap - 1)]);
         }
         self.slots = slots;
+        self.mask = cap * 2 - 1;
         self.head = 0;
     }
 }

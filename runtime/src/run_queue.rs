@@ -13,6 +13,8 @@
 
 pub(crate) struct RunQueue {
     slots: Vec<(usize, i32)>,
+    /// `slots.len() - 1` (a power of two less one), kept rather than recomputed.
+    mask: usize,
     head: usize,
     tail: usize,
     turn_end: usize,
@@ -22,6 +24,7 @@ impl RunQueue {
     pub(crate) fn new() -> Self {
         RunQueue {
             slots: vec![(0, 0); 64],
+            mask: 63,
             head: 0,
             tail: 0,
             turn_end: 0,
@@ -39,16 +42,11 @@ impl RunQueue {
     }
 
     #[inline(always)]
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
-    }
-
-    #[inline(always)]
     pub(crate) fn push_back(&mut self, entry: (usize, i32)) {
-        if self.len() == self.slots.len() {
+        if self.len() > self.mask {
             self.grow();
         }
-        let at = self.tail & self.mask();
+        let at = self.tail & self.mask;
         // SAFETY: masked by `len - 1` of a non-empty power-of-two ring: inside `slots`.
         unsafe { *self.slots.get_unchecked_mut(at) = entry };
         self.tail += 1;
@@ -59,7 +57,7 @@ impl RunQueue {
     fn front(&self) -> (usize, i32) {
         debug_assert!(!self.is_empty());
         // SAFETY: masked into the ring (see `push_back`).
-        unsafe { *self.slots.get_unchecked(self.head & self.mask()) }
+        unsafe { *self.slots.get_unchecked(self.head & self.mask) }
     }
 
     #[cfg(test)]
@@ -114,7 +112,7 @@ impl RunQueue {
 
     /// The keys of the queued entries whose resume value is `value`, oldest first.
     pub(crate) fn keys_with(&self, value: i32) -> Vec<usize> {
-        let mask = self.mask();
+        let mask = self.mask;
         let entries = (self.head..self.tail).map(|i| self.slots[i & mask]);
         entries.filter(|e| e.1 == value).map(|e| e.0).collect()
     }
@@ -136,6 +134,7 @@ impl RunQueue {
         slots.extend((self.head..self.tail).map(|i| self.slots[i & (cap - 1)]));
         slots.resize(cap * 2, (0, 0));
         self.slots = slots;
+        self.mask = cap * 2 - 1;
         self.turn_end = self.turn_end.saturating_sub(self.head).min(len);
         self.head = 0;
         self.tail = len;

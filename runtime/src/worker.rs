@@ -7,7 +7,7 @@
 //! - A worker is bound to one key for its whole life. It is resumed with [`START`] when
 //!   the loop reaches the run queue entry a spawn queued for it: it takes the job queue's
 //!   oldest job (jobs and starts are queued in the same order), runs it
-//!   with a fresh [`Co`] (so per-coroutine counters start at zero for every job), and
+//!   with its [`Co`] reset (so per-coroutine counters start at zero for every job), and
 //!   counts it completed. Yields in between are the job's own.
 //! - It then asks the loop for the next job of the same turn ([`Inner::chain_job`]): if the
 //!   next ready entry starts another worker, it runs that worker's job in place (the order
@@ -28,7 +28,7 @@ use crate::co::Co;
 use crate::colored_stack::ColoredStack;
 use crate::executor::Inner;
 use crate::job::Job;
-use crate::task::{Coro, Park};
+use crate::task::{Coro, Park, TaskId};
 
 /// Resume value that starts a worker on the job queue's oldest job: never a CQE's result
 /// (at least -4095) nor a yield's or wake's (0), so a run queue entry with it is a start.
@@ -40,10 +40,12 @@ pub(crate) const END: i32 = i32::MIN;
 pub(crate) fn worker(stack: DefaultStack, inner: Rc<Inner>, key: usize) -> Coro {
     Coroutine::with_stack(ColoredStack::new(stack, key), move |yielder, first: i32| {
         let mut command = first;
+        // One `Co` for every job of this worker, reset for each (`begin`).
+        let co = Co::new(yielder, &inner, key, TaskId(0));
         while command != END {
             loop {
                 let (job, id) = inner.take_job(key);
-                let co = Co::new(yielder, &inner, key, id);
+                co.begin(id);
                 // SAFETY: `take_job` just released this slot and nothing has spawned since
                 // (see `JobQueue`); `run` moves the closure out before calling it.
                 unsafe { Job::run(job.as_ptr(), &co) };
