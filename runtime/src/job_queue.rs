@@ -1,8 +1,9 @@
 //! Spawned jobs waiting for a worker, FIFO, in a power-of-two ring of inline [`Job`] slots.
 //!
 //! A spawn writes its closure straight into the slot at the tail (no copy, no allocation
-//! once the ring has grown to the high-water mark). The run queue carries one
-//! [`JOB`](crate::executor) marker per queued job, so jobs and resumes keep one FIFO order.
+//! once the ring has grown to the high-water mark). The run queue carries one worker start
+//! per queued job, in the same order, so a started worker's job is always this queue's
+//! oldest, and jobs and resumes keep one FIFO order.
 //!
 //! # Contract
 //! - [`JobQueue::pop`] hands out the address of the slot it just released. It stays valid,
