@@ -356,11 +356,13 @@ impl Inner {
     #[cold]
     #[inline(never)]
     unsafe fn push_sqe_full(&self, entry: &squeue::Entry) -> io::Result<()> {
-        // SAFETY: forwarded from the caller.
-        while !unsafe { self.reactor.try_push(entry) } {
+        loop {
             self.make_room()?;
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.reactor.try_push(entry) } {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// As [`Inner::push_sqe`] for a 128-byte SQE.
@@ -687,7 +689,6 @@ impl Inner {
 
     /// Every job that never started, and every remaining worker with its slot (idle workers
     /// come with a free slot); leaves the loop empty.
-    #[allow(clippy::type_complexity)]
     fn take_all(&self) -> (Vec<Job>, Vec<(Slot, Coro)>) {
         let jobs = self.jobs.with(|jobs| jobs.drain());
         let mut idle = self.stacks.with(|pool| pool.drain_idle());

@@ -85,12 +85,7 @@ impl RunQueue {
     /// Pops the oldest entry if it belongs to the current turn.
     #[inline(always)]
     pub(crate) fn pop_in_turn(&mut self) -> Option<(usize, i32)> {
-        if !self.in_turn() {
-            return None;
-        }
-        let entry = self.front();
-        self.head += 1;
-        Some(entry)
+        self.pop_in_turn_if(|_| true)
     }
 
     /// Pops the oldest entry if it belongs to the current turn and `want` holds for it.
