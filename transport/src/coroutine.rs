@@ -195,13 +195,24 @@ impl<F: FileSystem> Queue<F> {
 
     fn spawn_reader(self: &Rc<Self>, co: &Co<'_>) -> io::Result<()> {
         let queue = Rc::clone(self);
-        self.live_readers.set(self.live_readers.get() + 1);
-        let id = co.spawn_named("fuse-request", move |co| queue.reader(co));
-        if id.is_err() {
-            self.live_readers.set(self.live_readers.get() - 1);
-        }
-        self.readers.borrow_mut().push(id?);
+        // It first runs after this coroutine suspends: counting it afterwards is in time.
+        let id = co.spawn_named("fuse-request", move |co| queue.reader(co))?;
+        self.add_reader(id);
         Ok(())
+    }
+
+    /// Counts coroutine `id` among the readers (for `is_finished`, and `stop`'s cancels).
+    fn add_reader(&self, id: TaskId) {
+        self.live_readers.set(self.live_readers.get() + 1);
+        self.readers.borrow_mut().push(id);
+    }
+
+    /// Serves the request of `n` bytes in `buf` with `cx`, and accounts for it.
+    fn serve(&self, co: &Co<'_>, cx: &Ctx<'_>, buf: &mut RequestBuf, n: usize) {
+        let clock = self.clock(co, buf, n);
+        let (request, data) = buf.parts(n);
+        let served = self.dispatch(co, cx, request, data);
+        self.account(co, clock, &served);
     }
 
     /// A reader's life: wait for a request and serve it; if serving suspends, hand reading
@@ -227,18 +238,14 @@ impl<F: FileSystem> Queue<F> {
                 Ok(Some(n)) => {
                     self.in_flight.set(self.in_flight.get() + 1);
                     let ((), handed_over) = co.on_first_suspend(&hand_over, || {
-                        let clock = self.clock(co, &buf, n);
-                        let (request, data) = buf.parts(n);
-                        let served = self.dispatch(co, &Ctx::Coroutine(co), request, data);
-                        self.account(co, clock, &served);
+                        self.serve(co, &Ctx::Coroutine(co), &mut buf, n)
                     });
                     self.in_flight.set(self.in_flight.get() - 1);
                     if handed_over || self.stopping.get() {
                         break;
                     }
                     self.stats.borrow_mut().served_in_place += 1;
-                    self.live_readers.set(self.live_readers.get() + 1);
-                    self.readers.borrow_mut().push(co.id());
+                    self.add_reader(co.id());
                 }
                 Ok(None) => {
                     self.stopping.set(true);
@@ -261,10 +268,7 @@ impl<F: FileSystem> Queue<F> {
         loop {
             match self.receive(co, &mut buf) {
                 Ok(Some(n)) => {
-                    let clock = self.clock(co, &buf, n);
-                    let (request, data) = buf.parts(n);
-                    let served = self.dispatch(co, &Ctx::Blocking, request, data);
-                    self.account(co, clock, &served);
+                    self.serve(co, &Ctx::Blocking, &mut buf, n);
                 }
                 Ok(None) => break,
                 Err(e) => {
