@@ -103,8 +103,7 @@ pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
         "nop_coroutine" => nop_coroutine(iters),
         "pread_4k" => pread_4k(iters),
         "accounting" => accounting(iters),
-        c if c.starts_with("nop_live_") => live_loop(live_count(c)?, iters, LiveOp::Nop).0,
-        _ => live_loop(live_count(case)?, iters, LiveOp::Yield).0,
+        _ => live_loop(live_count(case)?, iters, live_op(case)).0,
     })
 }
 
@@ -142,6 +141,15 @@ pub fn runtime_switch(iters: u64) -> Duration {
     .expect("spawn");
     rt.run().expect("run");
     elapsed.get()
+}
+
+/// What the coroutines of the `*_live_*` case `case` do.
+fn live_op(case: &str) -> LiveOp {
+    if case.starts_with("nop_live_") {
+        LiveOp::Nop
+    } else {
+        LiveOp::Yield
+    }
 }
 
 /// What each coroutine of a `*_live_*` case does in a round.
@@ -367,14 +375,8 @@ pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
         min_ns: per_iter[0],
         max_ns: per_iter[per_iter.len() - 1],
         instructions: None,
-        resident_bytes_per_live: live_count(case).map(|live| {
-            let op = if case.starts_with("nop_") {
-                LiveOp::Nop
-            } else {
-                LiveOp::Yield
-            };
-            live_loop(live, iters, op).1
-        }),
+        resident_bytes_per_live: live_count(case)
+            .map(|live| live_loop(live, iters, live_op(case)).1),
     })
 }
 
