@@ -19,12 +19,6 @@
 # is left out of the "verified" median. Prints a markdown table.
 set -euo pipefail
 trials=${1:-3} cpus=${2:-}
-here=$(cd "$(dirname "$0")/../.." && pwd)
-corofuse=${COROFUSE:-$here/target/release/corofuse}
-[ -x "$corofuse" ] || { echo "build first: cargo build --release -p corofuse" >&2; exit 1; }
-for tool in qemu-img qemu-storage-daemon python3; do
-  command -v $tool >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
-done
 run_prefix=() daemon_cpu=
 case "$cpus" in
   same) run_prefix=(taskset -c 0) daemon_cpu=0 ;;
@@ -34,54 +28,12 @@ case "$cpus" in
 esac
 
 work=$(mktemp -d /dev/shm/corofuse-convert.XXXXXX)
-daemon=
-cleanup() {
-  if [ -n "$daemon" ]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; fi
-  umount -l "$work/mnt" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 src=$work/src.raw img=$work/image.raw mnt=$work/mnt
+# shellcheck source=benches/export/servers.sh
+. "$(dirname "$0")/servers.sh"
 touch "$mnt"
 echo "writing 1 GiB of random data to $src ..." >&2
 dd if=/dev/urandom of="$src" bs=1M count=1024 status=none
-
-mounted() { grep -q " $mnt fuse" /proc/mounts; }
-
-start() { # who
-  rm -f "$work/pid" "$img"
-  truncate -s 1G "$img"
-  if [ "$1" = corofuse ]; then
-    # shellcheck disable=SC2086
-    "$corofuse" mount -w "$img" "$mnt" --pidfile "$work/pid" ${COROFUSE_OPTS:-} \
-      >"$work/daemon.log" 2>&1 &
-  else
-    qemu-storage-daemon \
-      --blockdev "node-name=f,driver=file,filename=$img,aio=io_uring" \
-      --export "type=fuse,id=e,node-name=f,mountpoint=$mnt,writable=on" \
-      --pidfile "$work/pid" >"$work/daemon.log" 2>&1 &
-  fi
-  daemon=$!
-  for _ in $(seq 200); do
-    [ -s "$work/pid" ] && mounted && break
-    sleep 0.05
-  done
-  mounted || { echo "$1 did not mount:" >&2; cat "$work/daemon.log" >&2; exit 1; }
-  if [ -n "$daemon_cpu" ]; then
-    for t in /proc/$daemon/task/*; do taskset -pc "$daemon_cpu" "${t##*/}" >/dev/null; done
-  fi
-}
-
-cpu_seconds() { # pid: user+system CPU seconds so far
-  awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"
-}
-
-stop() {
-  kill "$daemon"
-  wait "$daemon" 2>/dev/null || true
-  daemon=
-  for _ in $(seq 100); do mounted || break; sleep 0.05; done
-}
 
 # Number of 1 MiB blocks in which $src and $img differ.
 bad_blocks() {
@@ -103,7 +55,9 @@ for t in $(seq "$trials"); do
   order="corofuse qsd"
   [ $((t % 2)) -eq 0 ] && order="qsd corofuse"
   for who in $order; do
-    start "$who"
+    rm -f "$img"
+    truncate -s 1G "$img"
+    start "$who" "$img"
     cpu0=$(cpu_seconds "$daemon")
     t0=$(date +%s.%N)
     status=ok
@@ -126,7 +80,6 @@ for t in $(seq "$trials"); do
   done
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 echo "| server | median s (all runs) | median s (verified runs) | runs |"
 echo "|---|---|---|---|"
 for who in corofuse qsd; do

@@ -22,58 +22,16 @@
 # FUSE export does so with O_DIRECT writes, see BENCHMARKS.md).
 set -euo pipefail
 trials=${1:-3} dir=${2:-/var/tmp}
-here=$(cd "$(dirname "$0")/../.." && pwd)
-corofuse=${COROFUSE:-$here/target/release/corofuse}
-[ -x "$corofuse" ] || { echo "build first: cargo build --release -p corofuse" >&2; exit 1; }
-for tool in qemu-img qemu-storage-daemon python3; do
-  command -v $tool >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
-done
 [ "$(stat -f -c %T "$dir")" = tmpfs ] && { echo "$dir is tmpfs: pick a real file system" >&2; exit 2; }
 work=$(mktemp -d "$dir/corofuse-qcow2.XXXXXX")
-daemon=
-cleanup() {
-  if [ -n "$daemon" ]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; fi
-  umount -l "$work/mnt" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 mnt=$work/mnt
+# shellcheck source=benches/export/servers.sh
+. "$(dirname "$0")/servers.sh"
 touch "$mnt"
 echo "writing 1 GiB of random data and converting it to qcow2 in $work ..." >&2
 dd if=/dev/urandom of="$work/src.raw" bs=1M count=1024 status=none
 qemu-img convert -f raw -O qcow2 "$work/src.raw" "$work/alloc.qcow2"
 
-mounted() { grep -q " $mnt fuse" /proc/mounts; }
-
-start() { # who image format
-  local who=$1 image=$2 format=$3
-  rm -f "$work/pid"
-  if [ "$who" = corofuse ]; then
-    "$corofuse" mount -w --format "$format" "$image" "$mnt" --pidfile "$work/pid" \
-      >"$work/daemon.log" 2>&1 &
-  else
-    qemu-storage-daemon \
-      --blockdev "node-name=f,driver=file,filename=$image,aio=io_uring" \
-      --blockdev "node-name=q,driver=$format,file=f" \
-      --export "type=fuse,id=e,node-name=q,mountpoint=$mnt,writable=on" \
-      --pidfile "$work/pid" >"$work/daemon.log" 2>&1 &
-  fi
-  daemon=$!
-  for _ in $(seq 200); do
-    [ -s "$work/pid" ] && mounted && break
-    sleep 0.05
-  done
-  mounted || { echo "$who did not mount $image:" >&2; cat "$work/daemon.log" >&2; exit 1; }
-}
-stop() {
-  kill "$daemon"
-  wait "$daemon" 2>/dev/null || true
-  daemon=
-  for _ in $(seq 100); do mounted || break; sleep 0.05; done
-}
-cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
-
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}x' if b else '-')" "$1" "$2"; }
 
 echo "| qemu-img convert -t none (1 GiB) | corofuse s | qsd s | corofuse/qsd time | corofuse runs | qsd runs |"
