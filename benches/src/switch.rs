@@ -9,6 +9,9 @@
 //! | `spawn_fresh` | the same with no pool: every coroutine maps a new stack |
 //! | `nop_bare` | io_uring NOP pushed, submitted with one `io_uring_enter`, reaped |
 //! | `nop_coroutine` | the same from a coroutine: submit, suspend, resume on its CQE |
+//! | `nop_bare_lines` | `nop_bare`, then one load from each of [`EXTRA_LINES`] other cache lines: the lines
+//! `nop_coroutine` touches beyond `nop_bare`'s (counted with `benches/perf/lines-touched.py`),
+//! with none of its instructions. What touching them costs after a system call |
 //! | `pread_4k` | a blocking 4 KiB `pread` from the page cache, for scale |
 //! | `accounting` | what per-request accounting adds to one request: the clock reads of a
 //! request with one I/O (4) and the recording of its sample into the opcode's histograms |
@@ -19,8 +22,13 @@
 //! coroutines alive, each submitting NOP after NOP (the loop submits and reaps them in
 //! batches, as it does a daemon's I/O) |
 //!
+//! | `touch_live_100`, `touch_live_10k`, `touch_live_1m` | the memory floor of the two above, with
+//! no coroutine: one load from the top line of each of that many stacks (mapped and
+//! staggered as the runtime's), in turn. No design that switches into a stack of its own
+//! per coroutine touches less, so this is how flat any such design can scale here |
+//!
 //! Each stack is two mappings (the stack and its guard page), and `vm.max_map_count` (65530
-//! by default) caps a process at about 32k stacks: `yield_live_1m` and `nop_live_1m` need it raised to
+//! by default) caps a process at about 32k stacks: the `*_live_1m` cases need it raised to
 //! [`map_count_needed`] (`corofuse bench switch` does that for the run, as root), and about
 //! 4.5 GiB of memory (one touched stack page per coroutine); they are not in the default set.
 
@@ -30,7 +38,7 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use corosensei::stack::DefaultStack;
+use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult};
 use io_uring::{opcode, IoUring};
 use runtime::{Config, Runtime};
@@ -45,6 +53,7 @@ pub const CASES: &[&str] = &[
     "spawn_fresh",
     "nop_bare",
     "nop_coroutine",
+    "nop_bare_lines",
     "pread_4k",
     "accounting",
     "yield_live_100",
@@ -54,6 +63,9 @@ pub const CASES: &[&str] = &[
     "nop_live_100",
     "nop_live_10k",
     "nop_live_1m",
+    "touch_live_100",
+    "touch_live_10k",
+    "touch_live_1m",
 ];
 
 /// Cases run when none is named: all but the million-coroutine ones (a minute, 4.5 GiB).
@@ -75,7 +87,8 @@ pub fn map_count_needed(live: usize) -> u64 {
 pub fn live_count(case: &str) -> Option<usize> {
     let count = case
         .strip_prefix("yield_live_")
-        .or_else(|| case.strip_prefix("nop_live_"))?;
+        .or_else(|| case.strip_prefix("nop_live_"))
+        .or_else(|| case.strip_prefix("touch_live_"))?;
     Some(match count {
         "100" => 100,
         "10k" => 10_000,
@@ -99,10 +112,12 @@ pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
                 ..Config::default()
             },
         ),
-        "nop_bare" => nop_bare(iters),
+        "nop_bare" => nop_bare(iters, 0),
+        "nop_bare_lines" => nop_bare(iters, EXTRA_LINES),
         "nop_coroutine" => nop_coroutine(iters),
         "pread_4k" => pread_4k(iters),
         "accounting" => accounting(iters),
+        c if c.starts_with("touch_live_") => touch_live(live_count(c)?, iters).0,
         _ => live_loop(live_count(case)?, iters, live_op(case)).0,
     })
 }
@@ -214,6 +229,48 @@ pub fn live_loop(live: usize, iters: u64, op: LiveOp) -> (Duration, f64) {
     (elapsed, per_coroutine)
 }
 
+/// The floor of the `*_live_*` cases: `live` stacks mapped as the runtime maps them
+/// (`DEFAULT_STACK_SIZE` and a guard page each, tops staggered by a cache line over 32
+/// colours), and one 64-byte line just below each top, the first line a resumed coroutine
+/// touches, read in turn in creation order. The addresses come from an array, as the run
+/// queue gives the loop its next coroutine, so the loads are independent and the CPU may
+/// overlap their misses: no design that switches into a stack per coroutine in turn can
+/// touch less. `iters` loads in all (at least one lap after a warm lap). Returns the time,
+/// scaled to `iters` loads, and the resident bytes per stack (one page).
+pub fn touch_live(live: usize, iters: u64) -> (Duration, f64) {
+    const COLORS: usize = 32;
+    let rss_before = resident_bytes();
+    let stacks: Vec<DefaultStack> = (0..live)
+        .map(|_| {
+            DefaultStack::new(runtime::DEFAULT_STACK_SIZE)
+                .expect("stack (raise vm.max_map_count for more)")
+        })
+        .collect();
+    let lines: Vec<*mut u64> = (0..live)
+        .map(|i| (stacks[i].base().get() - (i % COLORS) * 64 - 64) as *mut u64)
+        .collect();
+    for &line in &lines {
+        // SAFETY: the line lies inside its stack's mapping, just below the top, 64-byte
+        // aligned (a page-aligned top less whole lines); nothing else uses these stacks.
+        unsafe { line.write(1) };
+    }
+    let rss = resident_bytes();
+    let laps = (iters / live as u64).max(1);
+    let mut sum = 0u64;
+    let start = Instant::now();
+    for _ in 0..laps {
+        for &line in &lines {
+            // SAFETY: as above.
+            sum = sum.wrapping_add(unsafe { line.read_volatile() });
+        }
+    }
+    let elapsed = start.elapsed();
+    assert_eq!(sum, laps * live as u64);
+    let elapsed = elapsed.mul_f64(iters as f64 / (laps * live as u64) as f64);
+    let per_stack = rss.saturating_sub(rss_before) as f64 / live as f64;
+    (elapsed, per_stack)
+}
+
 /// This process's resident memory (`/proc/self/statm`), in bytes.
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
@@ -267,13 +324,22 @@ pub fn spawn_one(iters: u64) -> Duration {
     start.elapsed()
 }
 
-/// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it.
-pub fn nop_bare(iters: u64) -> Duration {
+/// Cache lines a coroutine NOP round trip touches beyond the bare one's: 35 against 13,
+/// counted with `benches/perf/lines-touched.py` (BENCHMARKS.md, "Lines touched").
+pub const EXTRA_LINES: usize = 22;
+
+/// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it; then one load
+/// from each of `lines` cache lines of a buffer of the process's own (none for the bare
+/// NOP).
+pub fn nop_bare(iters: u64, lines: usize) -> Duration {
     let mut ring: IoUring = IoUring::builder()
         .setup_single_issuer()
         .build(256)
         .expect("io_uring");
     let nop = opcode::Nop::new().build().user_data(7);
+    // One u64 in each line: eight per line.
+    let buffer = vec![1u64; lines * 8];
+    let mut sum = 0u64;
     let start = Instant::now();
     for _ in 0..iters {
         // SAFETY: a NOP points to no memory.
@@ -281,8 +347,14 @@ pub fn nop_bare(iters: u64) -> Duration {
         ring.submit_and_wait(1).expect("enter");
         let cqe = ring.completion().next().expect("a completion");
         black_box(cqe.result());
+        for line in buffer.chunks(8) {
+            // SAFETY: a reference to a live element is valid for a read.
+            sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(&line[0]) });
+        }
     }
-    start.elapsed()
+    let elapsed = start.elapsed();
+    assert_eq!(sum, iters * lines as u64);
+    elapsed
 }
 
 /// The same NOP from a coroutine: submit, suspend, loop enters and reaps, resume.
@@ -353,6 +425,8 @@ pub struct CaseResult {
     pub min_ns: f64,
     /// Slowest run, ns per iteration.
     pub max_ns: f64,
+    /// Every run, ns per iteration, in the order of the rounds.
+    pub per_run_ns: Vec<f64>,
     /// Instructions per iteration, when measured under callgrind.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<f64>,
@@ -363,21 +437,61 @@ pub struct CaseResult {
 
 /// Times `case` `runs` times with `iters` iterations each; keeps the median.
 pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
-    run_case(case, iters.min(1000))?; // warm-up
-    let mut per_iter: Vec<f64> = (0..runs.max(1))
-        .map(|_| run_case(case, iters).expect("known case").as_nanos() as f64 / iters as f64)
+    measure_rounds(&[(case, iters)], runs)?.pop()
+}
+
+/// Times every `(case, iters)` `runs` times, in rounds: each round runs each case once, in
+/// order, so a slow moment of this shared machine falls on every case of its round alike,
+/// and a ratio of two cases can be taken within each round ([`median_ratio`]). `None` for
+/// an unknown case name.
+pub fn measure_rounds(cases: &[(&str, u64)], runs: usize) -> Option<Vec<CaseResult>> {
+    for &(case, iters) in cases {
+        run_case(case, iters.min(1000))?; // warm-up
+    }
+    let mut per_run = vec![Vec::new(); cases.len()];
+    for _ in 0..runs.max(1) {
+        for (&(case, iters), times) in cases.iter().zip(&mut per_run) {
+            let elapsed = run_case(case, iters).expect("known case");
+            times.push(elapsed.as_nanos() as f64 / iters as f64);
+        }
+    }
+    let results = cases
+        .iter()
+        .zip(per_run)
+        .map(|(&(case, iters), per_run_ns)| {
+            let mut sorted = per_run_ns.clone();
+            sorted.sort_by(f64::total_cmp);
+            CaseResult {
+                case: case.to_string(),
+                iters,
+                ns_per_iter: sorted[sorted.len() / 2],
+                min_ns: sorted[0],
+                max_ns: sorted[sorted.len() - 1],
+                per_run_ns,
+                instructions: None,
+                resident_bytes_per_live: live_count(case).map(|live| {
+                    if case.starts_with("touch_live_") {
+                        touch_live(live, iters).1
+                    } else {
+                        live_loop(live, iters, live_op(case)).1
+                    }
+                }),
+            }
+        });
+    Some(results.collect())
+}
+
+/// The median over rounds of `a`'s time over `b`'s in the same round (both measured by one
+/// [`measure_rounds`]).
+pub fn median_ratio(a: &CaseResult, b: &CaseResult) -> f64 {
+    let mut ratios: Vec<f64> = a
+        .per_run_ns
+        .iter()
+        .zip(&b.per_run_ns)
+        .map(|(x, y)| x / y)
         .collect();
-    per_iter.sort_by(f64::total_cmp);
-    Some(CaseResult {
-        case: case.to_string(),
-        iters,
-        ns_per_iter: per_iter[per_iter.len() / 2],
-        min_ns: per_iter[0],
-        max_ns: per_iter[per_iter.len() - 1],
-        instructions: None,
-        resident_bytes_per_live: live_count(case)
-            .map(|live| live_loop(live, iters, live_op(case)).1),
-    })
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
 }
 
 /// Iterations that take roughly similar time for each case.

@@ -1,7 +1,8 @@
 //! `corofuse bench switch`: the runtime's per-operation costs, as JSON.
 //!
-//! Time is the median of several runs (this machine is shared and noisy: compare the
-//! ratios, which are computed within one run). With `--callgrind`, each case also runs
+//! Time is the median of several runs, taken in rounds: each round runs every case once, so
+//! a slow moment of a shared, noisy machine falls on all the cases of its round, and each
+//! ratio is the median of the ratios within rounds. With `--callgrind`, each case also runs
 //! under `valgrind --tool=callgrind` at two iteration counts; the difference of the two
 //! instruction totals divided by the difference of the counts is the cost of one iteration,
 //! free of setup, and the same on every run.
@@ -10,8 +11,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use corofuse_benches::switch::{
-    default_cases, default_iters, live_count, map_count_needed, measure, run_case, CaseResult,
-    CASES,
+    default_cases, default_iters, live_count, map_count_needed, measure_rounds, median_ratio,
+    run_case, CaseResult, CASES,
 };
 use serde::Serialize;
 
@@ -20,7 +21,7 @@ pub struct Args {
     /// Only these cases (default: all).
     #[arg(long = "case", value_parser = clap::builder::PossibleValuesParser::new(CASES))]
     cases: Vec<String>,
-    /// Timed runs per case; the median is reported.
+    /// Rounds (one timed run of every case each); the median is reported.
     #[arg(long, default_value_t = 5)]
     runs: usize,
     /// Iterations per run (default: a per-case count of about 0.1-0.5 s).
@@ -47,6 +48,10 @@ struct Ratios {
     runtime_switch_over_raw: Option<f64>,
     /// Coroutine NOP round trip over the bare ring NOP round trip.
     nop_coroutine_over_bare: Option<f64>,
+    /// The bare NOP that also touches the coroutine NOP's extra cache lines, over the bare
+    /// NOP: how much of the coroutine's cost those lines alone explain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nop_bare_lines_over_bare: Option<f64>,
     /// Pooled spawn-to-completion in nanoseconds (queued together: chained).
     spawn_pooled_ns: Option<f64>,
     /// Pooled spawn-to-completion one at a time (the loop resumes the worker), in ns.
@@ -95,16 +100,21 @@ pub fn run(args: &Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    let mut results = Vec::new();
-    for case in cases {
-        let iters = args.iters.unwrap_or_else(|| default_iters(case));
-        log::info!("measuring {case} ({} runs of {iters})", args.runs);
-        let mut result = measure(case, iters, args.runs).ok_or("unknown case")?;
+    let planned: Vec<(&str, u64)> = cases
+        .iter()
+        .map(|&case| (case, args.iters.unwrap_or_else(|| default_iters(case))))
+        .collect();
+    log::info!(
+        "measuring {} cases in {} rounds (one run of each per round)",
+        planned.len(),
+        args.runs
+    );
+    let mut results = measure_rounds(&planned, args.runs).ok_or("unknown case")?;
+    for result in &mut results {
         // valgrind cannot map the 60k segments of 30k stacks ("VG_N_SEGMENTS is too low").
-        if args.callgrind && live_count(case).is_none_or(|live| live <= 10_000) {
-            result.instructions = Some(instructions_per_iter(case)?);
+        if args.callgrind && live_count(&result.case).is_none_or(|live| live <= 10_000) {
+            result.instructions = Some(instructions_per_iter(&result.case)?);
         }
-        results.push(result);
     }
     let report = Report {
         ratios: ratios(&results),
@@ -120,7 +130,8 @@ pub fn run(args: &Args) -> Result<(), String> {
 fn ratios(results: &[CaseResult]) -> Ratios {
     let find = |case: &str| results.iter().find(|r| r.case == case);
     let ns = |case: &str| find(case).map(|r| r.ns_per_iter);
-    let ratio = |a: &str, b: &str| Some(ns(a)? / ns(b)?);
+    // Within each round, then the median: a slow moment slows both cases of its round.
+    let ratio = |a: &str, b: &str| Some(median_ratio(find(a)?, find(b)?));
     let ins = |case: &str| find(case)?.instructions;
     let ins_ratio = |a: &str, b: &str| Some(ins(a)? / ins(b)?);
     let instructions =
@@ -136,6 +147,7 @@ fn ratios(results: &[CaseResult]) -> Ratios {
     Ratios {
         runtime_switch_over_raw: ratio("runtime_switch", "raw_switch"),
         nop_coroutine_over_bare: ratio("nop_coroutine", "nop_bare"),
+        nop_bare_lines_over_bare: ratio("nop_bare_lines", "nop_bare"),
         spawn_pooled_ns: ns("spawn_pooled"),
         spawn_one_ns: ns("spawn_one"),
         spawn_fresh_over_pooled: ratio("spawn_fresh", "spawn_pooled"),

@@ -25,7 +25,6 @@ pub(crate) struct ColoredStack {
 }
 
 impl ColoredStack {
-    /// `stack`, given the colour of worker `key`.
     /// `stack`, given the colour of worker `key` (less on a tiny stack: at most an eighth
     /// of it).
     pub(crate) fn new(stack: DefaultStack, key: usize) -> Self {

@@ -4,7 +4,9 @@
 //! the kernel once to submit all SQEs queued during the turn and, if nothing is ready, to
 //! wait for a completion; then it moves every available CQE's coroutine to the run queue.
 //! A coroutine that yields as the last of its turn, with nothing else ready and nothing in
-//! flight, is resumed again at once (`run_alone`): the same turns, without the queue.
+//! flight, is resumed again at once (`run_alone`); one that parks on I/O with nothing else
+//! ready is resumed in place when the next wait reaps its CQE alone (`wait_alone`): the
+//! same turns, without the queue.
 //!
 //! A spawn queues its closure in the job queue, and in the run queue an entry that starts an
 //! idle worker ([`START`]): a pooled one, or one made now (so a failure to map a stack is
@@ -50,6 +52,17 @@ use crate::run_queue::RunQueue;
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
 use crate::worker::{worker, END, START};
+
+/// How a coroutine came back to the loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Back {
+    /// It yielded: it is to be queued again.
+    Yielded,
+    /// It waits for the CQE of its SQE.
+    Io,
+    /// It waits on a queue, or its job ended, or it panicked.
+    Other,
+}
 
 /// Every key's slot, the free keys that have no worker, and the run queue of
 /// `(key, resume value)`. Free keys with an idle worker are in the `StackPool`.
@@ -427,15 +440,22 @@ impl Inner {
         loop {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
-                if !self.run_task(key, value) {
-                    continue;
-                }
-                if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
-                    if self.run_alone(key, &mut stop) {
-                        return Ok(());
+                match self.run_task(key, value) {
+                    Back::Yielded => {
+                        if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
+                            if self.run_alone(key, &mut stop) {
+                                return Ok(());
+                            }
+                        } else {
+                            self.sched.with(|s| s.ready.push_back((key, 0)));
+                        }
                     }
-                } else {
-                    self.sched.with(|s| s.ready.push_back((key, 0)));
+                    Back::Io if self.waits_alone() => {
+                        if self.wait_alone(key, &mut stop)? {
+                            return Ok(());
+                        }
+                    }
+                    Back::Io | Back::Other => {}
                 }
             }
             if stop() {
@@ -443,10 +463,10 @@ impl Inner {
             }
             let idle = self.sched.with(|s| s.ready.is_empty());
             if self.reactor.in_flight() > 0 {
-                if idle && self.poll.enabled() {
-                    self.wait_polling()?;
+                if idle {
+                    self.wait()?;
                 } else {
-                    self.reactor.enter(usize::from(idle), &self.counters)?;
+                    self.reactor.enter(0, &self.counters)?;
                 }
                 self.reap();
             } else if idle {
@@ -458,6 +478,16 @@ impl Inner {
                     "deadlock: {live} coroutines wait on queues, none is ready and no I/O is in flight"
                 )));
             }
+        }
+    }
+
+    /// Waits for at least one completion: spinning first when polling is on.
+    #[inline(always)]
+    fn wait(&self) -> io::Result<()> {
+        if self.poll.enabled() {
+            self.wait_polling()
+        } else {
+            self.reactor.enter(1, &self.counters)
         }
     }
 
@@ -491,19 +521,91 @@ impl Inner {
     #[inline(always)]
     fn reap(&self) {
         let reaped = self.reactor.reap(&self.counters, |user_data, result| {
-            if user_data == INTERNAL {
-                return;
+            if let Some(key) = self.completed(user_data) {
+                self.sched.with(|s| s.ready.push_back((key, result)));
             }
-            let key = user_data as usize;
-            self.sched.with(|s| {
-                let slot = &mut s.tasks[key];
-                debug_assert_eq!(slot.state, State::Io, "CQE for {} not in I/O", slot.id);
-                slot.state = State::Ready;
-                s.ready.push_back((key, result));
-            });
         });
+        self.reaped(reaped);
+    }
+
+    /// Books the CQE of `user_data`: the key of the coroutine it makes ready, now marked
+    /// so, or `None` for the loop's own SQEs.
+    #[inline(always)]
+    fn completed(&self, user_data: u64) -> Option<usize> {
+        if user_data == INTERNAL {
+            return None;
+        }
+        let key = user_data as usize;
+        self.sched.with(|s| {
+            let slot = &mut s.tasks[key];
+            debug_assert_eq!(slot.state, State::Io, "CQE for {} not in I/O", slot.id);
+            slot.state = State::Ready;
+        });
+        Some(key)
+    }
+
+    /// Notes when completions were last reaped, if the loop measures it.
+    #[inline(always)]
+    fn reaped(&self, reaped: usize) {
         if self.account && reaped > 0 {
             self.reaped_at.set(Some(Instant::now()));
+        }
+    }
+
+    /// Whether the coroutine that just parked on I/O is the only one the loop could run
+    /// next: nothing else is ready (other SQEs may be in flight).
+    #[inline(always)]
+    fn waits_alone(&self) -> bool {
+        self.sched.with(|s| s.ready.is_empty())
+    }
+
+    /// The fast path for a coroutine that parked on I/O with nothing else ready
+    /// (`waits_alone`): the loop waits, and when the only CQE it reaps is that coroutine's,
+    /// resumes it in place, without the run queue, for as long as this repeats. That is the
+    /// turn the loop would have run. Each wait ends a turn: `stop` is checked before it.
+    /// Any other CQE, yield or spawn sends it all back to the general loop, in CQE order.
+    /// Returns whether `stop()` held.
+    #[inline]
+    fn wait_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> io::Result<bool> {
+        // Looked up once: the slot stays put while its coroutine lives.
+        let slot = self.coros.with(|coros| coros.slot(key));
+        loop {
+            if stop() {
+                return Ok(true);
+            }
+            self.wait()?;
+            let mut mine = None;
+            let reaped = self.reactor.reap(&self.counters, |user_data, result| {
+                let Some(ready) = self.completed(user_data) else {
+                    return;
+                };
+                self.sched.with(|s| {
+                    if ready == key && mine.is_none() && s.ready.is_empty() {
+                        mine = Some(result);
+                        return;
+                    }
+                    // Not alone after all: queue everything, in CQE order.
+                    if let Some(first) = mine.take() {
+                        s.ready.push_back((key, first));
+                    }
+                    s.ready.push_back((ready, result));
+                });
+            });
+            self.reaped(reaped);
+            let Some(result) = mine else {
+                if self.sched.with(|s| s.ready.is_empty()) {
+                    continue; // woken without a coroutine's CQE (EINTR, a cancel's CQE)
+                }
+                return Ok(false);
+            };
+            match self.run_in(slot, key, result) {
+                Back::Io if self.waits_alone() => continue,
+                Back::Yielded => {
+                    self.sched.with(|s| s.ready.push_back((key, 0)));
+                    return Ok(false);
+                }
+                Back::Io | Back::Other => return Ok(false),
+            }
         }
     }
 
@@ -528,7 +630,7 @@ impl Inner {
                 self.sched.with(|s| s.ready.push_back((key, 0)));
                 return true;
             }
-            if !self.run_in(slot, key, 0) {
+            if self.run_in(slot, key, 0) != Back::Yielded {
                 return false;
             }
             if !self.alone() {
@@ -539,15 +641,15 @@ impl Inner {
     }
 
     /// Switches into one coroutine, in place in its slot, and books how it came back.
-    /// Returns whether it yielded (`Park::Yield`): then the caller queues it.
+    /// When it yielded (`Park::Yield`), the caller queues it.
     #[inline(always)]
-    fn run_task(&self, key: usize, value: i32) -> bool {
+    fn run_task(&self, key: usize, value: i32) -> Back {
         self.run_in(self.coros.with(|coros| coros.slot(key)), key, value)
     }
 
     /// [`Inner::run_task`] with the slot of `key` already looked up.
     #[inline(always)]
-    fn run_in(&self, slot: NonNull<Option<Coro>>, key: usize, value: i32) -> bool {
+    fn run_in(&self, slot: NonNull<Option<Coro>>, key: usize, value: i32) -> Back {
         self.counters.resumes.bump();
         // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
         // while this coroutine runs nothing else touches its slot: only `retire` and `end`
@@ -558,28 +660,28 @@ impl Inner {
         match panic::catch_unwind(AssertUnwindSafe(|| co.resume(value))) {
             Ok(CoroutineResult::Yield(Park::Yield)) => {
                 self.counters.suspends.bump();
-                true
+                Back::Yielded
             }
             Ok(CoroutineResult::Yield(Park::Done)) => {
                 self.retire(key);
-                false
+                Back::Other
             }
-            Ok(CoroutineResult::Yield(park)) => {
+            Ok(CoroutineResult::Yield(Park::Io)) => {
                 self.counters.suspends.bump();
-                let state = if park == Park::Io {
-                    State::Io
-                } else {
-                    State::Waiting
-                };
-                self.sched.with(|s| s.tasks[key].state = state);
-                false
+                self.sched.with(|s| s.tasks[key].state = State::Io);
+                Back::Io
+            }
+            Ok(CoroutineResult::Yield(Park::Wait)) => {
+                self.counters.suspends.bump();
+                self.sched.with(|s| s.tasks[key].state = State::Waiting);
+                Back::Other
             }
             Ok(CoroutineResult::Return(())) => {
                 unreachable!("a worker returns only when resumed without a job")
             }
             Err(payload) => {
                 self.panicked(key, payload);
-                false
+                Back::Other
             }
         }
     }

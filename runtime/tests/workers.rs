@@ -1,6 +1,6 @@
 //! Worker coroutines: a finished coroutine takes its next job in place, and runs the next
 //! queued job of the turn itself (chained); panics and shutdown end workers cleanly; the
-//! fast path for a lone yielder keeps FIFO and counters.
+//! fast paths for a lone yielder and a lone I/O waiter keep FIFO, turns and counters.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -193,17 +193,95 @@ fn a_lone_yielder_goes_back_to_the_queue_when_another_is_ready() {
     );
 }
 
-/// Spawns a job that logs `name` at its start and after each of `yields` yields.
-fn logged(rt: &Runtime, log: &Rc<RefCell<Vec<String>>>, name: &'static str, yields: usize) {
+#[test]
+fn a_lone_io_waiter_is_resumed_by_its_cqe_one_turn_per_wait_and_stops_when_asked() {
+    let rt = rt();
+    let nops = Rc::new(Cell::new(0u32));
+    let n = nops.clone();
+    rt.spawn(move |co| loop {
+        co.nop().unwrap();
+        n.set(n.get() + 1);
+    })
+    .unwrap();
+    let mut checks = 0;
+    rt.run_until(|| {
+        checks += 1;
+        checks == 101
+    })
+    .unwrap();
+    assert_eq!(nops.get(), 100, "stop() is checked before each wait");
+    let c = rt.counters();
+    // Each NOP: one SQE, one io_uring_enter, one CQE, a suspend and a resume; the 101st is
+    // in flight, its coroutine suspended.
+    assert_eq!((c.resumes, c.suspends, c.live), (101, 101, 1));
+    assert_eq!(
+        (c.sqes_submitted, c.enter_calls, c.cqes_reaped),
+        (100, 100, 100)
+    );
+    // Still waiting when stopped: the next run submits its NOP and resumes it on the CQE.
+    rt.run_until(|| nops.get() == 101).unwrap();
+    assert_eq!(nops.get(), 101);
+}
+
+#[test]
+fn a_lone_io_waiter_keeps_fifo_with_yielders_spawns_and_a_second_sqe() {
+    let rt = rt();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let l = log.clone();
+    rt.spawn(move |co| {
+        for i in 0..3 {
+            co.nop().unwrap();
+            l.borrow_mut().push(format!("a{i}"));
+        }
+        co.spawn_named("b", logger(&l, "b", 2)).unwrap();
+        for i in 3..6 {
+            co.nop().unwrap();
+            l.borrow_mut().push(format!("a{i}"));
+        }
+        // A second waiter with an SQE of its own: both are in flight at once.
+        let l2 = l.clone();
+        co.spawn(move |co| {
+            co.sleep(std::time::Duration::from_millis(5)).unwrap();
+            l2.borrow_mut().push("c".into());
+        })
+        .unwrap();
+        for i in 6..8 {
+            co.nop().unwrap();
+            l.borrow_mut().push(format!("a{i}"));
+        }
+        co.sleep(std::time::Duration::from_millis(20)).unwrap();
+        l.borrow_mut().push("a8".into());
+    })
+    .unwrap();
+    rt.run().unwrap();
+    assert_eq!(
+        *log.borrow(),
+        ["a0", "a1", "a2", "b0", "a3", "b1", "a4", "b2", "a5", "a6", "a7", "c", "a8"]
+    );
+    let c = rt.counters();
+    assert_eq!(c.sqes_submitted, c.cqes_reaped);
+    assert_eq!(c.resumes, c.suspends + c.completed - c.chained);
+}
+
+/// A job that logs `name` at its start and after each of `yields` yields.
+fn logger(
+    log: &Rc<RefCell<Vec<String>>>,
+    name: &'static str,
+    yields: usize,
+) -> impl FnOnce(&runtime::Co<'_>) + 'static {
     let log = log.clone();
-    rt.spawn_named(name, move |co| {
+    move |co| {
         log.borrow_mut().push(format!("{name}0"));
         for i in 1..=yields {
             co.yield_now();
             log.borrow_mut().push(format!("{name}{i}"));
         }
-    })
-    .unwrap();
+    }
+}
+
+/// Spawns a [`logger`] job.
+fn logged(rt: &Runtime, log: &Rc<RefCell<Vec<String>>>, name: &'static str, yields: usize) {
+    rt.spawn_named(name, logger(log, name, yields)).unwrap();
 }
 
 #[test]
