@@ -6,7 +6,9 @@
 //! A coroutine that yields as the last of its turn, with nothing else ready and nothing in
 //! flight, is resumed again at once (`run_alone`); one that parks on I/O with nothing else
 //! ready is resumed in place when the next wait reaps its CQE alone (`wait_alone`): the
-//! same turns, without the queue.
+//! same turns, without the queue. With hundreds of coroutines queued, the loop prefetches
+//! the stack top of the one 8 places ahead (`prefetch_ahead`): resuming a coroutine whose
+//! stack page is cold waits for its translation and its line otherwise.
 //!
 //! A spawn queues its closure in the job queue, and in the run queue an entry that starts an
 //! idle worker ([`START`]): a pooled one, or one made now (so a failure to map a stack is
@@ -39,6 +41,7 @@ use corosensei::CoroutineResult;
 use io_uring::{opcode, squeue};
 
 use crate::co::{Co, SuspendHook};
+use crate::colored_stack::ColoredStack;
 use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
@@ -52,6 +55,26 @@ use crate::run_queue::RunQueue;
 use crate::stack_pool::StackPool;
 use crate::task::{Coro, Park, Slot, State, TaskId};
 use crate::worker::{worker, END, START};
+use corosensei::stack::Stack;
+
+/// Queue lengths from which the loop prefetches stacks ahead: below this, the coroutines'
+/// stacks stay in the caches and translation buffers anyway.
+const PREFETCH_FROM: usize = 256;
+/// How many places ahead of the coroutine being resumed the loop prefetches.
+const PREFETCH_DISTANCE: usize = 8;
+
+/// Hints the CPU to fetch the line at `address` (any address: a prefetch never faults).
+#[inline(always)]
+fn prefetch(address: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect and does not fault, whatever the
+    // address; SSE is part of x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
+}
 
 /// How a coroutine came back to the loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +93,8 @@ struct Sched {
     tasks: Vec<Slot>,
     no_worker: Vec<usize>,
     ready: RunQueue,
+    /// Each key's worker's stack top (`0` for none): what `prefetch_ahead` warms.
+    tops: Vec<usize>,
 }
 
 impl Sched {
@@ -148,6 +173,7 @@ impl Runtime {
                 tasks: Vec::new(),
                 no_worker: Vec::new(),
                 ready: RunQueue::new(),
+                tops: Vec::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
             jobs: LoopCell::new(JobQueue::new()),
@@ -277,7 +303,15 @@ impl Inner {
     fn new_worker(self: &Rc<Self>) -> io::Result<usize> {
         let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
         let key = self.sched.with(|s| s.new_key());
+        let stack = ColoredStack::new(stack, key);
+        let top = stack.base().get();
         let co = worker(stack, Rc::clone(self), key);
+        self.sched.with(|s| {
+            if s.tops.len() <= key {
+                s.tops.resize(key + 1, 0);
+            }
+            s.tops[key] = top;
+        });
         self.coros.with(|coros| coros.put(key, co));
         Ok(key)
     }
@@ -440,6 +474,7 @@ impl Inner {
         loop {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
+                self.prefetch_ahead();
                 match self.run_task(key, value) {
                     Back::Yielded => {
                         if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
@@ -638,6 +673,21 @@ impl Inner {
                 return false;
             }
         }
+    }
+
+    /// With many coroutines queued, starts fetching the top of the stack of the one
+    /// [`PREFETCH_DISTANCE`] places back: its page's translation and its first line,
+    /// which a resume of a cold coroutine otherwise waits for (BENCHMARKS.md, scaling).
+    #[inline(always)]
+    fn prefetch_ahead(&self) {
+        self.sched.with(|s| {
+            if s.ready.len() < PREFETCH_FROM {
+                return;
+            }
+            if let Some(key) = s.ready.key_ahead(PREFETCH_DISTANCE) {
+                prefetch(s.tops[key].wrapping_sub(64));
+            }
+        });
     }
 
     /// Switches into one coroutine, in place in its slot, and books how it came back.

@@ -105,6 +105,16 @@ impl RunQueue {
         Some(entry)
     }
 
+    /// The key of the entry `distance` places behind the oldest, if there is one.
+    #[inline(always)]
+    pub(crate) fn key_ahead(&self, distance: usize) -> Option<usize> {
+        if distance >= self.len() {
+            return None;
+        }
+        // SAFETY: masked into the ring (see `push_back`).
+        Some(unsafe { self.slots.get_unchecked((self.head + distance) & self.mask) }.0)
+    }
+
     /// The keys of the queued entries whose resume value is `value`, oldest first.
     pub(crate) fn keys_with(&self, value: i32) -> Vec<usize> {
         let mask = self.mask;
@@ -190,5 +200,24 @@ mod tests {
         assert_eq!(q.len(), 149);
         q.push_back((7, -1));
         assert_eq!(q.keys_with(-1), [7]);
+    }
+
+    #[test]
+    fn key_ahead_looks_past_the_oldest_across_wrap_around() {
+        let mut q = RunQueue::new();
+        for i in 0..60 {
+            q.push_back((i, 0));
+        }
+        for _ in 0..50 {
+            q.pop_front();
+        }
+        // 10 left at positions 50..60; push past the ring's end (64) without growing.
+        for i in 60..100 {
+            q.push_back((i, 0));
+        }
+        assert_eq!(q.key_ahead(0), Some(50));
+        assert_eq!(q.key_ahead(20), Some(70));
+        assert_eq!(q.key_ahead(49), Some(99));
+        assert_eq!(q.key_ahead(50), None);
     }
 }

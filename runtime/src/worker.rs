@@ -21,7 +21,6 @@
 
 use std::rc::Rc;
 
-use corosensei::stack::DefaultStack;
 use corosensei::Coroutine;
 
 use crate::co::Co;
@@ -37,8 +36,8 @@ pub(crate) const START: i32 = i32::MIN + 1;
 pub(crate) const END: i32 = i32::MIN;
 
 /// A new idle worker for `key` on `stack`.
-pub(crate) fn worker(stack: DefaultStack, inner: Rc<Inner>, key: usize) -> Coro {
-    Coroutine::with_stack(ColoredStack::new(stack, key), move |yielder, first: i32| {
+pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro {
+    Coroutine::with_stack(stack, move |yielder, first: i32| {
         let mut command = first;
         // One `Co` for every job of this worker, reset for each (`begin`).
         let co = Co::new(yielder, &inner, key, TaskId(0));
