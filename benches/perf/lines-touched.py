@@ -8,7 +8,9 @@ then each, grouped by 1 MiB region, with its accesses per iteration.
 What a system call costs a round trip afterwards grows with the lines it must fetch back
 into the L1 (the kernel's own work evicts them), so this is the number to shrink when the
 instruction count is already low (PROFILING.md, "Lines touched")."""
-import collections, subprocess, sys, tempfile
+import collections, signal, subprocess, sys, tempfile
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
 
 binary, case = sys.argv[1], sys.argv[2]
 iters = int(sys.argv[3]) if len(sys.argv) > 3 else 5000

@@ -599,8 +599,9 @@ impl Inner {
     /// resumes it in place, without the run queue, for as long as this repeats. That is the
     /// turn the loop would have run. Each wait ends a turn: `stop` is checked before it.
     /// Any other CQE, yield or spawn sends it all back to the general loop, in CQE order.
-    /// Returns whether `stop()` held.
-    #[inline]
+    /// Returns whether `stop()` held. Out of line: its loop then keeps to a small frame of
+    /// its own (a NOP round trip touches two cache lines fewer than inside `run_until`).
+    #[inline(never)]
     fn wait_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> io::Result<bool> {
         // Looked up once: the slot stays put while its coroutine lives.
         let slot = self.coros.with(|coros| coros.slot(key));
