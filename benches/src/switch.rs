@@ -9,9 +9,10 @@
 //! | `spawn_fresh` | the same with no pool: every coroutine maps a new stack |
 //! | `nop_bare` | io_uring NOP pushed, submitted with one `io_uring_enter`, reaped |
 //! | `nop_coroutine` | the same from a coroutine: submit, suspend, resume on its CQE |
-//! | `nop_bare_lines` | `nop_bare`, then one load from each of [`EXTRA_LINES`] other cache lines: the lines
-//! `nop_coroutine` touches beyond `nop_bare`'s (counted with `benches/perf/lines-touched.py`),
-//! with none of its instructions. What touching them costs after a system call |
+//! | `nop_bare_lines` | `nop_bare`, then a chain of dependent loads through [`EXTRA_LINES`] lines on as many
+//! pages: as many lines as `nop_coroutine` touches beyond `nop_bare`'s (counted with
+//! `benches/perf/lines-touched.py`), as scattered, with none of its instructions. What
+//! touching them costs after a system call |
 //! | `pread_4k` | a blocking 4 KiB `pread` from the page cache, for scale |
 //! | `accounting` | what per-request accounting adds to one request: the clock reads of a
 //! request with one I/O (4) and the recording of its sample into the opcode's histograms |
@@ -328,18 +329,30 @@ pub fn spawn_one(iters: u64) -> Duration {
 /// counted with `benches/perf/lines-touched.py` (BENCHMARKS.md, "Lines touched").
 pub const EXTRA_LINES: usize = 19;
 
-/// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it; then one load
-/// from each of `LINES` cache lines of a buffer of the process's own (none for the bare NOP:
-/// a constant, so that case compiles to the bare loop alone).
+/// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it; then follow a
+/// chain through `LINES` cache lines, each on a page of its own at its own offset (the
+/// coroutine's lines are as scattered: the loop's state, a slot, a stack, the ring) and
+/// each holding the address of the next, so each load waits for the one before, as the
+/// loop's loads through its pointers do. None for the bare NOP: a constant, so that case
+/// compiles to the bare loop alone.
 pub fn nop_bare<const LINES: usize>(iters: u64) -> Duration {
     let mut ring: IoUring = IoUring::builder()
         .setup_single_issuer()
         .build(256)
         .expect("io_uring");
     let nop = opcode::Nop::new().build().user_data(7);
-    // One u64 in each line: eight per line.
-    let buffer = vec![1u64; LINES * 8];
-    let mut sum = 0u64;
+    const PAGE: usize = 4096 / 8;
+    let mut pages = vec![0usize; LINES * PAGE];
+    // Line `i` sits at line `i` of page `i` (distinct cache sets too).
+    let at = |i: usize| i * PAGE + (i % 64) * 8;
+    let base = pages.as_mut_ptr() as usize;
+    for i in 0..LINES {
+        pages[at(i)] = if i + 1 < LINES {
+            base + at(i + 1) * 8
+        } else {
+            0
+        };
+    }
     let start = Instant::now();
     for _ in 0..iters {
         // SAFETY: a NOP points to no memory.
@@ -347,14 +360,15 @@ pub fn nop_bare<const LINES: usize>(iters: u64) -> Duration {
         ring.submit_and_wait(1).expect("enter");
         let cqe = ring.completion().next().expect("a completion");
         black_box(cqe.result());
-        for line in 0..LINES {
-            // SAFETY: `line * 8` is inside the buffer of `LINES * 8` elements.
-            sum =
-                sum.wrapping_add(unsafe { std::ptr::read_volatile(buffer.as_ptr().add(line * 8)) });
+        let mut next = if LINES > 0 { base + at(0) * 8 } else { 0 };
+        while next != 0 {
+            // SAFETY: every link is the address of an element of `pages` (written above),
+            // and the last is 0.
+            next = unsafe { std::ptr::read_volatile(next as *const usize) };
         }
     }
     let elapsed = start.elapsed();
-    assert_eq!(sum, iters * LINES as u64);
+    black_box(&pages);
     elapsed
 }
 
