@@ -101,25 +101,37 @@ pub fn live_count(case: &str) -> Option<usize> {
 
 /// Runs `iters` iterations of `case`; `None` for an unknown case name.
 pub fn run_case(case: &str, iters: u64) -> Option<Duration> {
+    Some(run_once(case, iters)?.0)
+}
+
+/// [`run_case`], with the resident bytes per live coroutine for the `*_live_*` cases.
+pub fn run_once(case: &str, iters: u64) -> Option<(Duration, Option<f64>)> {
+    let live = |(elapsed, resident): (Duration, f64)| (elapsed, Some(resident));
     Some(match case {
-        "raw_switch" => raw_switch(iters),
-        "runtime_switch" => runtime_switch(iters),
-        "spawn_pooled" => spawn(iters, Config::default()),
-        "spawn_one" => spawn_one(iters),
-        "spawn_fresh" => spawn(
-            iters,
-            Config {
-                max_free_stacks: 0,
-                ..Config::default()
+        c if c.starts_with("touch_live_") => live(touch_live(live_count(c)?, iters)),
+        c if live_count(c).is_some() => live(live_loop(live_count(c)?, iters, live_op(c))),
+        _ => (
+            match case {
+                "raw_switch" => raw_switch(iters),
+                "runtime_switch" => runtime_switch(iters),
+                "spawn_pooled" => spawn(iters, Config::default()),
+                "spawn_one" => spawn_one(iters),
+                "spawn_fresh" => spawn(
+                    iters,
+                    Config {
+                        max_free_stacks: 0,
+                        ..Config::default()
+                    },
+                ),
+                "nop_bare" => nop_bare::<0>(iters),
+                "nop_bare_lines" => nop_bare::<EXTRA_LINES>(iters),
+                "nop_coroutine" => nop_coroutine(iters),
+                "pread_4k" => pread_4k(iters),
+                "accounting" => accounting(iters),
+                _ => return None,
             },
+            None,
         ),
-        "nop_bare" => nop_bare::<0>(iters),
-        "nop_bare_lines" => nop_bare::<EXTRA_LINES>(iters),
-        "nop_coroutine" => nop_coroutine(iters),
-        "pread_4k" => pread_4k(iters),
-        "accounting" => accounting(iters),
-        c if c.starts_with("touch_live_") => touch_live(live_count(c)?, iters).0,
-        _ => live_loop(live_count(case)?, iters, live_op(case)).0,
     })
 }
 
@@ -343,7 +355,8 @@ pub fn nop_bare<const LINES: usize>(iters: u64) -> Duration {
     let nop = opcode::Nop::new().build().user_data(7);
     const PAGE: usize = 4096 / 8;
     let mut pages = vec![0usize; LINES * PAGE];
-    // Line `i` sits at line `i` of page `i` (distinct cache sets too).
+    // Link `i` is `i` pages and `i` lines past the buffer's start: a page of its own, and
+    // a cache set of its own, whatever the buffer's alignment.
     let at = |i: usize| i * PAGE + (i % 64) * 8;
     let base = pages.as_mut_ptr() as usize;
     for i in 0..LINES {
@@ -455,25 +468,30 @@ pub fn measure(case: &str, iters: u64, runs: usize) -> Option<CaseResult> {
     measure_rounds(&[(case, iters)], runs)?.pop()
 }
 
-/// Times every `(case, iters)` `runs` times, in rounds: each round runs each case once, in
-/// order, so a slow moment of this shared machine falls on every case of its round alike,
-/// and a ratio of two cases can be taken within each round ([`median_ratio`]). `None` for
-/// an unknown case name.
+/// Times every `(case, iters)` `runs` times, in rounds: each round runs each case once, so a
+/// slow moment of this shared machine falls on every case of its round alike, and a ratio
+/// of two cases can be taken within each round ([`median_ratio`]). Each round starts one
+/// case later than the one before, so no case always follows the same one. The `*_live_*`
+/// cases warm up inside each run (their first round is not timed); the others get one short
+/// run first. `None` for an unknown case name.
 pub fn measure_rounds(cases: &[(&str, u64)], runs: usize) -> Option<Vec<CaseResult>> {
     for &(case, iters) in cases {
-        run_case(case, iters.min(1000))?; // warm-up
-    }
-    let mut per_run = vec![Vec::new(); cases.len()];
-    for _ in 0..runs.max(1) {
-        for (&(case, iters), times) in cases.iter().zip(&mut per_run) {
-            let elapsed = run_case(case, iters).expect("known case");
-            times.push(elapsed.as_nanos() as f64 / iters as f64);
+        if live_count(case).is_none() {
+            run_case(case, iters.min(1000))?; // warm-up
         }
     }
-    let results = cases
-        .iter()
-        .zip(per_run)
-        .map(|(&(case, iters), per_run_ns)| {
+    let mut per_run = vec![Vec::new(); cases.len()];
+    let mut resident = vec![None; cases.len()];
+    for round in 0..runs.max(1) {
+        for i in (0..cases.len()).map(|i| (i + round) % cases.len()) {
+            let (case, iters) = cases[i];
+            let (elapsed, bytes) = run_once(case, iters)?;
+            per_run[i].push(elapsed.as_nanos() as f64 / iters as f64);
+            resident[i] = bytes;
+        }
+    }
+    let results = cases.iter().zip(per_run).zip(resident).map(
+        |((&(case, iters), per_run_ns), resident_bytes_per_live)| {
             let mut sorted = per_run_ns.clone();
             sorted.sort_by(f64::total_cmp);
             CaseResult {
@@ -484,15 +502,10 @@ pub fn measure_rounds(cases: &[(&str, u64)], runs: usize) -> Option<Vec<CaseResu
                 max_ns: sorted[sorted.len() - 1],
                 per_run_ns,
                 instructions: None,
-                resident_bytes_per_live: live_count(case).map(|live| {
-                    if case.starts_with("touch_live_") {
-                        touch_live(live, iters).1
-                    } else {
-                        live_loop(live, iters, live_op(case)).1
-                    }
-                }),
+                resident_bytes_per_live,
             }
-        });
+        },
+    );
     Some(results.collect())
 }
 

@@ -7,7 +7,7 @@
 //! flight, is resumed again at once (`run_alone`); one that parks on I/O with nothing else
 //! ready is resumed in place when the next wait reaps its CQE alone (`wait_alone`): the
 //! same turns, without the queue. With hundreds of coroutines queued, the loop prefetches
-//! the stack top of the one 8 places ahead (`prefetch_ahead`): resuming a coroutine whose
+//! the stack top of the one 9 places behind the one it resumes (`prefetch_ahead`): resuming a coroutine whose
 //! stack page is cold waits for its translation and its line otherwise.
 //!
 //! A spawn queues its closure in the job queue, and in the run queue an entry that starts an
@@ -60,8 +60,8 @@ use corosensei::stack::Stack;
 /// Queue lengths from which the loop prefetches stacks ahead: below this, the coroutines'
 /// stacks stay in the caches and translation buffers anyway.
 const PREFETCH_FROM: usize = 256;
-/// How many places ahead of the coroutine being resumed the loop prefetches.
-const PREFETCH_DISTANCE: usize = 8;
+/// How many places behind the coroutine being resumed the loop prefetches.
+const PREFETCH_AHEAD: usize = 9;
 
 /// Hints the CPU to fetch the line at `address` (any address: a prefetch never faults).
 #[inline(always)]
@@ -74,6 +74,18 @@ fn prefetch(address: usize) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = address;
+}
+
+/// How [`Inner::wait_alone`] handed back to the general loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Alone {
+    /// `stop()` held.
+    Stopped,
+    /// Completions were reaped (or `stop()` made a coroutine ready) and `stop()` was checked
+    /// after the last turn: the next turn starts.
+    Reaped,
+    /// The coroutine ran a turn and left the fast path: the turn ends as any other.
+    Ran,
 }
 
 /// How a coroutine came back to the loop.
@@ -93,7 +105,8 @@ struct Sched {
     tasks: Vec<Slot>,
     no_worker: Vec<usize>,
     ready: RunQueue,
-    /// Each key's worker's stack top (`0` for none): what `prefetch_ahead` warms.
+    /// Each key's worker's stack top, set when its worker is made (stale for a key whose
+    /// worker ended: such a key is never queued): what `prefetch_ahead` warms.
     tops: Vec<usize>,
 }
 
@@ -471,7 +484,7 @@ impl Inner {
     }
 
     fn run_until(&self, mut stop: impl FnMut() -> bool) -> io::Result<()> {
-        loop {
+        'turns: loop {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
                 self.prefetch_ahead();
@@ -485,11 +498,12 @@ impl Inner {
                             self.sched.with(|s| s.ready.push_back((key, 0)));
                         }
                     }
-                    Back::Io if self.waits_alone() => {
-                        if self.wait_alone(key, &mut stop)? {
-                            return Ok(());
-                        }
-                    }
+                    Back::Io if self.waits_alone() => match self.wait_alone(key, &mut stop)? {
+                        Alone::Stopped => return Ok(()),
+                        // `stop()` was just checked and the completions reaped.
+                        Alone::Reaped => continue 'turns,
+                        Alone::Ran => {}
+                    },
                     Back::Io | Back::Other => {}
                 }
             }
@@ -598,16 +612,24 @@ impl Inner {
     /// (`waits_alone`): the loop waits, and when the only CQE it reaps is that coroutine's,
     /// resumes it in place, without the run queue, for as long as this repeats. That is the
     /// turn the loop would have run. Each wait ends a turn: `stop` is checked before it.
-    /// Any other CQE, yield or spawn sends it all back to the general loop, in CQE order.
-    /// Returns whether `stop()` held. Out of line: its loop then keeps to a small frame of
-    /// its own (a NOP round trip touches two cache lines fewer than inside `run_until`).
+    /// Any other CQE, yield or spawn sends it all back to the general loop, in CQE order;
+    /// so does a `stop()` that makes another coroutine ready. Out of line: its loop then
+    /// keeps to a small frame of its own (a NOP round trip touches two cache lines fewer
+    /// than inside `run_until`).
     #[inline(never)]
-    fn wait_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> io::Result<bool> {
+    fn wait_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> io::Result<Alone> {
         // Looked up once: the slot stays put while its coroutine lives.
         let slot = self.coros.with(|coros| coros.slot(key));
         loop {
             if stop() {
-                return Ok(true);
+                return Ok(Alone::Stopped);
+            }
+            if !self.waits_alone() {
+                // `stop()` spawned or woke a coroutine: as the general loop would, submit
+                // and reap without waiting, and let it run.
+                self.reactor.enter(0, &self.counters)?;
+                self.reap();
+                return Ok(Alone::Reaped);
             }
             self.wait()?;
             let mut mine = None;
@@ -632,15 +654,15 @@ impl Inner {
                 if self.sched.with(|s| s.ready.is_empty()) {
                     continue; // woken without a coroutine's CQE (EINTR, a cancel's CQE)
                 }
-                return Ok(false);
+                return Ok(Alone::Reaped);
             };
             match self.run_in(slot, key, result) {
                 Back::Io if self.waits_alone() => continue,
                 Back::Yielded => {
                     self.sched.with(|s| s.ready.push_back((key, 0)));
-                    return Ok(false);
+                    return Ok(Alone::Ran);
                 }
-                Back::Io | Back::Other => return Ok(false),
+                Back::Io | Back::Other => return Ok(Alone::Ran),
             }
         }
     }
@@ -677,7 +699,8 @@ impl Inner {
     }
 
     /// With many coroutines queued, starts fetching the top of the stack of the one
-    /// [`PREFETCH_DISTANCE`] places back: its page's translation and its first line,
+    /// [`PREFETCH_AHEAD`] places behind the one being resumed (popped just before): its
+    /// page's translation and its first line,
     /// which a resume of a cold coroutine otherwise waits for (BENCHMARKS.md, scaling).
     #[inline(always)]
     fn prefetch_ahead(&self) {
@@ -685,7 +708,7 @@ impl Inner {
             if s.ready.len() < PREFETCH_FROM {
                 return;
             }
-            if let Some(key) = s.ready.key_ahead(PREFETCH_DISTANCE) {
+            if let Some(key) = s.ready.key_ahead(PREFETCH_AHEAD - 1) {
                 prefetch(s.tops[key].wrapping_sub(64));
             }
         });

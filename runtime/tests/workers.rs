@@ -263,6 +263,74 @@ fn a_lone_io_waiter_keeps_fifo_with_yielders_spawns_and_a_second_sqe() {
     assert_eq!(c.resumes, c.suspends + c.completed - c.chained);
 }
 
+#[test]
+fn a_coroutine_that_stop_makes_ready_runs_before_the_loop_waits_for_a_lone_waiter() {
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let rt = Rc::new(rt());
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: pipe(2) just returned these two descriptors, owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let writer = std::fs::File::from(writer);
+    // The lone waiter: a read that the coroutine `stop()` spawns satisfies at once, unless
+    // the loop waits first; then only the watchdog, 10 s later, does.
+    let got = Rc::new(Cell::new(0u8));
+    let g = got.clone();
+    rt.spawn(move |co| {
+        let mut byte = [0u8];
+        assert_eq!(co.read(&reader, &mut byte).unwrap(), 1);
+        g.set(byte[0]);
+    })
+    .unwrap();
+    let watchdog_end = writer.try_clone().unwrap();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(10));
+        let _ = (&watchdog_end).write_all(b"w");
+    });
+    let (r, g) = (Rc::clone(&rt), got.clone());
+    let mut writer = Some(writer);
+    rt.run_until(move || {
+        if let Some(mut w) = writer.take() {
+            r.spawn(move |_| w.write_all(b"b").unwrap()).unwrap();
+        }
+        g.get() != 0
+    })
+    .unwrap();
+    assert_eq!(
+        got.get(),
+        b'b',
+        "the loop waited on the lone reader before running the coroutine stop() spawned"
+    );
+}
+
+#[test]
+fn leaving_the_io_fast_path_on_another_cqe_checks_stop_once_per_wait() {
+    let rt = rt();
+    let done = Rc::new(Cell::new(false));
+    rt.spawn(|co| loop {
+        co.nop().unwrap();
+    })
+    .unwrap();
+    let d = done.clone();
+    rt.spawn(move |co| {
+        co.sleep(std::time::Duration::from_millis(2)).unwrap();
+        d.set(true);
+    })
+    .unwrap();
+    let mut checks = 0;
+    rt.run_until(|| {
+        checks += 1;
+        done.get()
+    })
+    .unwrap();
+    // Every check but the last is followed by one wait in the kernel, in the fast path or
+    // out of it: the timer's CQE sends the NOP loop back to the general loop, which must
+    // not check again before the next turn.
+    assert_eq!(checks, rt.counters().enter_calls + 1);
+}
+
 /// A job that logs `name` at its start and after each of `yields` yields.
 fn logger(
     log: &Rc<RefCell<Vec<String>>>,
