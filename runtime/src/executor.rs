@@ -625,11 +625,7 @@ impl Inner {
                 return Ok(Alone::Stopped);
             }
             if !self.waits_alone() {
-                // `stop()` spawned or woke a coroutine: as the general loop would, submit
-                // and reap without waiting, and let it run.
-                self.reactor.enter(0, &self.counters)?;
-                self.reap();
-                return Ok(Alone::Reaped);
+                return self.made_ready_by_stop();
             }
             self.wait()?;
             let mut mine = None;
@@ -712,6 +708,16 @@ impl Inner {
                 prefetch(s.tops[key].wrapping_sub(64));
             }
         });
+    }
+
+    /// [`Inner::wait_alone`] when `stop()` spawned or woke a coroutine: as the general loop
+    /// would, submit and reap without waiting, and let the next turn run it.
+    #[cold]
+    #[inline(never)]
+    fn made_ready_by_stop(&self) -> io::Result<Alone> {
+        self.reactor.enter(0, &self.counters)?;
+        self.reap();
+        Ok(Alone::Reaped)
     }
 
     /// Switches into one coroutine, in place in its slot, and books how it came back.
