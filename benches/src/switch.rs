@@ -536,3 +536,53 @@ pub fn default_iters(case: &str) -> u64 {
         _ => 100_000,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(per_run_ns: Vec<f64>) -> CaseResult {
+        CaseResult {
+            case: "x".into(),
+            iters: 1,
+            ns_per_iter: 0.0,
+            min_ns: 0.0,
+            max_ns: 0.0,
+            per_run_ns,
+            instructions: None,
+            resident_bytes_per_live: None,
+        }
+    }
+
+    #[test]
+    fn a_ratio_is_the_median_of_the_ratios_within_rounds() {
+        // Round 2 is slow for both: the ratio of medians would be 3/1 = 3, within rounds 2.
+        let a = result(vec![2.0, 30.0, 3.0]);
+        let b = result(vec![1.0, 30.0, 1.0]);
+        assert_eq!(median_ratio(&a, &b), 2.0);
+    }
+
+    #[test]
+    fn rounds_run_every_case_once_each_and_live_cases_report_their_memory() {
+        let cases = [
+            ("raw_switch", 1000),
+            ("touch_live_100", 1000),
+            ("nop_bare", 100),
+        ];
+        let results = measure_rounds(&cases, 3).expect("known cases");
+        assert_eq!(results.len(), 3);
+        for (r, (case, iters)) in results.iter().zip(cases) {
+            assert_eq!((r.case.as_str(), r.iters), (case, iters));
+            assert_eq!(r.per_run_ns.len(), 3);
+            assert!(r.min_ns <= r.ns_per_iter && r.ns_per_iter <= r.max_ns);
+            assert!(r.per_run_ns.iter().all(|&ns| ns > 0.0));
+        }
+        let touched = results[1].resident_bytes_per_live.expect("a live case");
+        assert!(
+            touched >= 4096.0,
+            "one touched page per stack, got {touched}"
+        );
+        assert!(results[0].resident_bytes_per_live.is_none());
+        assert!(measure_rounds(&[("no_such_case", 1)], 1).is_none());
+    }
+}
