@@ -331,6 +331,62 @@ fn leaving_the_io_fast_path_on_another_cqe_checks_stop_once_per_wait() {
     assert_eq!(checks, rt.counters().enter_calls + 1);
 }
 
+#[test]
+fn a_lone_io_waiter_that_panics_ends_only_its_worker() {
+    let rt = rt();
+    let after = Rc::new(Cell::new(false));
+    let a = after.clone();
+    rt.spawn(move |co| {
+        for _ in 0..3 {
+            co.nop().unwrap();
+        }
+        let a = a.clone();
+        co.spawn(move |co| {
+            co.nop().unwrap();
+            a.set(true);
+        })
+        .unwrap();
+        panic!("panics while the fast path resumed it");
+    })
+    .unwrap();
+    rt.run().unwrap();
+    assert!(after.get(), "the loop went on after the panic");
+    let c = rt.counters();
+    assert_eq!((c.panicked, c.completed, c.live), (1, 1, 0));
+    assert_eq!(c.sqes_submitted, c.cqes_reaped);
+}
+
+#[test]
+fn a_lone_io_waiter_whose_wait_also_reaps_a_cancel_and_the_cancelled_read_still_resumes() {
+    let (reader, _writer) = std::io::pipe().unwrap();
+    let rt = rt();
+    let blocked = rt
+        .spawn_joinable(move |co| {
+            let mut buf = [0u8; 8];
+            co.read(&reader, &mut buf).unwrap_err().raw_os_error()
+        })
+        .unwrap();
+    let id = blocked.id();
+    let nops = rt
+        .block_on(move |co| {
+            co.nop().unwrap(); // the reader's SQE is in flight now
+                               // The cancel goes out with the next NOP: one wait reaps the cancel's own CQE,
+                               // the reader's ECANCELED and this NOP, in whatever order the kernel posts them.
+            assert!(co.cancel_io(id).unwrap());
+            let mut nops = 1;
+            for _ in 0..10 {
+                co.nop().unwrap();
+                nops += 1;
+            }
+            (nops, blocked.join(co).unwrap())
+        })
+        .unwrap();
+    assert_eq!(nops, (11, Some(libc::ECANCELED)));
+    let c = rt.counters();
+    assert_eq!(c.sqes_submitted, c.cqes_reaped);
+    assert_eq!(c.live, 0);
+}
+
 /// A job that logs `name` at its start and after each of `yields` yields.
 fn logger(
     log: &Rc<RefCell<Vec<String>>>,
