@@ -42,9 +42,9 @@ pub(crate) struct Counters {
     pub(crate) completed: Counter,
     pub(crate) panicked: Counter,
     pub(crate) stacks_allocated: Counter,
-    /// Bare stacks taken from the pool (`stacks_reused` adds `workers_reused`).
+    /// Bare stacks taken from the pool (the snapshot's `stacks_reused` adds the spawns that
+    /// took an idle worker: every spawn that made no worker).
     pub(crate) stacks_reused: Counter,
-    pub(crate) workers_reused: Counter,
     pub(crate) jobs_boxed: Counter,
     pub(crate) chained: Counter,
     pub(crate) resumes: Counter,
@@ -114,6 +114,9 @@ impl Counters {
 
     pub(crate) fn snapshot(&self) -> CounterSnapshot {
         let finished = self.completed.get() + self.panicked.get();
+        // Every spawn takes an idle worker or makes one, on a bare pooled or a fresh stack.
+        let workers_made = self.stacks_reused.get() + self.stacks_allocated.get();
+        let workers_reused = self.spawned.get() - workers_made;
         CounterSnapshot {
             spawned: self.spawned.get(),
             completed: self.completed.get(),
@@ -121,8 +124,8 @@ impl Counters {
             live: self.spawned.get() - finished,
             peak_live: self.peak_live.get(),
             stacks_allocated: self.stacks_allocated.get(),
-            stacks_reused: self.stacks_reused.get() + self.workers_reused.get(),
-            workers_reused: self.workers_reused.get(),
+            stacks_reused: self.stacks_reused.get() + workers_reused,
+            workers_reused,
             jobs_boxed: self.jobs_boxed.get(),
             chained: self.chained.get(),
             resumes: self.resumes.get(),

@@ -153,7 +153,6 @@ pub(crate) struct Inner {
     /// The running coroutine's [`Co::on_first_suspend`] hook, while armed (its lifetime
     /// erased: it is cleared before that call returns or unwinds).
     pub(crate) suspend_hook: Cell<Option<NonNull<SuspendHook<'static>>>>,
-    next_id: Cell<u64>,
     poll: AdaptivePoll,
     account: bool,
     reaped_at: Cell<Option<Instant>>,
@@ -196,7 +195,6 @@ impl Runtime {
             closing: Cell::new(false),
             running: Cell::new(false),
             suspend_hook: Cell::new(None),
-            next_id: Cell::new(1),
             poll: AdaptivePoll::new(config.poll_ns),
             account: config.account,
             reaped_at: Cell::new(None),
@@ -294,13 +292,11 @@ impl Inner {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
         let key = match self.stacks.with(|pool| pool.pop_idle()) {
-            Some(key) => {
-                self.counters.workers_reused.bump();
-                key
-            }
+            Some(key) => key,
             None => self.new_worker()?,
         };
-        let id = TaskId(self.next_id.replace(self.next_id.get() + 1));
+        // Ids count the spawns from 1.
+        let id = TaskId(self.counters.spawned.get() + 1);
         if self.jobs.with(|jobs| jobs.push(id, name, f)) {
             self.counters.jobs_boxed.bump();
         }
