@@ -53,6 +53,9 @@ pub(crate) struct Counters {
     pub(crate) enter_calls: Counter,
     pub(crate) cqes_reaped: Counter,
     pub(crate) peak_live: Counter,
+    /// Spawned and not yet finished, kept as it changes (one add at a spawn and at a
+    /// finish) so that a spawn checks `peak_live` against one load.
+    pub(crate) live: Counter,
     pub(crate) poll_hits: Counter,
     pub(crate) poll_misses: Counter,
 }
@@ -106,10 +109,23 @@ pub struct CounterSnapshot {
 }
 
 impl Counters {
-    /// Coroutines spawned and not yet finished.
+    /// A coroutine started: it is live, perhaps at a new peak.
     #[inline(always)]
-    pub(crate) fn live(&self) -> u64 {
-        self.spawned.get() - self.completed.get() - self.panicked.get()
+    pub(crate) fn started(&self) {
+        self.spawned.bump();
+        self.live.bump();
+        self.peak_live.set_max(self.live.get());
+    }
+
+    /// A coroutine's job returned (`panicked: false`) or panicked.
+    #[inline(always)]
+    pub(crate) fn finished(&self, panicked: bool) {
+        if panicked {
+            self.panicked.bump();
+        } else {
+            self.completed.bump();
+        }
+        self.live.add(u64::MAX); // wrapping: minus one
     }
 
     pub(crate) fn snapshot(&self) -> CounterSnapshot {

@@ -301,8 +301,7 @@ impl Inner {
             self.counters.jobs_boxed.bump();
         }
         self.sched.with(|s| s.ready.push_back((key, START)));
-        self.counters.spawned.bump();
-        self.counters.peak_live.set_max(self.counters.live());
+        self.counters.started();
         Ok(id)
     }
 
@@ -515,7 +514,7 @@ impl Inner {
                 }
                 self.reap();
             } else if idle {
-                let live = self.counters.live();
+                let live = self.counters.live.get();
                 if live == 0 {
                     return Ok(());
                 }
@@ -766,7 +765,7 @@ impl Inner {
     #[cold]
     #[inline(never)]
     fn panicked(&self, key: usize, payload: Box<dyn std::any::Any + Send>) {
-        self.counters.panicked.bump();
+        self.counters.finished(true);
         let slot = self.sched.with(|s| s.release(key));
         let co = self.coros.with(|coros| coros.take(key));
         self.end(key, co.expect("a panicked coroutine is in its slot"));

@@ -48,7 +48,7 @@ pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro 
                 // SAFETY: `take_job` just released this slot and nothing has spawned since
                 // (see `JobQueue`); `run` moves the closure out before calling it.
                 unsafe { Job::run(job.as_ptr(), &co) };
-                inner.counters.completed.bump();
+                inner.counters.finished(false);
                 if !inner.chain_job() {
                     break;
                 }
