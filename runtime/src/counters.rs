@@ -137,7 +137,7 @@ impl Counters {
             spawned: self.spawned.get(),
             completed: self.completed.get(),
             panicked: self.panicked.get(),
-            live: self.spawned.get() - finished,
+            live: self.live.get(),
             peak_live: self.peak_live.get(),
             stacks_allocated: self.stacks_allocated.get(),
             stacks_reused: self.stacks_reused.get() + workers_reused,

@@ -7,8 +7,9 @@
 //! flight, is resumed again at once (`run_alone`); one that parks on I/O with nothing else
 //! ready is resumed in place when the next wait reaps its CQE alone (`wait_alone`): the
 //! same turns, without the queue. With hundreds of coroutines queued, the loop prefetches
-//! the stack top of the one 9 places behind the one it resumes (`prefetch_ahead`): resuming a coroutine whose
-//! stack page is cold waits for its translation and its line otherwise.
+//! the stack top of the one 9 places behind the one it resumes (`prefetch_ahead`):
+//! resuming a coroutine whose stack page is cold waits for its translation and its line
+//! otherwise.
 //!
 //! A spawn queues its closure in the job queue, and in the run queue an entry that starts an
 //! idle worker ([`START`]): a pooled one, or one made now (so a failure to map a stack is
@@ -691,8 +692,8 @@ impl Inner {
 
     /// With many coroutines queued, starts fetching the top of the stack of the one
     /// [`PREFETCH_AHEAD`] places behind the one being resumed (popped just before): its
-    /// page's translation and its first line,
-    /// which a resume of a cold coroutine otherwise waits for (BENCHMARKS.md, scaling).
+    /// page's translation and its first line, which a resume of a cold coroutine otherwise
+    /// waits for (BENCHMARKS.md, scaling).
     #[inline(always)]
     fn prefetch_ahead(&self) {
         self.sched.with(|s| {

@@ -52,12 +52,18 @@ impl RunQueue {
         self.tail += 1;
     }
 
+    /// The entry at `position` (one of those queued).
+    #[inline(always)]
+    fn at(&self, position: usize) -> (usize, i32) {
+        debug_assert!((self.head..self.tail).contains(&position));
+        // SAFETY: masked into the ring (see `push_back`).
+        unsafe { *self.slots.get_unchecked(position & self.mask) }
+    }
+
     /// The oldest entry (it must exist).
     #[inline(always)]
     fn front(&self) -> (usize, i32) {
-        debug_assert!(!self.is_empty());
-        // SAFETY: masked into the ring (see `push_back`).
-        unsafe { *self.slots.get_unchecked(self.head & self.mask) }
+        self.at(self.head)
     }
 
     #[cfg(test)]
@@ -111,8 +117,7 @@ impl RunQueue {
         if distance >= self.len() {
             return None;
         }
-        // SAFETY: masked into the ring (see `push_back`).
-        Some(unsafe { self.slots.get_unchecked((self.head + distance) & self.mask) }.0)
+        Some(self.at(self.head + distance).0)
     }
 
     /// The keys of the queued entries whose resume value is `value`, oldest first.

@@ -266,14 +266,8 @@ fn a_lone_io_waiter_keeps_fifo_with_yielders_spawns_and_a_second_sqe() {
 #[test]
 fn a_coroutine_that_stop_makes_ready_runs_before_the_loop_waits_for_a_lone_waiter() {
     use std::io::Write;
-    use std::os::fd::{FromRawFd, OwnedFd};
     let rt = Rc::new(rt());
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: pipe(2) just returned these two descriptors, owned by nothing else.
-    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let writer = std::fs::File::from(writer);
+    let (reader, writer) = std::io::pipe().unwrap();
     // The lone waiter: a read that the coroutine `stop()` spawns satisfies at once, unless
     // the loop waits first; then only the watchdog, 10 s later, does.
     let got = Rc::new(Cell::new(0u8));
