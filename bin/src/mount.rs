@@ -449,7 +449,7 @@ pub fn serve_mounted<F: FileSystem>(
         dispatch
     );
     if let Some(path) = &args.pidfile {
-        std::fs::write(path, format!("{}\n", std::process::id()))
+        crate::out_file::replace(path, format!("{}\n", std::process::id()).as_bytes())
             .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
     }
     let serving = Serving {
@@ -526,7 +526,7 @@ fn write_stats(
         ops: ops.clone(),
         per_queue: per_queue.to_vec(),
     };
-    if let Err(e) = std::fs::write(path, stats.to_json()) {
+    if let Err(e) = crate::out_file::replace(path, stats.to_json().as_bytes()) {
         log::error!("cannot write stats to {}: {e}", path.display());
     }
 }

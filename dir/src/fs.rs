@@ -28,8 +28,9 @@
 //! - A GETXATTR or LISTXATTR value goes in the transport's data buffer, which it hands
 //!   over only for requests that fit its small-request area; a longer name gets ERANGE.
 
+use std::ffi::CStr;
 use std::io::{self, IoSliceMut};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ use transport::FileSystem;
 use zerocopy::FromZeros;
 
 use crate::attr;
+use crate::caller;
 use crate::handles::{Handles, Open};
 use crate::inodes::Entry;
 use crate::sys;
@@ -258,10 +260,13 @@ impl DirFs {
         Ok(Reply::arg(unique, &s.attr))
     }
 
-    /// The open file behind `fh`; EBADF if this server did not open it (or it is a
-    /// directory).
-    /// COPY_FILE_RANGE between two open files: at most [`COPY_CHUNK`] bytes.
-    fn copy_file_range(&self, arg: &fuse_copy_file_range_in) -> Result<usize, Errno> {
+    /// COPY_FILE_RANGE between two open files: at most [`COPY_CHUNK`] bytes, after the
+    /// output's privilege bits are cleared ([`DirFs::kill_unless_fsetid`]).
+    fn copy_file_range(
+        &self,
+        req: &Request<'_>,
+        arg: &fuse_copy_file_range_in,
+    ) -> Result<usize, Errno> {
         if self.options.read_only {
             return Err(Errno::EROFS);
         }
@@ -273,10 +278,14 @@ impl DirFs {
             .unwrap_or(usize::MAX)
             .min(COPY_CHUNK);
         let (off_in, off_out) = (arg.off_in, arg.off_out);
+        self.kill_unless_fsetid(req, to.fd().as_fd())
+            .map_err(errno)?;
         sys::copy_file_range(from.fd().as_fd(), off_in, to.fd().as_fd(), off_out, len)
             .map_err(errno)
     }
 
+    /// The open file behind `fh`; EBADF if this server did not open it (or it is a
+    /// directory).
     fn file(&self, fh: u64) -> Result<OpenFile, Errno> {
         match self.handles.get(fh) {
             Some(open) if matches!(*open, Open::File(_)) => Ok(OpenFile(open)),
@@ -353,12 +362,10 @@ impl DirFs {
             None
         };
         let fd = open.as_ref().map(|o| o.fd().as_fd());
-        let mut st = self.tree.setattr(req.nodeid, &set, fd);
-        if st.is_ok() && has(FATTR_KILL_SUIDGID) {
-            st = self
-                .kill_suidgid(req.nodeid)
-                .and_then(|()| self.tree.getattr(req.nodeid));
+        if has(FATTR_KILL_SUIDGID) {
+            self.kill_suidgid(req, req.nodeid).map_err(errno)?;
         }
+        let st = self.tree.setattr(req.nodeid, &set, fd);
         self.attr(req.unique, s, st)
     }
 
@@ -398,50 +405,107 @@ impl DirFs {
     ) -> Answer<'b> {
         let open = self.file(arg.fh)?;
         let fd = open.fd();
+        if arg.write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
+            self.kill_suidgid_of(req, fd.as_fd()).map_err(errno)?;
+        }
         let n = cx
             .writev_at(fd, &payload.io_slices(), arg.offset)
             .map_err(errno)?;
-        if arg.write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
-            self.kill_suidgid(req.nodeid).map_err(errno)?;
-        }
         s.write = FromZeros::new_zeroed();
         s.write.size = n as u32;
         Ok(Reply::arg(req.unique, &s.write))
     }
 
     /// Gives a node just made by a caller other than root to that caller, as a local
-    /// file system would (the daemon made it with its own credentials): owner the caller's
-    /// uid, group the caller's gid unless the parent directory is set-group-ID (the group
-    /// the source file system gave it then stands). Only a daemon running as root can.
+    /// file system would (the daemon made it with its own credentials).
     fn own(&self, req: &Request<'_>, parent: u64, made: io::Result<Entry>) -> io::Result<Entry> {
         let mut e = made?;
-        if !self.as_root || (req.uid == 0 && req.gid == 0) {
-            return Ok(e);
+        if self.give(req, parent, e.inode.handle()?.as_fd())? {
+            e.attr = sys::stat(e.inode.handle()?.as_fd())?;
         }
-        let setgid = self.tree.getattr(parent)?.st_mode & libc::S_ISGID != 0;
-        let gid = if setgid { u32::MAX } else { req.gid };
-        sys::chown(e.inode.handle()?.as_fd(), req.uid, gid)?;
-        e.attr = sys::stat(e.inode.handle()?.as_fd())?;
         Ok(e)
     }
 
-    /// Clears set-user-ID, and set-group-ID where the group may execute, as a write,
-    /// truncate or `O_TRUNC` open by an unprivileged caller does on a local file system: the
-    /// kernel asks for it (FUSE_WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID,
-    /// FUSE_OPEN_KILL_SUIDGID) under HANDLE_KILLPRIV_V2, and the daemon, root, would not
-    /// lose them by itself. (File capabilities the source file system removes on its own.)
-    fn kill_suidgid(&self, nodeid: u64) -> io::Result<()> {
-        let node = self.tree.node(nodeid)?;
-        let st = sys::stat(node.handle()?.as_fd())?;
-        let mut mode = st.st_mode & 0o7777;
-        mode &= !libc::S_ISUID;
-        if mode & libc::S_IXGRP != 0 {
-            mode &= !libc::S_ISGID;
+    /// Gives the node behind `handle`, just made in `parent` for the caller, to that
+    /// caller: owner the caller's uid, group the caller's gid unless the parent directory
+    /// is set-group-ID (the group the source file system gave it then stands). Only a
+    /// daemon running as root can, and only a caller other than root needs it; says
+    /// whether it changed anything.
+    fn give(&self, req: &Request<'_>, parent: u64, handle: BorrowedFd<'_>) -> io::Result<bool> {
+        if !self.as_root || (req.uid == 0 && req.gid == 0) {
+            return Ok(false);
         }
-        if mode != st.st_mode & 0o7777 {
-            sys::chmod(node.handle()?.as_fd(), mode)?;
+        let setgid = self.tree.getattr(parent)?.st_mode & libc::S_ISGID != 0;
+        let gid = if setgid { u32::MAX } else { req.gid };
+        sys::chown(handle, req.uid, gid)?;
+        Ok(true)
+    }
+
+    /// RENAME2. With `RENAME_WHITEOUT` (overlayfs over the mount) the source file system
+    /// leaves a whiteout (a character device 0:0) under the old name, made with the
+    /// daemon's credentials; like any node a caller makes, it is given to the caller, or
+    /// in a sticky directory the caller could not remove it again.
+    fn rename2(
+        &self,
+        req: &Request<'_>,
+        arg: &fuse_rename2_in,
+        name: &CStr,
+        newname: &CStr,
+    ) -> io::Result<()> {
+        let parent = req.nodeid;
+        self.tree
+            .rename(parent, name, arg.newdir, newname, arg.flags)?;
+        if arg.flags & libc::RENAME_WHITEOUT != 0 {
+            if let Some(whiteout) = self.tree.whiteout(parent, name)? {
+                self.give(req, parent, whiteout.as_fd())?;
+            }
         }
         Ok(())
+    }
+
+    /// Clears the privilege bits of the node `nodeid` as a data change by the caller of
+    /// `req` would: see [`DirFs::kill_suidgid_of`].
+    fn kill_suidgid(&self, req: &Request<'_>, nodeid: u64) -> io::Result<()> {
+        self.kill_suidgid_of(req, self.tree.node(nodeid)?.handle()?.as_fd())
+    }
+
+    /// Clears the privilege bits of the file behind `fd` as a data change by a caller
+    /// without CAP_FSETID does on a local file system: set-user-ID always; set-group-ID
+    /// where the group may execute, or else (a mandatory-locking mark) where the caller
+    /// is not a member of the file's group. Done before the data changes (a program run
+    /// between the two must not run changed bytes with the old privileges). The kernel
+    /// asks for it under HANDLE_KILLPRIV_V2 for writes, truncation and `O_TRUNC` opens
+    /// (FUSE_WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID), and leaves
+    /// `fallocate` and `copy_file_range` to the daemon ([`DirFs::kill_unless_fsetid`]).
+    /// Only a daemon running as root needs to: one without CAP_FSETID has the source's
+    /// kernel clear them by itself. (File capabilities the source file system removes on
+    /// its own.)
+    fn kill_suidgid_of(&self, req: &Request<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+        if !self.as_root {
+            return Ok(());
+        }
+        let st = sys::stat(fd)?;
+        let old = st.st_mode & 0o7777;
+        let mut mode = old & !libc::S_ISUID;
+        if mode & libc::S_ISGID != 0
+            && (mode & libc::S_IXGRP != 0 || !caller::in_group(req.gid, req.pid, st.st_gid))
+        {
+            mode &= !libc::S_ISGID;
+        }
+        if mode != old {
+            sys::chmod(fd, mode)?;
+        }
+        Ok(())
+    }
+
+    /// The privilege bits of the file behind `fd` cleared before a `fallocate` or a
+    /// `copy_file_range` into it, unless the caller holds CAP_FSETID
+    /// ([`caller::has_capability`]).
+    fn kill_unless_fsetid(&self, req: &Request<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+        if caller::has_capability(req.uid, req.pid, caller::CAP_FSETID) {
+            return Ok(());
+        }
+        self.kill_suidgid_of(req, fd)
     }
 
     /// Runs a READDIR or READDIRPLUS, counting it and its time in the listing stats.
@@ -560,6 +624,38 @@ impl DirFs {
         Ok(Reply::xattr_value(unique, size, &data[..n]))
     }
 
+    /// LISTXATTR. `trusted.*` names are for callers with CAP_SYS_ADMIN only, as the
+    /// source's own file system lists them ([`caller::has_capability`]); for the others
+    /// the list is read whole into `data` and those names are dropped, the size asked
+    /// with size 0 included. A list too long for `data` answers an unfiltered size (an
+    /// upper bound: the caller then asks again with room enough, and gets the filtered
+    /// list).
+    fn listxattr<'b>(
+        &self,
+        req: &Request<'_>,
+        size: u32,
+        s: &'b mut Scratch,
+        data: &'b mut [u8],
+    ) -> Answer<'b> {
+        let (unique, node) = (req.unique, req.nodeid);
+        let list = |buf: &mut [u8]| self.tree.listxattr(node, buf);
+        if caller::has_capability(req.uid, req.pid, caller::CAP_SYS_ADMIN) {
+            return self.xattr(unique, size, s, data, list);
+        }
+        let n = match list(data) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) && size == 0 => {
+                return self.xattr(unique, size, s, data, list);
+            }
+            Err(e) => return Err(errno(e)),
+        };
+        let kept = drop_names(&mut data[..n], |name| name.starts_with(b"trusted."));
+        if size == 0 {
+            return Ok(Reply::xattr_size(unique, kept, &mut s.xattr));
+        }
+        Ok(Reply::xattr_value(unique, size, &data[..kept]))
+    }
+
     fn answer<'b>(
         &self,
         cx: &Ctx<'_>,
@@ -596,16 +692,18 @@ impl DirFs {
             Operation::Setattr { arg } => self.setattr(req, arg, s),
             Operation::Open { arg } => {
                 let asked = arg.flags as i32;
+                let kill = arg.open_flags & FUSE_OPEN_KILL_SUIDGID != 0;
                 // Read-write for the writeback cache where the file allows it, else as
                 // asked (a write-only file stays write-only).
-                let opened = tree
-                    .open(node, self.source_flags(asked))
-                    .or_else(|_| tree.open(node, asked));
-                let kill = arg.open_flags & FUSE_OPEN_KILL_SUIDGID != 0;
-                match opened.and_then(|fd| match kill {
-                    true => self.kill_suidgid(node).map(|()| fd),
-                    false => Ok(fd),
-                }) {
+                let opened = match kill {
+                    true => self.kill_suidgid(req, node),
+                    false => Ok(()),
+                }
+                .and_then(|()| {
+                    tree.open(node, self.source_flags(asked))
+                        .or_else(|_| tree.open(node, asked))
+                });
+                match opened {
                     Ok(fd) => self.opened(unique, s, Open::File(fd), asked),
                     Err(e) => Err(errno(e)),
                 }
@@ -681,7 +779,7 @@ impl DirFs {
                 status(tree.rename(node, name, arg.newdir, newname, 0))
             }
             Operation::Rename2 { arg, name, newname } => {
-                status(tree.rename(node, name, arg.newdir, newname, arg.flags))
+                status(self.rename2(req, arg, name, newname))
             }
             Operation::Readlink => match tree.readlink(node, data) {
                 Ok(n) => Ok(Reply::readlink(unique, &data[..n])),
@@ -692,9 +790,7 @@ impl DirFs {
             Operation::Getxattr { arg, name } => self.xattr(unique, arg.size, s, data, |buf| {
                 tree.getxattr(node, name, buf)
             }),
-            Operation::Listxattr { arg } => {
-                self.xattr(unique, arg.size, s, data, |buf| tree.listxattr(node, buf))
-            }
+            Operation::Listxattr { arg } => self.listxattr(req, arg.size, s, data),
             Operation::Setxattr { arg, name, value } => {
                 let (head, tail) = value.parts();
                 if !tail.is_empty() {
@@ -706,13 +802,17 @@ impl DirFs {
                 }
             }
             Operation::Removexattr { name } => status(tree.removexattr(node, name)),
-            Operation::Fallocate { arg } => match self.file(arg.fh) {
-                Ok(open) => {
-                    let fd = open.fd();
-                    status(cx.fallocate(fd, arg.mode as i32, arg.offset, arg.length))
+            Operation::Fallocate { arg } => {
+                match self.file(arg.fh) {
+                    Ok(open) => {
+                        let fd = open.fd();
+                        status(self.kill_unless_fsetid(req, fd.as_fd()).and_then(|()| {
+                            cx.fallocate(fd, arg.mode as i32, arg.offset, arg.length)
+                        }))
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
+            }
             Operation::Lseek { arg } => match self.file(arg.fh) {
                 Ok(open) => {
                     let fd = open.fd();
@@ -726,7 +826,7 @@ impl DirFs {
                 }
                 Err(e) => Err(e),
             },
-            Operation::CopyFileRange { arg } => match self.copy_file_range(arg) {
+            Operation::CopyFileRange { arg } => match self.copy_file_range(req, arg) {
                 Ok(n) => {
                     s.write = FromZeros::new_zeroed();
                     s.write.size = n as u32; // at most COPY_CHUNK
@@ -734,7 +834,7 @@ impl DirFs {
                 }
                 Err(e) => Err(e),
             },
-            Operation::CopyFileRange64 { arg } => match self.copy_file_range(arg) {
+            Operation::CopyFileRange64 { arg } => match self.copy_file_range(req, arg) {
                 Ok(n) => {
                     s.copy.bytes_copied = n as u64;
                     Ok(Reply::arg(unique, &s.copy))
@@ -746,6 +846,24 @@ impl DirFs {
             _ => Err(Errno::ENOSYS),
         })
     }
+}
+
+/// Removes from a list of NUL-terminated names (as listxattr(2) gives it) those `hidden`
+/// picks, in place, keeping the order; returns the new length.
+fn drop_names(list: &mut [u8], hidden: impl Fn(&[u8]) -> bool) -> usize {
+    let (mut read, mut kept) = (0, 0);
+    while read < list.len() {
+        let end = list[read..]
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(list.len(), |i| read + i + 1);
+        if !hidden(&list[read..end]) {
+            list.copy_within(read..end, kept);
+            kept += end - read;
+        }
+        read = end;
+    }
+    kept
 }
 
 /// A READDIRPLUS entry that gives the kernel no node (id 0), only the inode number and
@@ -823,5 +941,24 @@ impl FileSystem for DirFs {
             "writable"
         };
         format!("directory {} ({mode})", self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::drop_names;
+
+    #[test]
+    fn drop_names_keeps_the_others_in_order() {
+        let trusted = |name: &[u8]| name.starts_with(b"trusted.");
+        let mut list = *b"user.a\0trusted.b\0security.c\0trusted.d\0user.e\0";
+        let n = drop_names(&mut list, trusted);
+        assert_eq!(&list[..n], b"user.a\0security.c\0user.e\0");
+        let mut only = *b"trusted.x\0";
+        assert_eq!(drop_names(&mut only, trusted), 0);
+        assert_eq!(drop_names(&mut [], trusted), 0);
+        let mut unterminated = *b"user.a\0trusted.b";
+        let n = drop_names(&mut unterminated, trusted);
+        assert_eq!(&unterminated[..n], b"user.a\0");
     }
 }

@@ -9,7 +9,8 @@
 //! - [`tree`]: each operation on the tree by node id (mkdir, rename, setattr, xattrs...),
 //!   with the source file system's errnos, and the permission model;
 //! - [`handles`]: open files and directories by file handle; [`attr`]: `stat` as FUSE
-//!   attributes;
+//!   attributes; [`caller`]: the capabilities of a request's caller, where the daemon
+//!   must decide for it;
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
 //! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
@@ -21,6 +22,7 @@
 //! is used. Mounted by `corofuse mount-dir`.
 
 pub mod attr;
+pub mod caller;
 pub mod dirstream;
 pub mod fs;
 pub mod handles;

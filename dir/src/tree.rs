@@ -217,6 +217,21 @@ impl Tree {
         )
     }
 
+    /// The whiteout `name` in directory `parent` that a `RENAME_WHITEOUT` left, as an
+    /// `O_PATH` handle checked to be one (a character device 0:0), so that what it is
+    /// given to is the node checked; `None` if something else is there by now.
+    pub fn whiteout(&self, parent: u64, name: &CStr) -> io::Result<Option<OwnedFd>> {
+        let dir = self.dir(parent)?;
+        let handle = match sys::open_path(dir.handle()?.as_fd(), name) {
+            Ok(handle) => handle,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let st = sys::stat(handle.as_fd())?;
+        let is_whiteout = st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0;
+        Ok(is_whiteout.then_some(handle))
+    }
+
     pub fn readlink(&self, nodeid: u64, buf: &mut [u8]) -> io::Result<usize> {
         let node = self.node(nodeid)?;
         if node.kind != libc::S_IFLNK {

@@ -132,6 +132,20 @@ pub fn classify_read(res: io::Result<usize>) -> io::Result<Received> {
     }
 }
 
+/// Whether the FUSE connection behind `fd` (a session or a clone) is gone: unmounted,
+/// from outside or by us, or aborted. The kernel then reports `POLLERR` to every poll of
+/// the device, whatever was asked for. A poll that fails says nothing: not gone.
+pub fn connection_gone(fd: BorrowedFd<'_>) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, a live local, for the call; a zero timeout never blocks.
+    let res = unsafe { libc::poll(&mut pfd, 1, 0) };
+    res == 1 && pfd.revents & libc::POLLERR != 0
+}
+
 /// The bytes a read of `n` placed in `head` and then in `tail`.
 pub fn split_read<'a>(head: &'a [u8], tail: &'a [u8], n: usize) -> (&'a [u8], &'a [u8]) {
     let in_head = n.min(head.len());

@@ -17,6 +17,11 @@
 //! - Dropping the [`Mount`] (or [`Mount::unmount`]) detaches the mount
 //!   (`umount2(MNT_DETACH)` or `fusermount3 -u -z`); the server's next read
 //!   then fails with ENODEV. No DESTROY request is sent for a `fuse` mount.
+//! - A [`Mount`] whose connection is gone (unmounted from outside, or aborted)
+//!   detaches nothing: the mount now on its path, if any, is someone else's,
+//!   even when the kernel gave it the same device number. The guard keeps a
+//!   duplicate of the session's /dev/fuse fd, which polls `POLLERR` once the
+//!   connection is gone, as libfuse checks before it unmounts.
 //! - [`unmount_path`] removes a mount from outside its server (`corofuse
 //!   umount`), live or with the server gone; the caller first checks with
 //!   [`mount_at`] that the mount on the path is one it may remove.
@@ -28,7 +33,7 @@ mod probe;
 
 use crate::dev::FuseDev;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 pub use crate::mountinfo::MountEntry;
@@ -114,6 +119,10 @@ pub struct Mount {
     mounted: bool,
     /// Our mount's device in mountinfo, so that we never detach someone else's.
     device: Option<String>,
+    /// A duplicate of the session's /dev/fuse fd: it tells whether our connection is
+    /// still alive, which the device number alone cannot (the kernel reuses it for the
+    /// next FUSE mount as soon as ours is gone).
+    session: OwnedFd,
 }
 
 /// Mounts a FUSE file system over the regular file `mountpoint` (over the directory
@@ -140,6 +149,7 @@ pub fn mount(mountpoint: &Path, opts: &MountOptions) -> io::Result<(FuseDev, Mou
         dev.as_raw_fd()
     );
     let device = check::fuse_mount_device(&path)?;
+    let session = dev.as_fd().try_clone_to_owned()?;
     Ok((
         dev,
         Mount {
@@ -147,6 +157,7 @@ pub fn mount(mountpoint: &Path, opts: &MountOptions) -> io::Result<(FuseDev, Mou
             method,
             mounted: true,
             device,
+            session,
         },
     ))
 }
@@ -189,8 +200,13 @@ impl Mount {
     }
 
     /// Whether our mount is still there (it may have been unmounted from outside, and
-    /// something else mounted on the same path since).
+    /// something else mounted on the same path since, with the same device number):
+    /// our connection must be alive and the topmost FUSE mount on the path must have
+    /// our device.
     pub fn is_mounted(&self) -> bool {
+        if crate::dev::connection_gone(self.session.as_fd()) {
+            return false;
+        }
         match check::fuse_mount_device(&self.path) {
             Ok(device) => device.is_some() && device == self.device,
             Err(_) => true,

@@ -1,7 +1,10 @@
 //! The exported file's attributes: size and blocks from the backend, the rest in memory.
 //!
 //! Mode, owner and times are not stored in the image; like QEMU we keep them in memory for
-//! the life of the export. QEMU's rules for changing them:
+//! the life of the export. The file starts owner-only (`0600`, `0400` read-only) whether or
+//! not other users may reach the mount, as in QEMU: an image is the whole disk of a VM,
+//! and a root daemon with `--allow-other` must not hand it to every local user. QEMU's
+//! rules for changing them:
 //! - the file type is always a regular file; only the permission bits change;
 //! - without `allow_other`, nobody but the owner can reach the file, so group and other
 //!   bits are refused (`EPERM`), and so is a change of owner (`EOPNOTSUPP`);
@@ -64,13 +67,12 @@ pub struct Attributes {
 }
 
 impl Attributes {
-    /// Owner: the user running the export. Mode: `0400`, `0600` when writable; with
-    /// `allow_other`, group and others get the same bits.
+    /// Owner: the user running the export. Mode: `0400`, `0600` when writable, with or
+    /// without `allow_other` (as QEMU): the mount has `default_permissions`, so the kernel
+    /// keeps everyone else out until the owner grants access through the mount (chmod,
+    /// chown, which `allow_other` permits).
     pub fn new(options: &ExportOptions) -> Attributes {
-        let mut perm = if options.writable { 0o600 } else { 0o400 };
-        if options.allow_other {
-            perm |= (perm >> 3) | (perm >> 6);
-        }
+        let perm = if options.writable { 0o600 } else { 0o400 };
         let now = Time::now();
         // SAFETY: getuid(2) and getgid(2) cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -1,7 +1,8 @@
 //! [`MountedExport`]: one `corofuse mount` daemon, live until dropped, and never a mount
 //! left behind.
 //!
-//! `start` runs the daemon in a [`Dispatch`] mode with a pidfile and returns once the pidfile holds its PID *and*
+//! `start` runs the daemon in a [`Dispatch`] mode with a pidfile (its own, or the one the
+//! test passes with `--pidfile`) and returns once the pidfile holds its PID *and*
 //! /proc/self/mountinfo shows a `fuse.corofuse` mount on the mountpoint. Dropping the guard
 //! (also while unwinding from a failed assertion) sends SIGTERM, waits, SIGKILLs the PID it
 //! started if the daemon hangs, and lazily unmounts whatever mount it added if one is left.
@@ -39,6 +40,9 @@ pub struct MountedExport {
     mountpoint: PathBuf,
     /// FUSE mounts on the mountpoint before we started: Drop unmounts only ours.
     mounts_before: usize,
+    /// False once the test said the daemon's mount is gone for good
+    /// ([`released`](Self::released)): a mount on the path then is another's.
+    owns_mount: bool,
     /// Holds the pidfile and the daemon's stderr.
     scratch: TempDir,
 }
@@ -92,7 +96,12 @@ impl MountedExport {
             .prefix("corofuse-daemon-")
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
-        let pidfile = scratch.path().join("pid");
+        // A test that passes its own `--pidfile` has the daemon write it there.
+        let given = args
+            .iter()
+            .position(|&a| a == "--pidfile")
+            .and_then(|i| args.get(i + 1));
+        let pidfile = given.map_or_else(|| scratch.path().join("pid"), PathBuf::from);
         let stderr = File::create(scratch.path().join("stderr")).map_err(|e| e.to_string())?;
         let mounts_before = fuse_mounts_at(&mountpoint);
         let mut command = Command::new(crate::bin::corofuse());
@@ -101,9 +110,10 @@ impl MountedExport {
             .arg(image)
             .arg(&mountpoint)
             .args(args)
-            .args(dispatch.args())
-            .arg("--pidfile")
-            .arg(&pidfile);
+            .args(dispatch.args());
+        if given.is_none() {
+            command.arg("--pidfile").arg(&pidfile);
+        }
         command
             .env("RUST_LOG", log_level())
             .stdin(Stdio::null())
@@ -120,6 +130,7 @@ impl MountedExport {
             status: None,
             mountpoint,
             mounts_before,
+            owns_mount: true,
             scratch,
         };
         export.wait_live(&pidfile)?;
@@ -289,6 +300,15 @@ impl MountedExport {
         );
     }
 
+    /// Ends the guard of a daemon that exited (see [`wait_exit`](Self::wait_exit)) after
+    /// its mount was removed from outside: nothing of it is left, and a mount on the path
+    /// now belongs to someone else, which Drop must not detach.
+    #[track_caller]
+    pub fn released(mut self) {
+        assert!(self.status.is_some(), "the daemon has not exited");
+        self.owns_mount = false;
+    }
+
     /// Drop's last resort: kill the PID we started, then detach what we mounted.
     fn clean_up(&mut self) {
         if self.try_status().is_none() {
@@ -304,7 +324,7 @@ impl MountedExport {
             }
         }
         for _ in 0..8 {
-            if fuse_mounts_at(&self.mountpoint) <= self.mounts_before {
+            if !self.owns_mount || fuse_mounts_at(&self.mountpoint) <= self.mounts_before {
                 return;
             }
             note(&format!(

@@ -168,3 +168,54 @@ pub fn default_acl_rwx() -> Vec<u8> {
         (0x20, 7, u32::MAX),
     ])
 }
+
+/// `listxattr(2)` of `path`: the names, in the order the file system gives them.
+pub fn listxattr(path: &Path) -> io::Result<Vec<String>> {
+    let path = c_path(path)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: the path is NUL-terminated; `buf` is writable for its length.
+    let res = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = syscall!(res)?;
+    buf.truncate(n as usize);
+    Ok(buf
+        .split(|&b| b == 0)
+        .filter(|name| !name.is_empty())
+        .map(|name| String::from_utf8_lossy(name).into_owned())
+        .collect())
+}
+
+/// `renameat2(2)` of `from` to `to` with `flags` (e.g. `RENAME_WHITEOUT`).
+pub fn renameat2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+    let (from, to) = (c_path(from)?, c_path(to)?);
+    // SAFETY: both paths are NUL-terminated and outlive the call.
+    syscall!(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `mknod(2)` of a node of `mode` (type and permissions) and device `rdev` at `path`.
+pub fn mknod(path: &Path, mode: u32, rdev: u64) -> io::Result<()> {
+    let path = c_path(path)?;
+    // SAFETY: the path is NUL-terminated and outlives the call.
+    syscall!(unsafe { libc::mknod(path.as_ptr(), mode, rdev) }).map(drop)
+}
+
+/// Makes this process user `uid` and group `gid` with no supplementary groups, for good
+/// (real, effective and saved ids): what a test's unprivileged helper does first.
+pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: setgroups(2) with a count of 0 reads no memory; setgid(2) and setuid(2)
+    // take plain integers.
+    unsafe {
+        syscall!(libc::setgroups(0, std::ptr::null()))?;
+        syscall!(libc::setgid(gid))?;
+        syscall!(libc::setuid(uid))?;
+    }
+    Ok(())
+}

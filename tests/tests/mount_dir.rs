@@ -294,19 +294,9 @@ fn as_nobody(script: &str) -> std::process::Output {
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new("sh");
     cmd.arg("-c").arg(script).current_dir("/");
-    // SAFETY: setgroups, setgid and setuid are async-signal-safe; the child only drops
-    // privileges.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // SAFETY: become_user makes only setgroups, setgid and setuid calls, which are
+    // async-signal-safe; the child only drops privileges.
+    unsafe { cmd.pre_exec(|| corofuse_tests::sys::become_user(NOBODY, NOBODY)) };
     cmd.output().unwrap()
 }
 

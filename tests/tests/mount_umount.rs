@@ -199,3 +199,51 @@ fn mount_umount_refuses_a_mount_that_is_not_corofuse() {
     drop(fuse);
     assert!(fstypes_at(&file).is_empty());
 }
+
+dispatch_tests!(mount_umount_then_remount_at_once_keeps_the_new_mount);
+/// Unmounted from outside, a daemon exits; a second daemon mounted on the same path at
+/// once (the kernel may give its mount the same device number) keeps its mount: the
+/// first never unmounts what is not its own (it checks its own connection, which is
+/// gone). Five rounds of each export.
+fn mount_umount_then_remount_at_once_keeps_the_new_mount(mode: Dispatch) {
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(3, 0, MIB as usize));
+    let (src, dir_mnt) = (sandbox.path("src"), sandbox.path("dir.mnt"));
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(&dir_mnt).unwrap();
+    fs::write(src.join("f"), b"in the source").unwrap();
+    let file_mnt = sandbox.mountpoint("mnt");
+    let start = |dir_export: bool| match dir_export {
+        true => MountedExport::start_dir(&src, &dir_mnt, mode, &[]),
+        false => MountedExport::start(&image, &file_mnt, mode, &[]),
+    };
+    for dir_export in [false, true] {
+        let mut first = start(dir_export);
+        for round in 0..5 {
+            let path = first.path().to_path_buf();
+            sys::umount_lazy(&path).unwrap();
+            let second = start(dir_export);
+            let status = first
+                .wait_exit(TIMEOUT)
+                .expect("the first daemon exits after the unmount");
+            assert!(status.success(), "{status}; stderr:\n{}", first.stderr());
+            // The first daemon's exit path has run; give a stray unmount time to show.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(
+                is_corofuse_mount(&path),
+                "{mode}, round {round}, {}: the second mount is gone; first daemon's \
+                 stderr:\n{}",
+                if dir_export { "directory" } else { "image" },
+                first.stderr()
+            );
+            let read = match dir_export {
+                true => fs::read(path.join("f")).unwrap(),
+                false => fs::read(&path).unwrap()[..4].to_vec(),
+            };
+            assert!(!read.is_empty(), "{mode}: the second mount serves");
+            first.released();
+            first = second;
+        }
+        first.stop();
+    }
+}
