@@ -29,7 +29,7 @@ enum Command {
     /// Export a directory tree (passthrough of SOURCE_DIR) on a directory, in the foreground.
     MountDir(mount_dir::Args),
     /// Measure the export against a matrix of workloads (the lab), or the runtime (`bench switch`).
-    Bench(lab::Args),
+    Bench(Box<lab::Args>),
     /// Summarise a `corofuse mount --stats` JSON file.
     Stats(lab::stats_cmd::Args),
     /// Remove a corofuse mount, live or left behind by a killed daemon (never another's).

@@ -115,6 +115,12 @@ pub struct ServeArgs {
     /// Ring entries per CPU queue with `--transport uring`
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub uring_depth: u16,
+    /// Which of several /dev/fuse loops take requests (coroutine dispatch): `adaptive`
+    /// (a loop whose CPU the client keeps busy steps back while another loop has room,
+    /// and comes back to measure again; see transport::placement) or `all` (every loop,
+    /// always)
+    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "all"])]
+    pub placement: String,
 }
 
 /// Most loops the default `--queues` starts.
@@ -265,6 +271,15 @@ impl<F: FileSystem> Serving<F> {
     /// where the kernel granted it).
     pub fn uring(&self) -> bool {
         self.uring
+    }
+
+    /// Whether the loops' placement adapts ([`transport::placement`]): several
+    /// coroutine loops on /dev/fuse, unless `--placement all`.
+    pub fn adaptive_placement(&self) -> bool {
+        self.queues > 1
+            && !self.uring
+            && self.args.dispatch == Dispatch::Coroutine
+            && self.args.placement == "adaptive"
     }
 
     /// Ring entries per CPU queue.

@@ -21,12 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backend::Ctx;
 use fuse::dev::FuseDev;
 use runtime::{Co, Config, CounterSnapshot, Runtime};
 use transport::accounting::Accounting;
+use transport::placement::{Controller, Placement};
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
@@ -79,6 +80,11 @@ impl Control {
     /// Raises `flag` and wakes the loop.
     fn send(&self, flag: &AtomicBool) {
         flag.store(true, Ordering::SeqCst);
+        self.kick();
+    }
+
+    /// Wakes the loop (which then also applies the placement's choice for it).
+    fn kick(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to an eventfd we own.
         let n = unsafe { libc::write(self.kick.as_raw_fd(), one.as_ptr().cast(), 8) };
@@ -100,6 +106,8 @@ struct LoopSetup<F: FileSystem> {
     queue: QueueConfig,
     runtime: Config,
     cpu: Option<usize>,
+    /// Shared by the loops whose queues the placement pauses and resumes.
+    placement: Option<Arc<Placement>>,
     control: Arc<Control>,
     snapshots: Sender<LoopReport>,
 }
@@ -107,8 +115,11 @@ struct LoopSetup<F: FileSystem> {
 pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
     let (snapshots, reports) = mpsc::channel();
     let mut loops = Vec::with_capacity(serving.queues);
+    let placement = serving
+        .adaptive_placement()
+        .then(|| Arc::new(Placement::new(serving.queues)));
     for index in 0..serving.queues {
-        match start_loop(serving, index, snapshots.clone()) {
+        match start_loop(serving, index, placement.clone(), snapshots.clone()) {
             Ok(started) => loops.push(started),
             Err(e) => {
                 stop_all(&loops);
@@ -118,7 +129,27 @@ pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
         }
     }
     drop(snapshots);
+    let mut placer = placement
+        .as_deref()
+        .map(|p| (p, Controller::new(p, Instant::now())));
     while !loops.iter().all(|(handle, _)| handle.is_finished()) {
+        let mut wait = Duration::from_millis(100);
+        if let Some((placement, controller)) = placer.as_mut() {
+            if loops.iter().any(|(handle, _)| handle.is_finished()) {
+                // The session is ending (unmounted): a paused loop has no read to see
+                // that with. Take every loop back, for good.
+                placement.resume_all();
+                kick_all(&loops);
+                placer = None;
+            } else {
+                let next = controller.tick(placement, Instant::now());
+                if next.changed {
+                    kick_all(&loops);
+                }
+                wait = wait.min(next.at.saturating_duration_since(Instant::now()));
+            }
+        }
+        let wait_ms = wait.as_millis().max(1) as i32;
         if loops.iter().any(|(_, c)| c.failed.load(Ordering::SeqCst)) {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
@@ -131,7 +162,7 @@ pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
             }
             break;
         }
-        match wait_signal(&serving.signals, 100) {
+        match wait_signal(&serving.signals, wait_ms) {
             Some(libc::SIGUSR1) => {
                 let (merged, per_queue) = snapshot(&loops, &reports);
                 let ops = merged.accounting.report();
@@ -195,6 +226,7 @@ fn settle_and_leave<F: FileSystem>(
 fn start_loop<F: FileSystem>(
     serving: &Serving<F>,
     index: usize,
+    placement: Option<Arc<Placement>>,
     snapshots: Sender<LoopReport>,
 ) -> io::Result<Started> {
     let control = Arc::new(Control::new()?);
@@ -222,6 +254,7 @@ fn start_loop<F: FileSystem>(
             ..Config::default()
         },
         cpu: (!cpus.is_empty()).then(|| cpus[index % cpus.len()]),
+        placement,
         control: Arc::clone(&control),
         snapshots,
     };
@@ -236,6 +269,12 @@ fn start_loop<F: FileSystem>(
             report
         })?;
     Ok((handle, control))
+}
+
+fn kick_all(loops: &[Started]) {
+    for (_, control) in loops {
+        control.kick();
+    }
 }
 
 fn stop_all(loops: &[Started]) {
@@ -368,7 +407,7 @@ fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
         RingQueues::new(dev, Arc::clone(&setup.export), config)
     });
     let queue = Queue::new(setup.dev, setup.export, setup.max_write, setup.queue);
-    let (control, snapshots) = (setup.control, setup.snapshots);
+    let (control, snapshots, placement) = (setup.control, setup.snapshots, setup.placement);
     let (q, r, loops) = (Rc::clone(&queue), ring.clone(), setup.loops);
     let report = rt
         .block_on(move |co| -> io::Result<LoopReport> {
@@ -381,10 +420,14 @@ fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
                 queue: Rc::clone(&q),
                 ring: r.clone(),
             };
+            if let Some(placement) = &placement {
+                q.count_into(placement.register(index));
+            }
             let watcher = {
                 let served = served.clone();
                 co.spawn_named("control", move |co| {
-                    watch_control(co, index, &served, &control, &snapshots)
+                    let placement = placement.as_deref();
+                    watch_control(co, index, &served, &control, &snapshots, placement)
                 })?
             };
             let mut failure = None;
@@ -412,15 +455,18 @@ fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
     })
 }
 
-/// Reads kicks from the main thread: a snapshot request, or stop.
+/// Reads kicks from the main thread: a snapshot request, stop, or the placement's choice
+/// for this loop (pause or resume its queue).
 fn watch_control<F: FileSystem>(
     co: &Co<'_>,
     index: usize,
     served: &LoopWork<F>,
     control: &Control,
     snapshots: &Sender<LoopReport>,
+    placement: Option<&Placement>,
 ) {
     let mut count = [0u8; 8];
+    let mut paused_at: Option<Instant> = None;
     loop {
         match co.poll(&control.kick.as_fd(), libc::POLLIN) {
             Ok(_) => {}
@@ -433,6 +479,22 @@ fn watch_control<F: FileSystem>(
         // SAFETY: reads at most 8 bytes into a live 8-byte buffer from an eventfd we own;
         // EAGAIN (already drained) is harmless.
         unsafe { libc::read(control.kick.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        if let Some(placement) = placement {
+            match (placement.is_paused(index), paused_at) {
+                (true, None) => {
+                    served.queue.pause(co);
+                    paused_at = Some(Instant::now());
+                }
+                (false, Some(since)) => {
+                    served.queue.add_paused_time(since.elapsed());
+                    paused_at = None;
+                    if let Err(e) = served.queue.resume(co) {
+                        log::error!("loop {index}: resuming its queue: {e}");
+                    }
+                }
+                _ => {}
+            }
+        }
         if control.snapshot.swap(false, Ordering::SeqCst) {
             let _ = snapshots.send(LoopReport::of(index, co, served));
         }

@@ -202,6 +202,15 @@ struct LabArgs {
     /// corofuse, and print corofuse/qsd ratios
     #[arg(long)]
     compare_qsd: bool,
+    /// The qemu-storage-daemon binary to compare with (implies --compare-qsd), e.g. a
+    /// newer QEMU built from source. Default: the one on the PATH
+    #[arg(long, value_name = "PATH")]
+    qsd: Option<PathBuf>,
+    /// Give qsd's FUSE export N iothreads (`--object iothread,id=iotK` and
+    /// `iothread.K=iotK`, the list form of QEMU's multi-threaded FUSE export); implies
+    /// --compare-qsd. Default: qsd's main loop, as it ships
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    qsd_iothreads: Option<u32>,
     /// Print one JSON document (cells, runs, environment, options) instead of the table
     #[arg(long)]
     json: bool,
@@ -247,8 +256,8 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     if args.fio {
         environment.fio_version = Some(fio::version()?);
     }
-    if args.compare_qsd {
-        environment.qsd_version = Some(qsd::version()?);
+    if plan.compare_qsd {
+        environment.qsd_version = Some(qsd::version(&plan.qsd)?);
     }
     if plan.uses_qcow2() {
         environment.qemu_img_version = Some(qcow2::version()?);
@@ -309,6 +318,9 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     } else {
         print!("{}", report::table::render(&report));
     }
+    if let Some(warning) = plan.one_load_warning() {
+        eprintln!("{warning}");
+    }
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }
@@ -329,7 +341,7 @@ fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
         trials: plan.trials,
         load: if plan.fio { "fio" } else { "builtin" },
         jobs: plan.jobs,
-        compare_qsd: args.compare_qsd,
+        compare_qsd: plan.compare_qsd,
         exports: plan.exports(),
         workloads,
         variants: plan.variants.clone(),

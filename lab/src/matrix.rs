@@ -222,7 +222,12 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
             let extra = corofuse_options(cell.export, variant, &plan.mount_opts);
             daemon::corofuse_command(&spec, &paths, &extra)?
         }
-        Server::Qsd => qsd::command(cell.export, image.unwrap_or(Path::new("")), &paths)?,
+        Server::Qsd => qsd::command(
+            &plan.qsd,
+            cell.export,
+            image.unwrap_or(Path::new("")),
+            &paths,
+        )?,
         Server::Bare => return Err("the rows without FUSE have no daemon".into()),
     };
     let name = match cell.server {

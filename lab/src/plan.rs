@@ -21,6 +21,8 @@ pub struct Plan {
     /// The rows in table order, each with the workloads it runs.
     pub rows: Vec<Row>,
     pub compare_qsd: bool,
+    /// Which qemu-storage-daemon, and how it is started.
+    pub qsd: super::qsd::Qsd,
     /// The corofuse configurations, each run through every cell (at least one).
     pub variants: Vec<Variant>,
     pub mount_opts: Vec<String>,
@@ -51,6 +53,22 @@ impl Plan {
     /// Whether the table compares corofuse configurations with each other.
     pub fn compares_variants(&self) -> bool {
         self.variants.len() > 1
+    }
+
+    /// A warning when the table compares servers or configurations with one load only:
+    /// decisions are made with fio (what users measure with), and the built-in load,
+    /// which spends less CPU per I/O, can rank them differently on a small machine.
+    pub fn one_load_warning(&self) -> Option<String> {
+        if !(self.compares_variants() || self.compare_qsd) {
+            return None;
+        }
+        Some(if self.fio {
+            "warning: this comparison was made with fio only; the built-in load (without              --fio) drives the same exports with less CPU per I/O: run it too before              calling a difference a property of the servers"
+                .to_string()
+        } else {
+            "warning: this comparison was made with the built-in load only; users measure              with fio: run it again with --fio before deciding anything from it"
+                .to_string()
+        })
     }
 
     /// Whether some row needs the image on real storage.
@@ -128,7 +146,14 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
         storage_size: args.storage_mib << 20,
         trials: args.trials as usize,
         rows,
-        compare_qsd: args.compare_qsd,
+        compare_qsd: args.compare_qsd || args.qsd.is_some() || args.qsd_iothreads.is_some(),
+        qsd: super::qsd::Qsd {
+            program: args
+                .qsd
+                .clone()
+                .unwrap_or_else(|| super::qsd::PROGRAM.into()),
+            iothreads: args.qsd_iothreads.unwrap_or(0),
+        },
         variants: Variant::all(&args.queues, &args.transports),
         ring_replies: mount_opts.iter().any(|o| o == "--ring-replies"),
         mount_opts,
@@ -291,6 +316,30 @@ mod tests {
         let tiny = plan(&["--only", "qcow2", "--storage-mib", "8"]);
         assert_eq!(tiny.storage_size, 8 << 20);
         assert!(parse(&["--storage-mib", "0"]).is_err());
+    }
+
+    #[test]
+    fn a_comparison_with_one_load_is_warned_about_and_qsd_can_be_another_build() {
+        assert!(plan(&[]).one_load_warning().is_none(), "no comparison");
+        let builtin = plan(&["--queues", "1,2"]).one_load_warning().unwrap();
+        assert!(builtin.contains("built-in load only") && builtin.contains("--fio"));
+        let fio = plan(&["--compare-qsd", "--fio"])
+            .one_load_warning()
+            .unwrap();
+        assert!(fio.contains("fio only"), "{fio}");
+        let p = plan(&[
+            "--qsd",
+            "/opt/q/qemu-storage-daemon",
+            "--qsd-iothreads",
+            "2",
+        ]);
+        assert!(p.compare_qsd, "--qsd implies the comparison");
+        assert_eq!(
+            p.qsd.program,
+            std::path::Path::new("/opt/q/qemu-storage-daemon")
+        );
+        assert_eq!(p.qsd.iothreads, 2);
+        assert!(plan(&["--qsd-iothreads", "1"]).compare_qsd);
     }
 
     #[test]

@@ -10,25 +10,40 @@
 //! writes no statistics, so its per-request columns are "-"; the `device` row has no
 //! qsd run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::daemon::Paths;
 use super::export::{ExportKind, EXPORT_SIZE};
 
-/// The binary.
+/// The binary on the PATH, the default.
 pub const PROGRAM: &str = "qemu-storage-daemon";
 
-/// An error saying how to install it, unless it runs.
-pub fn version() -> Result<String, String> {
-    let out = Command::new(PROGRAM)
+/// Which qemu-storage-daemon runs, and how (`--qsd`, `--qsd-iothreads`).
+#[derive(Clone, Debug)]
+pub struct Qsd {
+    /// Its binary.
+    pub program: PathBuf,
+    /// Iothreads for the FUSE export, in the list form of QEMU's multi-threaded export
+    /// (`iothread.0=iot0,iothread.1=iot1,...`); 0: none (the main loop, as it ships).
+    pub iothreads: u32,
+}
+
+/// Its first line of `--version`, or an error saying how to install it.
+pub fn version(qsd: &Qsd) -> Result<String, String> {
+    let program = qsd.program.display();
+    let out = Command::new(&qsd.program)
         .arg("--version")
         .output()
         .map_err(|e| {
-            format!("{PROGRAM} cannot run ({e}); install it: apt-get install qemu-utils")
+            format!("{program} cannot run ({e}); install it (apt-get install qemu-utils) or name one with --qsd PATH")
         })?;
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().unwrap_or("unknown").trim().to_string())
+    let first = text.lines().next().unwrap_or("unknown").trim();
+    Ok(match qsd.iothreads {
+        0 => first.to_string(),
+        n => format!("{first} ({program}, {n} iothreads)"),
+    })
 }
 
 /// The `--blockdev` arguments for an export, the exported node (`f`) last; none for the
@@ -55,23 +70,40 @@ pub fn blockdevs(export: ExportKind, image: &Path) -> Vec<String> {
 }
 
 /// The whole command line.
-pub fn command(export: ExportKind, image: &Path, paths: &Paths) -> Result<Command, String> {
+pub fn command(
+    qsd: &Qsd,
+    export: ExportKind,
+    image: &Path,
+    paths: &Paths,
+) -> Result<Command, String> {
     let blockdevs = blockdevs(export, image);
     if blockdevs.is_empty() {
         return Err(format!("the {} row has no qsd run", export.name()));
     }
-    let mut cmd = Command::new(PROGRAM);
+    let mut cmd = Command::new(&qsd.program);
     for b in blockdevs {
         cmd.arg("--blockdev").arg(b);
     }
+    for i in 0..qsd.iothreads {
+        cmd.arg("--object").arg(format!("iothread,id=iot{i}"));
+    }
     cmd.arg("--export")
-        .arg(format!(
-            "type=fuse,id=e,node-name=f,mountpoint={},writable=on",
-            escape(paths.mountpoint)
-        ))
+        .arg(export_option(qsd, paths.mountpoint))
         .arg("--pidfile")
         .arg(paths.pidfile);
     Ok(cmd)
+}
+
+/// The `--export` value: the FUSE export of node `f`, writable, with its iothreads.
+fn export_option(qsd: &Qsd, mountpoint: &Path) -> String {
+    let mut option = format!(
+        "type=fuse,id=e,node-name=f,mountpoint={},writable=on",
+        escape(mountpoint)
+    );
+    for i in 0..qsd.iothreads {
+        option.push_str(&format!(",iothread.{i}=iot{i}"));
+    }
+    option
 }
 
 /// QEMU's option syntax doubles commas inside values.
@@ -125,7 +157,11 @@ mod tests {
             log,
             stats: None,
         };
-        let cmd = command(ExportKind::Qcow2, Path::new("/s/i.qcow2"), &paths).expect("qsd");
+        let mut qsd = Qsd {
+            program: PROGRAM.into(),
+            iothreads: 0,
+        };
+        let cmd = command(&qsd, ExportKind::Qcow2, Path::new("/s/i.qcow2"), &paths).expect("qsd");
         let args: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -143,6 +179,26 @@ mod tests {
                 "/m/pid"
             ]
         );
-        assert!(command(ExportKind::Device, Path::new("/s/i"), &paths).is_err());
+        assert!(command(&qsd, ExportKind::Device, Path::new("/s/i"), &paths).is_err());
+        qsd.iothreads = 2;
+        let cmd = command(&qsd, ExportKind::Null, Path::new(""), &paths).expect("qsd");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args[2..],
+            [
+                "--object",
+                "iothread,id=iot0",
+                "--object",
+                "iothread,id=iot1",
+                "--export",
+                "type=fuse,id=e,node-name=f,mountpoint=/m/mnt,writable=on,\
+                 iothread.0=iot0,iothread.1=iot1",
+                "--pidfile",
+                "/m/pid"
+            ]
+        );
     }
 }

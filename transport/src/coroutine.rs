@@ -19,11 +19,17 @@
 //! Stopping ([`Queue::stop`]): no new reader is spawned, the outstanding reads are
 //! cancelled, requests in flight finish and reply. A queue also ends by itself when the
 //! file system is unmounted (reads fail with `ENODEV`).
+//!
+//! Pausing ([`Queue::pause`], [`Queue::resume`]): the same without the end: the queue
+//! takes no new request (its reads are cancelled, requests in flight finish) until it is
+//! resumed, leaving the session's requests to the other queues. The loop placement
+//! ([`crate::placement`]) pauses a queue where that serves the session more.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use backend::Ctx;
@@ -64,6 +70,16 @@ impl Default for QueueConfig {
     }
 }
 
+/// What a reader got from [`Queue::receive`].
+enum Got {
+    /// A request of this many bytes.
+    Request(usize),
+    /// Nothing: the queue is paused.
+    Paused,
+    /// Nothing: the queue stops, or the file system is unmounted.
+    Ended,
+}
+
 /// One /dev/fuse fd served by coroutines of one event loop, for the file system `F`.
 pub struct Queue<F: FileSystem> {
     dev: FuseDev,
@@ -71,7 +87,11 @@ pub struct Queue<F: FileSystem> {
     config: QueueConfig,
     buffers: Buffers,
     stopping: Cell<bool>,
-    /// Readers currently waiting on /dev/fuse, for cancellation at stop.
+    /// Taking no new request until resumed ([`Queue::pause`]).
+    paused: Cell<bool>,
+    /// Where the requests read are also counted for the loop placement, if anywhere.
+    counted: RefCell<Option<Arc<AtomicU64>>>,
+    /// Readers currently waiting on /dev/fuse, for cancellation at stop or pause.
     readers: RefCell<Vec<TaskId>>,
     live_readers: Cell<usize>,
     in_flight: Cell<usize>,
@@ -92,6 +112,8 @@ impl<F: FileSystem> Queue<F> {
             config,
             buffers: Buffers::new(max_write),
             stopping: Cell::new(false),
+            paused: Cell::new(false),
+            counted: RefCell::new(None),
             readers: RefCell::new(Vec::new()),
             live_readers: Cell::new(0),
             in_flight: Cell::new(0),
@@ -120,6 +142,54 @@ impl<F: FileSystem> Queue<F> {
         if self.stopping.replace(true) {
             return;
         }
+        self.cancel_reads(co);
+        // A paused queue may have nothing left to end by itself.
+        if self.is_finished() {
+            self.finished.wake_all(co);
+        }
+    }
+
+    /// Takes no new request until [`resume`](Self::resume): cancels the outstanding reads
+    /// (a read that already holds a request serves it); requests in flight finish. The
+    /// queue is not finished while paused. Unlike [`stop`](Self::stop) this is undone.
+    pub fn pause(&self, co: &Co<'_>) {
+        if self.stopping.get() || self.paused.replace(true) {
+            return;
+        }
+        self.stats.borrow_mut().pauses += 1;
+        self.cancel_reads(co);
+    }
+
+    /// Takes requests again after [`pause`](Self::pause): starts readers up to the
+    /// configured count (a reader still finishing its request counts once it reads
+    /// again).
+    pub fn resume(self: &Rc<Self>, co: &Co<'_>) -> io::Result<()> {
+        if self.stopping.get() || !self.paused.replace(false) {
+            return Ok(());
+        }
+        for _ in self.live_readers.get()..self.config.readers.max(1) {
+            self.spawn_reader(co)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the queue is paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused.get()
+    }
+
+    /// Adds `time` to the time spent paused (in `stats`).
+    pub fn add_paused_time(&self, time: std::time::Duration) {
+        self.stats.borrow_mut().paused_ms += time.as_millis() as u64;
+    }
+
+    /// Also counts every request read into `counter` (only this queue writes it), for
+    /// the loop placement to read from another thread.
+    pub fn count_into(&self, counter: Arc<AtomicU64>) {
+        *self.counted.borrow_mut() = Some(counter);
+    }
+
+    fn cancel_reads(&self, co: &Co<'_>) {
         let readers = std::mem::take(&mut *self.readers.borrow_mut());
         for id in readers {
             if let Err(e) = co.cancel_io(id) {
@@ -153,9 +223,11 @@ impl<F: FileSystem> Queue<F> {
         self.stop(co);
     }
 
-    /// Whether the queue has no reader and no request left (after a stop, or unmounted).
+    /// Whether the queue has no reader and no request left (after a stop, or unmounted;
+    /// never while paused).
     pub fn is_finished(&self) -> bool {
-        self.live_readers.get() == 0 && self.in_flight.get() == 0
+        let resting = self.paused.get() && !self.stopping.get();
+        !resting && self.live_readers.get() == 0 && self.in_flight.get() == 0
     }
 
     /// What the queue did so far.
@@ -224,7 +296,7 @@ impl<F: FileSystem> Queue<F> {
         }
         let mut buf = self.buffers.requests.take();
         let hand_over = |co: &Co<'_>| {
-            if !self.stopping.get() {
+            if !self.stopping.get() && !self.paused.get() {
                 if let Err(e) = self.spawn_reader(co) {
                     log::error!("cannot start a /dev/fuse reader: {e}");
                 }
@@ -235,19 +307,20 @@ impl<F: FileSystem> Queue<F> {
             self.readers.borrow_mut().retain(|&id| id != co.id());
             self.live_readers.set(self.live_readers.get() - 1);
             match received {
-                Ok(Some(n)) => {
+                Ok(Got::Request(n)) => {
                     self.in_flight.set(self.in_flight.get() + 1);
                     let ((), handed_over) = co.on_first_suspend(&hand_over, || {
                         self.serve(co, &Ctx::Coroutine(co), &mut buf, n)
                     });
                     self.in_flight.set(self.in_flight.get() - 1);
-                    if handed_over || self.stopping.get() {
+                    if handed_over || self.stopping.get() || self.paused.get() {
                         break;
                     }
                     self.stats.borrow_mut().served_in_place += 1;
                     self.add_reader(co.id());
                 }
-                Ok(None) => {
+                Ok(Got::Paused) => break,
+                Ok(Got::Ended) => {
                     self.stopping.set(true);
                     break;
                 }
@@ -267,10 +340,12 @@ impl<F: FileSystem> Queue<F> {
         let mut buf = self.buffers.requests.take();
         loop {
             match self.receive(co, &mut buf) {
-                Ok(Some(n)) => {
+                Ok(Got::Request(n)) => {
                     self.serve(co, &Ctx::Blocking, &mut buf, n);
                 }
-                Ok(None) => break,
+                // One reader that serves inline is never paused (the placement runs only
+                // with coroutine dispatch); should it be, it ends like a stop.
+                Ok(Got::Paused | Got::Ended) => break,
                 Err(e) => {
                     self.fail(co, &e);
                     break;
@@ -284,32 +359,52 @@ impl<F: FileSystem> Queue<F> {
         self.finished.wake_all(co);
     }
 
-    /// Reads one request; `None` once the queue stops or the file system is unmounted.
-    fn receive(&self, co: &Co<'_>, buf: &mut RequestBuf) -> io::Result<Option<usize>> {
+    /// Why a reader takes no request now, if it does not: ended (the queue stops, or
+    /// the file system is gone) or paused.
+    fn not_taking(&self) -> Option<Got> {
+        if self.stopping.get() {
+            Some(Got::Ended)
+        } else if self.paused.get() {
+            Some(Got::Paused)
+        } else {
+            None
+        }
+    }
+
+    /// Reads one request, unless the queue stops, pauses or the file system is unmounted.
+    fn receive(&self, co: &Co<'_>, buf: &mut RequestBuf) -> io::Result<Got> {
+        let cancelled = |e: &io::Error| e.raw_os_error() == Some(libc::ECANCELED);
         loop {
-            if self.stopping.get() {
-                return Ok(None);
+            if let Some(why) = self.not_taking() {
+                return Ok(why);
             }
             let result = co.read(&self.dev, buf.read_area());
-            if matches!(&result, Err(e) if e.raw_os_error() == Some(libc::ECANCELED)) {
-                return Ok(None);
+            if matches!(&result, Err(e) if cancelled(e)) {
+                return Ok(self.not_taking().unwrap_or(Got::Ended));
             }
             let again = matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EAGAIN));
             match classify_read(result)? {
                 Received::Request(n) => {
                     self.stats.borrow_mut().requests += 1;
-                    return whole_request(n).map(Some);
+                    if let Some(counter) = &*self.counted.borrow() {
+                        // One writer: a plain store, no locked add.
+                        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    }
+                    return whole_request(n).map(Got::Request);
                 }
-                Received::Unmounted => return Ok(None),
+                Received::Unmounted => return Ok(Got::Ended),
                 Received::Retry if again => {
                     self.stats.borrow_mut().empty_reads += 1;
-                    // `stop` may have run while this reader was ready to resume, when
-                    // there was no I/O of ours to cancel: look again before waiting.
-                    if self.stopping.get() {
-                        return Ok(None);
+                    // `stop` or `pause` may have run while this reader was ready to
+                    // resume, when there was no I/O of ours to cancel: look again before
+                    // waiting.
+                    if let Some(why) = self.not_taking() {
+                        return Ok(why);
                     }
                     match co.poll(&self.dev, libc::POLLIN) {
-                        Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => return Ok(None),
+                        Err(e) if cancelled(&e) => {
+                            return Ok(self.not_taking().unwrap_or(Got::Ended))
+                        }
                         Err(e) => return Err(e),
                         Ok(_) => {}
                     }

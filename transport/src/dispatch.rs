@@ -107,6 +107,13 @@ pub struct QueueStats {
     /// the next one itself (coroutine transport): no spawn, no switch beyond the read.
     #[serde(default)]
     pub served_in_place: u64,
+    /// Times the loop placement paused this queue, leaving the requests to the other
+    /// loops ([`crate::placement`]).
+    #[serde(default)]
+    pub pauses: u64,
+    /// Milliseconds this queue spent paused.
+    #[serde(default)]
+    pub paused_ms: u64,
 }
 
 impl QueueStats {
@@ -130,5 +137,7 @@ impl QueueStats {
         self.empty_reads += other.empty_reads;
         self.buffers_allocated += other.buffers_allocated;
         self.served_in_place += other.served_in_place;
+        self.pauses += other.pauses;
+        self.paused_ms += other.paused_ms;
     }
 }

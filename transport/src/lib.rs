@@ -17,8 +17,8 @@
 //! Layout: [`service`] (the [`FileSystem`] seam), [`dispatch`] (one request: decode,
 //! handle, reply), [`buffers`] (request buffers whose WRITE data and READ replies are
 //! page-aligned), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
-//! of the last in `uring_cmd`), [`accounting`] (per opcode: wait, I/O, CPU, switches,
-//! SQEs, syscalls).
+//! of the last in `uring_cmd`), [`placement`] (which of several /dev/fuse loops take
+//! requests), [`accounting`] (per opcode: wait, I/O, CPU, switches, SQEs, syscalls).
 #![warn(missing_docs)]
 
 pub mod accounting;
@@ -26,6 +26,7 @@ pub mod blocking;
 pub mod buffers;
 pub mod coroutine;
 pub mod dispatch;
+pub mod placement;
 pub mod service;
 pub mod uring;
 mod uring_cmd;

@@ -178,13 +178,15 @@ pub fn schedule(trials: usize, jobs: usize, servers: usize) -> Vec<Step> {
 }
 
 /// The image rows' options that `--dir` has no use for, with whether each was given.
-fn image_only(args: &LabArgs) -> [(&'static str, bool); 8] {
+fn image_only(args: &LabArgs) -> [(&'static str, bool); 10] {
     [
         ("--only", !args.only.is_empty()),
         ("--workload", !args.workloads.is_empty()),
         ("--fio", args.fio),
         ("--jobs", args.jobs != 1),
         ("--compare-qsd", args.compare_qsd),
+        ("--qsd", args.qsd.is_some()),
+        ("--qsd-iothreads", args.qsd_iothreads.is_some()),
         ("--svg", args.svg.is_some()),
         ("--cpus", args.cpus.is_some()),
         ("--refill-image", args.refill_image),
