@@ -418,6 +418,10 @@ impl BlockBackend for FileBackend {
         format!("file:{} ({mode}{ro})", self.path.display())
     }
 
+    fn passthrough_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.file.as_fd())
+    }
+
     fn stats(&self) -> BackendStats {
         let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let direct = self.direct.as_ref();

@@ -123,6 +123,13 @@ pub trait BlockBackend: Send + Sync {
     fn inject_stats(&self) -> Option<InjectStats> {
         None
     }
+
+    /// The file whose bytes are the exported bytes one for one, where there is one (a raw
+    /// image file): FUSE passthrough may send reads straight to it. `None` for every
+    /// backend that maps or changes the bytes (qcow2, null, fault injection).
+    fn passthrough_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// The costly paths a backend took, for `--stats`: each is a copy, an extra read or a wait

@@ -42,6 +42,12 @@ pub struct Args {
     /// only with `--format raw`
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     format: Option<Format>,
+    /// FUSE passthrough for a raw image file (Linux 6.9+, root): opens that only read go
+    /// straight to the image file, at the device's speed; writable opens are served as
+    /// without it (the size stays exact), their mappings passed through. Not for qcow2,
+    /// null or --inject. Where the kernel lacks it: one log line, and the normal path
+    #[arg(long)]
+    passthrough: bool,
     /// Take no image locks (QEMU's locking=off). By default the image gets QEMU's lock
     /// bytes: a writable export keeps QEMU's writers (and other writable exports) out and
     /// is refused where one is in; a read-only export takes what a QEMU reader takes
@@ -223,6 +229,7 @@ pub struct BackendReport {
     pub backend: Option<backend::BackendStats>,
     pub inject: Option<backend::InjectStats>,
     pub dir: Option<dir_export::DirStats>,
+    pub passthrough: Option<fuse::backing::PassthroughStats>,
 }
 
 /// Reads the file system's own counters for `--stats`, at any time.
@@ -350,18 +357,27 @@ pub fn run(args: &Args) -> Result<(), String> {
         Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),
         None => disk,
     };
+    if args.passthrough && disk.passthrough_file().is_none() {
+        return Err(format!(
+            "--passthrough needs a raw image file whose bytes are the exported ones, not {}",
+            disk.describe()
+        ));
+    }
     let export = Arc::new(Export::new(
         Arc::clone(&disk),
         ExportOptions {
             writable: args.writable,
             growable: args.growable,
             allow_other: args.serve.allow_other,
+            passthrough: args.passthrough,
         },
     ));
+    let counted = Arc::clone(&export);
     let report: ReportFn = Box::new(move || BackendReport {
         backend: Some(disk.stats()),
         inject: disk.inject_stats(),
         dir: None,
+        passthrough: counted.passthrough_stats(),
     });
     let target = Target {
         mountpoint: &args.mountpoint,
@@ -443,6 +459,7 @@ pub fn serve_mounted<F: FileSystem>(
     let (session, mount) =
         fuse::mount::mount(target.mountpoint, &mount_options).map_err(|e| e.to_string())?;
     let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
+    fs.session_started(&negotiated, std::os::fd::AsFd::as_fd(&session));
     let uring = uring && negotiated.has(fuse::abi::FUSE_OVER_IO_URING);
     if args.transport == "uring" && !uring {
         return Err(format!(
@@ -537,6 +554,7 @@ fn write_stats(
         backend: report.backend,
         inject: report.inject,
         dir: report.dir,
+        passthrough: report.passthrough,
         allocations,
         ops: ops.clone(),
         per_queue: per_queue.to_vec(),

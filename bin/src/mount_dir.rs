@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dir_export::{Cache, DirFs, DirOptions};
+use dir_export::{Cache, DirFs, DirOptions, PassthroughPolicy};
 
 use crate::mount::{self, BackendReport, ReportFn, ServeArgs, Target};
 
@@ -46,8 +46,22 @@ pub struct Args {
     /// kernel may cache is not bounded by the open-file limit
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     node_fds: Option<u64>,
+    /// FUSE passthrough (Linux 6.9+, root): `auto` (reads, buffered writes and mappings
+    /// go straight to the source file; O_DIRECT writers stay on the daemon, which runs
+    /// their writes in parallel), `always` (every open, as libfuse's passthrough_hp) or
+    /// `never`. Where the kernel lacks it, or with --writeback: one log line, and never
+    #[arg(long, value_enum, default_value = "auto")]
+    passthrough: PassthroughArg,
     #[command(flatten)]
     serve: ServeArgs,
+}
+
+/// `--passthrough` as clap spells it.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum PassthroughArg {
+    Auto,
+    Always,
+    Never,
 }
 
 /// `--cache` as clap spells it.
@@ -80,6 +94,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         node_fds: args
             .node_fds
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        passthrough: match args.passthrough {
+            PassthroughArg::Auto => PassthroughPolicy::Auto,
+            PassthroughArg::Always => PassthroughPolicy::Always,
+            PassthroughArg::Never => PassthroughPolicy::Never,
+        },
     };
     let fs =
         DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?;
@@ -94,6 +113,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let counted = Arc::clone(&fs);
     let report: ReportFn = Box::new(move || BackendReport {
         dir: Some(counted.stats()),
+        passthrough: counted.passthrough_stats(),
         ..BackendReport::default()
     });
     mount::serve_mounted(&args.serve, &target, fs, report)

@@ -13,14 +13,24 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use slab::Slab;
 
+use fuse::backing::Mode;
+
 use crate::dirstream::DirStream;
+use crate::inodes::Inode;
 
 /// What a handle stands for.
 pub enum Open {
-    /// A file opened for I/O.
-    File(OwnedFd),
+    /// A file opened for I/O, and, where the session has FUSE passthrough, the node and
+    /// the mode its open was answered in (undone at RELEASE).
+    File(OwnedFd, Option<Backed>),
     /// An open directory's listing (READDIR takes it in turns).
     Dir(Mutex<DirStream>),
+}
+
+/// An open counted in its node's passthrough mode ([`fuse::backing::Inode`]).
+pub struct Backed {
+    pub inode: Arc<Inode>,
+    pub mode: Mode,
 }
 
 /// Every open handle.
@@ -68,17 +78,21 @@ mod tests {
     fn handles_are_checked_and_reused_after_release() {
         let h = Handles::default();
         let dev_null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-        let a = h.insert(Open::File(dev_null()));
-        let b = h.insert(Open::File(dev_null()));
+        let a = h.insert(Open::File(dev_null(), None));
+        let b = h.insert(Open::File(dev_null(), None));
         assert_ne!(a, b);
-        assert!(matches!(h.get(a).as_deref(), Some(Open::File(_))));
+        assert!(matches!(h.get(a).as_deref(), Some(Open::File(..))));
         assert!(
             h.get(999).is_none() && h.get(u64::MAX).is_none(),
             "never opened"
         );
         assert!(h.remove(a).is_some());
         assert!(h.get(a).is_none() && h.remove(a).is_none(), "released");
-        assert_eq!(h.insert(Open::File(dev_null())), a, "the slot is reused");
+        assert_eq!(
+            h.insert(Open::File(dev_null(), None)),
+            a,
+            "the slot is reused"
+        );
         assert_eq!(h.len(), 2);
     }
 }

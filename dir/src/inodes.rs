@@ -47,6 +47,8 @@ pub struct Inode {
     /// The file type bits of its mode (`S_IFMT`), fixed for a file's life.
     pub kind: u32,
     pub generation: u64,
+    /// Its FUSE passthrough mode while opens of it live ([`crate::fs`]).
+    pub backing: fuse::backing::Inode,
 }
 
 impl Inode {
@@ -147,6 +149,7 @@ impl Inodes {
             ino: attr.st_ino,
             kind: attr.st_mode & libc::S_IFMT,
             generation: self.generations.fetch_add(1, Ordering::Relaxed),
+            backing: Default::default(),
         })
     }
 

@@ -33,8 +33,8 @@ mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
-pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats};
-pub use handles::{Handles, Open};
+pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats, PassthroughPolicy};
+pub use handles::{Backed, Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use nodefd::DescriptorStats;
 pub use tree::{SetAttr, Time, Tree};

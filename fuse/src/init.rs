@@ -17,6 +17,10 @@
 //!   `max_write` to at least 4096; writes are split by both `max_write` and
 //!   `max_pages * PAGE_SIZE`. We clamp the same way so that [`Negotiated`]
 //!   tells the truth.
+//! - FUSE_PASSTHROUGH needs `max_stack_depth` 1 or 2 in the reply, and no
+//!   FUSE_WRITEBACK_CACHE; otherwise the kernel grants it in name only (every
+//!   BACKING_OPEN then fails with EPERM). We send the depth with the flag; a file
+//!   system that wants the writeback cache does not ask for passthrough.
 
 use crate::abi::*;
 use crate::errno::Errno;
@@ -96,6 +100,9 @@ pub struct InitConfig {
     pub max_pages_limit: u32,
     /// Page size in bytes (unit of `max_pages`).
     pub page_size: u32,
+    /// `max_stack_depth` sent when FUSE_PASSTHROUGH is granted (1 or 2; the kernel
+    /// turns passthrough off silently for anything else).
+    pub max_stack_depth: u32,
 }
 
 impl InitConfig {
@@ -111,6 +118,7 @@ impl InitConfig {
             io_uring: false,
             max_pages_limit: DEFAULT_MAX_PAGES_LIMIT,
             page_size: 4096,
+            max_stack_depth: FUSE_BACKING_STACKED_UNDER,
         }
     }
 
@@ -311,6 +319,9 @@ fn init_out(n: &Negotiated, config: &InitConfig) -> fuse_init_out {
     out.max_write = n.max_write;
     out.time_gran = 1;
     out.max_pages = n.max_pages;
+    if n.flags & FUSE_PASSTHROUGH != 0 {
+        out.max_stack_depth = config.max_stack_depth;
+    }
     out
 }
 

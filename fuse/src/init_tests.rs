@@ -70,6 +70,20 @@ fn io_uring_only_when_asked_and_offered() {
 }
 
 #[test]
+fn passthrough_carries_its_stack_depth() {
+    let (out, _, _) = accepted(negotiate(&kernel_6_18(), &InitConfig::new()));
+    assert_eq!(out.max_stack_depth, 0, "not asked: no depth");
+    let config = InitConfig {
+        flags: DEFAULT_FLAGS | FUSE_PASSTHROUGH,
+        ..InitConfig::new()
+    };
+    let (out, _, n) = accepted(negotiate(&kernel_6_18(), &config));
+    assert!(n.has(FUSE_PASSTHROUGH), "6.18 offers it (flags2 bit 5)");
+    assert_eq!(out.flags2, 1 << 5);
+    assert_eq!(out.max_stack_depth, FUSE_BACKING_STACKED_UNDER);
+}
+
+#[test]
 fn max_pages_limit_bounds_max_write() {
     let config = InitConfig {
         max_pages_limit: 32,

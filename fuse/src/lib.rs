@@ -49,6 +49,7 @@
 //!   place ([`reply::ReaddirBuf`]), errors as [`Errno`].
 //! - [`abi`]: the kernel structs and constants (ABI 7.45).
 //! - [`session`]: the INIT handshake of a mount, on the session fd.
+//! - [`backing`]: FUSE passthrough's backing files (register, unregister).
 //!
 //! A minimal blocking server loop:
 //!
@@ -81,6 +82,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod backing;
 pub mod decode;
 pub mod dev;
 pub mod display;

@@ -30,8 +30,10 @@ use zerocopy::FromZeros;
 
 use attr::Attributes;
 use fuse::abi::*;
-use fuse::init::InitConfig;
+use fuse::backing::{self, Mode};
+use fuse::init::{InitConfig, Negotiated};
 use fuse::{Errno, Operation, Reply, Request};
+use std::os::fd::BorrowedFd;
 use transport::FileSystem;
 
 /// How the image is exported.
@@ -43,6 +45,11 @@ pub struct ExportOptions {
     pub growable: bool,
     /// Users other than the owner may access the mount.
     pub allow_other: bool,
+    /// FUSE passthrough for a raw image file ([`BlockBackend::passthrough_file`]): opens
+    /// that only read get the image file itself (reads and mappings at the device's
+    /// speed); writable opens keep their reads and writes here (the size stays exact and
+    /// fixed), with mappings passed through.
+    pub passthrough: bool,
 }
 
 /// Storage for the argument struct of one reply, owned by the request's caller.
@@ -71,7 +78,14 @@ pub struct Export {
     backend: Arc<dyn BlockBackend>,
     options: ExportOptions,
     attrs: Attributes,
+    /// FUSE passthrough, with `options.passthrough`: the session's side, and the one
+    /// inode's mode.
+    passthrough: backing::Session,
+    inode: backing::Inode,
 }
+
+/// `fh` of an open that passed through (the others get 0), so that RELEASE knows.
+const FH_PASSTHROUGH: u64 = 1;
 
 impl Export {
     /// Exports `backend`; a read-only backend makes a read-only export whatever `options`
@@ -80,11 +94,19 @@ impl Export {
         options.writable &= !backend.read_only();
         options.growable &= options.writable;
         let attrs = Attributes::new(&options);
+        options.passthrough &= backend.passthrough_file().is_some();
         Export {
             backend,
             options,
             attrs,
+            passthrough: backing::Session::default(),
+            inode: backing::Inode::default(),
         }
+    }
+
+    /// What passthrough did, with `options.passthrough`.
+    pub fn passthrough_stats(&self) -> Option<backing::PassthroughStats> {
+        self.options.passthrough.then(|| self.passthrough.stats())
     }
 
     /// The backend behind the export.
@@ -116,7 +138,43 @@ impl Export {
         // parallel direct writes are not serialised on the inode lock.
         out.fh = 0;
         out.open_flags = FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
+        out.backing_id = 0;
+        if self.options.passthrough {
+            let register = || {
+                let file = self.backend.passthrough_file()?;
+                self.passthrough.register(file)
+            };
+            // A writable open keeps its reads and writes here, where the size is kept
+            // exact and fixed (the kernel would let a passthrough write grow the image
+            // file): it is served as without passthrough, unless read-only opens pass
+            // through already, beside which the kernel allows only the passthrough
+            // family (then its mappings, and only they, go to the file).
+            let reads_only = access == libc::O_RDONLY;
+            if let Mode::Passthrough(id) = self.inode.open(reads_only, register) {
+                self.passthrough.count_open();
+                out.fh = FH_PASSTHROUGH;
+                out.backing_id = id.0;
+                out.open_flags = match reads_only {
+                    true => FOPEN_PASSTHROUGH,
+                    false => out.open_flags | FOPEN_PASSTHROUGH,
+                };
+            }
+        }
         Ok(out)
+    }
+
+    /// RELEASE: the last passthrough open of the image unregisters its backing file.
+    fn release(&self, arg: &fuse_release_in) {
+        if !self.options.passthrough {
+            return;
+        }
+        let mode = match arg.fh {
+            FH_PASSTHROUGH => Mode::Passthrough(backing::BackingId(0)),
+            _ => Mode::Served,
+        };
+        if let Some(id) = self.inode.release(mode) {
+            self.passthrough.unregister(id);
+        }
     }
 
     /// FLUSH: makes writes durable, where there can be any.
@@ -145,7 +203,17 @@ impl FileSystem for Export {
     /// without DIRECT_IO_ALLOW_MMAP the kernel refuses `MAP_SHARED` of such a file.
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
         config.flags |= FUSE_DIRECT_IO_ALLOW_MMAP;
+        if self.options.passthrough {
+            config.flags |= FUSE_PASSTHROUGH;
+        }
         config
+    }
+
+    fn session_started(&self, negotiated: &Negotiated, session: BorrowedFd<'_>) {
+        if self.options.passthrough {
+            self.passthrough
+                .start(negotiated.has(FUSE_PASSTHROUGH), session);
+        }
     }
 
     fn needs_data_buffer(&self, opcode: u32) -> bool {
@@ -172,7 +240,10 @@ impl FileSystem for Export {
             Operation::Open { arg } => self
                 .open(arg, &mut args.open)
                 .map(|o| Reply::arg(unique, o)),
-            Operation::Release { .. } => Ok(Reply::empty(unique)),
+            Operation::Release { arg } => {
+                self.release(arg);
+                Ok(Reply::empty(unique))
+            }
             Operation::Flush { .. } => self.flush_op(cx).map(|()| Reply::empty(unique)),
             Operation::Fsync { .. } => self
                 .backend

@@ -403,7 +403,7 @@ fn export(backend: Arc<dyn BlockBackend>, writable: bool, growable: bool) -> Exp
         ExportOptions {
             writable,
             growable,
-            allow_other: false,
+            ..ExportOptions::default()
         },
     )
 }

@@ -63,10 +63,13 @@ impl Plan {
             return None;
         }
         Some(if self.fio {
-            "warning: this comparison was made with fio only; the built-in load (without              --fio) drives the same exports with less CPU per I/O: run it too before              calling a difference a property of the servers"
+            "warning: this comparison was made with fio only; the built-in load (without --fio) \
+             drives the same exports with less CPU per I/O: run it too before calling a \
+             difference a property of the servers"
                 .to_string()
         } else {
-            "warning: this comparison was made with the built-in load only; users measure              with fio: run it again with --fio before deciding anything from it"
+            "warning: this comparison was made with the built-in load only; users measure with \
+             fio: run it again with --fio before deciding anything from it"
                 .to_string()
         })
     }

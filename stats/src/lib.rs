@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use backend::{BackendStats, InjectStats};
 pub use dir_export::DirStats;
+pub use fuse::backing::PassthroughStats;
 pub use runtime::CounterSnapshot;
 pub use transport::{OpReport, QueueStats};
 
@@ -38,6 +39,10 @@ pub struct Stats {
     /// Nodes, open files, the node descriptor budget and listings (directory exports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<DirStats>,
+    /// FUSE passthrough: whether it is on, backing files registered, opens passed
+    /// through (exports that asked for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passthrough: Option<PassthroughStats>,
     /// Heap allocations made by the whole process so far.
     pub allocations: u64,
     /// Per-opcode accounting, by opcode name ("READ", "WRITE", ...).

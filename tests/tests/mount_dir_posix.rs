@@ -113,6 +113,17 @@ fn compare(source: &Results, mount: &Results) -> (Vec<String>, Vec<&'static str>
 
 dispatch_tests!(mount_dir_passes_pjdfstest_as_the_source_does[coroutine, threads, uring]);
 fn mount_dir_passes_pjdfstest_as_the_source_does(mode: Dispatch) {
+    pjdfstest_through_a_mount(mode, &[]);
+}
+
+dispatch_tests!(mount_dir_passes_pjdfstest_with_passthrough_always_and_never[coroutine]);
+/// The default is `--passthrough auto`; the suite passes with every policy.
+fn mount_dir_passes_pjdfstest_with_passthrough_always_and_never(mode: Dispatch) {
+    pjdfstest_through_a_mount(mode, &["--passthrough", "always"]);
+    pjdfstest_through_a_mount(mode, &["--passthrough", "never"]);
+}
+
+fn pjdfstest_through_a_mount(mode: Dispatch, args: &[&str]) {
     if let Some(why) = tool_missing(pjdfstest::PJDFSTEST) {
         return report_skip(&why);
     }
@@ -132,20 +143,24 @@ fn mount_dir_passes_pjdfstest_as_the_source_does(mode: Dispatch) {
     let source = open_dir_in(&std::env::temp_dir());
     let mnt = open_dir_in(&std::env::temp_dir());
     let other = other_fs(source.path());
-    let export = MountedExport::start_dir(source.path(), mnt.path(), mode, &["--allow-other"]);
+    let mut all_args = vec!["--allow-other"];
+    all_args.extend_from_slice(args);
+    let export = MountedExport::start_dir(source.path(), mnt.path(), mode, &all_args);
     let run = pjdfstest::run(export.path(), &config, other.as_ref().map(TempDir::path));
     let (mount_results, ran) = run.unwrap_or_else(|e| panic!("{e}\ndaemon:\n{}", export.stderr()));
     note(&format!(
-        "pjdfstest through the mount ({mode}): {} (on the source: {})",
+        "pjdfstest through the mount ({mode} {}): {} (on the source: {})",
+        args.join(" "),
         mount_results.summary(),
         source_results.summary()
     ));
     let (unexplained, stale) = compare(source_results, &mount_results);
     assert!(
         unexplained.is_empty(),
-        "pjdfstest through the mount ({mode}) differs from the source:\n{}\n\
+        "pjdfstest through the mount ({mode} {}) differs from the source:\n{}\n\
          (fix the export, or explain it in KNOWN_DIFFERENCES)\npjdfstest output:\n{}\n\
          daemon:\n{}",
+        args.join(" "),
         unexplained.join("\n"),
         ran.stdout,
         export.stderr()

@@ -87,6 +87,15 @@ fn mount_dir_passes_fsx(mode: Dispatch) {
     fsx_in_dir_mount(mode, &[], 20_000);
 }
 
+dispatch_tests!(mount_dir_passes_fsx_with_passthrough_always_and_never[coroutine, uring]);
+/// The default (`--passthrough auto`) runs above; here every open passed through
+/// (`always`: reads, writes and mappings go to the source file, attributes still come
+/// from the daemon) and none (`never`).
+fn mount_dir_passes_fsx_with_passthrough_always_and_never(mode: Dispatch) {
+    fsx_in_dir_mount(mode, &["--passthrough", "always"], 10_000);
+    fsx_in_dir_mount(mode, &["--passthrough", "never"], 10_000);
+}
+
 dispatch_tests!(mount_dir_passes_fsx_uncached[coroutine]);
 /// `--cache never`: every read and write reaches the daemon, mapped pages are written back
 /// around them (DIRECT_IO_ALLOW_MMAP).
@@ -122,14 +131,16 @@ fn mount_image_passes_fsx(mode: Dispatch) {
     const LEN: u64 = MIB;
     let sandbox = Sandbox::on_tmpfs().unwrap_or_default();
     let image = sandbox.sparse("disk.img", LEN);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
-    let file = export.path().to_path_buf();
-    exercise(
-        &export,
-        &file,
-        &block_config(LEN),
-        10_000,
-        "the image export",
-    );
-    export.stop();
+    for (args, what) in [
+        (&["-w"][..], "the image export"),
+        (
+            &["-w", "--passthrough"][..],
+            "the image export with --passthrough",
+        ),
+    ] {
+        let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, args);
+        let file = export.path().to_path_buf();
+        exercise(&export, &file, &block_config(LEN), 10_000, what);
+        export.stop();
+    }
 }

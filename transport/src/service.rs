@@ -13,13 +13,15 @@
 //!   request's lifetime; nothing is allocated per request.
 //! - `data` is page-aligned and at least `max_write` bytes when
 //!   [`FileSystem::needs_data_buffer`] says the opcode needs it, and empty otherwise.
+//! - `session_started` runs once, after INIT and before the first request.
 //! - `flush` runs once, after the last request, before the transport ends.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 
 use backend::Ctx;
 
-use fuse::init::InitConfig;
+use fuse::init::{InitConfig, Negotiated};
 use fuse::{Reply, Request};
 
 /// A file system that every transport can serve. `Send + Sync`: worker threads and several
@@ -31,6 +33,14 @@ pub trait FileSystem: Send + Sync + 'static {
     /// What to ask for at INIT, starting from the transport's `config` (flags, limits).
     fn init_config(&self, config: InitConfig) -> InitConfig {
         config
+    }
+
+    /// Called once the INIT handshake is done, before the first request is served, with
+    /// what was negotiated and a /dev/fuse fd of the session: for the file system's own
+    /// requests on the connection, such as FUSE passthrough's backing files (keep a
+    /// duplicate; every transport's fds belong to the same connection).
+    fn session_started(&self, negotiated: &Negotiated, session: BorrowedFd<'_>) {
+        let _ = (negotiated, session);
     }
 
     /// Whether requests of `opcode` need the data buffer for their reply (READ data, a

@@ -309,8 +309,16 @@ pub const RENAME_WHITEOUT: u32 = 1 << 2;
 /// `ioctl(new_fd, FUSE_DEV_IOC_CLONE, &session_fd)`: attach a fresh /dev/fuse
 /// fd to an existing session (an extra queue).
 pub const FUSE_DEV_IOC_CLONE: u32 = 0x8004_E500;
+/// `_IOW(229, 1, struct fuse_backing_map)`: register a backing file for FUSE
+/// passthrough; returns its backing id (Linux 6.9+, CAP_SYS_ADMIN).
+pub const FUSE_DEV_IOC_BACKING_OPEN: u32 = 0x4010_E501;
+/// `_IOW(229, 2, uint32_t)`: unregister a backing id.
+pub const FUSE_DEV_IOC_BACKING_CLOSE: u32 = 0x4004_E502;
 /// `_IO(229, 3)`: make INIT synchronous with mount (Linux 6.18+; unused here).
 pub const FUSE_DEV_IOC_SYNC_INIT: u32 = 0x0000_E503;
+/// `max_stack_depth` for FUSE passthrough: backing files on a file system that is
+/// not itself stacked, and one file system (overlayfs) may stack over this mount.
+pub const FUSE_BACKING_STACKED_UNDER: u32 = 1;
 
 // FUSE over io_uring.
 /// Size of `fuse_uring_req_header::in_out`.

@@ -157,6 +157,14 @@ abi_structs! {
         pub backing_id: i32,
     }
 
+    /// The argument of FUSE_DEV_IOC_BACKING_OPEN: an open file to pass I/O through to.
+    pub struct fuse_backing_map {
+        pub fd: i32,
+        /// No flags are defined (must be 0).
+        pub flags: u32,
+        pub padding: u64,
+    }
+
     /// RELEASE request.
     pub struct fuse_release_in {
         pub fh: u64,

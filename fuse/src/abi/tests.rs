@@ -105,13 +105,18 @@ fn alignment_is_at_most_eight() {
     assert!(align_of::<fuse_uring_req_header>() <= 8);
 }
 
-/// `_IOR(229, 0, uint32_t)` and `_IO(229, 3)` from `<asm-generic/ioctl.h>`.
+/// `_IOR(229, 0, uint32_t)`, `_IOW(229, 1, struct fuse_backing_map)`, `_IOW(229, 2,
+/// uint32_t)` and `_IO(229, 3)` from `<asm-generic/ioctl.h>`.
 #[test]
 fn ioctl_numbers() {
     const fn ioc(dir: u32, ty: u32, nr: u32, size: u32) -> u32 {
         (dir << 30) | (size << 16) | (ty << 8) | nr
     }
     assert_eq!(FUSE_DEV_IOC_CLONE, ioc(2, 229, 0, 4));
+    let map = size_of::<fuse_backing_map>() as u32;
+    assert_eq!(map, 16);
+    assert_eq!(FUSE_DEV_IOC_BACKING_OPEN, ioc(1, 229, 1, map));
+    assert_eq!(FUSE_DEV_IOC_BACKING_CLOSE, ioc(1, 229, 2, 4));
     assert_eq!(FUSE_DEV_IOC_SYNC_INIT, ioc(0, 229, 3, 0));
 }
 
@@ -119,5 +124,6 @@ fn ioctl_numbers() {
 #[test]
 fn high_init_flags_live_in_flags2() {
     assert_eq!(FUSE_OVER_IO_URING >> 32, 1 << 9);
+    assert_eq!(FUSE_PASSTHROUGH >> 32, 1 << 5);
     assert_eq!(FUSE_INIT_EXT, 1 << 30);
 }
