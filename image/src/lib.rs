@@ -82,6 +82,12 @@ pub struct Export {
     /// inode's mode.
     passthrough: backing::Session,
     inode: backing::Inode,
+    /// What passthrough registers: the image file opened again (`O_PATH`, through
+    /// /proc/self/fd), not the backend's descriptor. The kernel keeps a registered file
+    /// until the connection is gone, and the backend's descriptor holds the image's
+    /// locks (OFD locks live with the open file description): registered, they would
+    /// outlive the daemon, and the next export of the image would find it locked.
+    passthrough_file: Option<std::os::fd::OwnedFd>,
 }
 
 /// `fh` of an open that passed through (the others get 0), so that RELEASE knows.
@@ -94,13 +100,22 @@ impl Export {
         options.writable &= !backend.read_only();
         options.growable &= options.writable;
         let attrs = Attributes::new(&options);
-        options.passthrough &= backend.passthrough_file().is_some();
+        let passthrough_file = match options.passthrough {
+            true => backend.passthrough_file().and_then(|fd| {
+                reopen_path(fd)
+                    .map_err(|e| log::warn!("FUSE passthrough off: reopening the image: {e}"))
+                    .ok()
+            }),
+            false => None,
+        };
+        options.passthrough = passthrough_file.is_some();
         Export {
             backend,
             options,
             attrs,
             passthrough: backing::Session::default(),
             inode: backing::Inode::default(),
+            passthrough_file,
         }
     }
 
@@ -141,8 +156,8 @@ impl Export {
         out.backing_id = 0;
         if self.options.passthrough {
             let register = || {
-                let file = self.backend.passthrough_file()?;
-                self.passthrough.register(file)
+                let file = self.passthrough_file.as_ref()?;
+                self.passthrough.register(std::os::fd::AsFd::as_fd(file))
             };
             // A writable open keeps its reads and writes here, where the size is kept
             // exact and fixed (the kernel would let a passthrough write grow the image
@@ -194,6 +209,18 @@ impl Export {
         out.st.namelen = 255;
         out
     }
+}
+
+/// A new `O_PATH` open file description of the file behind `fd`, through its
+/// /proc/self/fd link (which reaches the file itself, even under a mount over its path).
+fn reopen_path(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(std::os::fd::OwnedFd::from)
 }
 
 impl FileSystem for Export {

@@ -1,6 +1,6 @@
 //! The lab's rows: what is exported, where its bytes live, and who serves it.
 //!
-//! Why these six: `local` is the load's own ceiling (the same load, same buffers, same
+//! Why these eight: `local` is the load's own ceiling (the same load, same buffers, same
 //! depth, on /dev/zero for reads and /dev/null for writes: no FUSE and no storage, so
 //! whatever it reaches is what the load can drive, and a FUSE row near it would be
 //! limited by the load, not the daemon), `null` is the daemon's own cost (no backend), `file` a raw image on
@@ -9,6 +9,8 @@
 //! (`disk`, `corofuse mount -w IMG`) and with O_DIRECT (`disk-direct`, `mount -w
 //! --direct IMG`), plus `device`, the same workload with O_DIRECT straight on the same
 //! image file with no FUSE at all: the ceiling every storage figure is divided by.
+//! `disk-pt` and `disk-direct-pt` are the two with FUSE passthrough (`--passthrough`:
+//! read-only opens go to the image file; qsd has no such thing, so no qsd run).
 //!
 //! Two opt-in rows (not in the default run: they need qemu-img, and `--only` names
 //! them) export qcow2 images on the same file system ([`super::qcow2`]): `qcow2`, a fully
@@ -40,6 +42,11 @@ pub enum ExportKind {
     /// The image on real storage, exported with O_DIRECT (`--direct`, qsd
     /// `cache.direct=on`).
     DiskDirect,
+    /// `disk` with FUSE passthrough (`--passthrough`): read-only opens go to the image
+    /// file itself. corofuse only (no qsd run).
+    DiskPt,
+    /// `disk-direct` with FUSE passthrough (`--direct --passthrough`).
+    DiskDirectPt,
     /// A fully allocated qcow2 image (64 KiB clusters) converted from the storage image
     /// and kept beside it, exported buffered; `disk` is its raw comparison.
     Qcow2,
@@ -50,19 +57,21 @@ pub enum ExportKind {
 
 impl ExportKind {
     /// Table order.
-    pub const ALL: [ExportKind; 8] = [
+    pub const ALL: [ExportKind; 10] = [
         ExportKind::Local,
         ExportKind::Null,
         ExportKind::File,
         ExportKind::Device,
         ExportKind::Disk,
         ExportKind::DiskDirect,
+        ExportKind::DiskPt,
+        ExportKind::DiskDirectPt,
         ExportKind::Qcow2,
         ExportKind::Qcow2Alloc,
     ];
 
     /// The rows run when `--only` names none: all but the qcow2 ones (the last two).
-    pub const DEFAULT: &'static [ExportKind] = Self::ALL.as_slice().split_at(6).0;
+    pub const DEFAULT: &'static [ExportKind] = Self::ALL.as_slice().split_at(8).0;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -72,6 +81,8 @@ impl ExportKind {
             ExportKind::Device => "device",
             ExportKind::Disk => "disk",
             ExportKind::DiskDirect => "disk-direct",
+            ExportKind::DiskPt => "disk-pt",
+            ExportKind::DiskDirectPt => "disk-direct-pt",
             ExportKind::Qcow2 => "qcow2",
             ExportKind::Qcow2Alloc => "qcow2-alloc",
         }
@@ -95,9 +106,21 @@ impl ExportKind {
             ExportKind::Device
                 | ExportKind::Disk
                 | ExportKind::DiskDirect
+                | ExportKind::DiskPt
+                | ExportKind::DiskDirectPt
                 | ExportKind::Qcow2
                 | ExportKind::Qcow2Alloc
         )
+    }
+
+    /// Whether corofuse exports it with FUSE passthrough (qsd has none: no qsd run).
+    pub fn passthrough(self) -> bool {
+        matches!(self, ExportKind::DiskPt | ExportKind::DiskDirectPt)
+    }
+
+    /// Whether corofuse opens the image with O_DIRECT (`--direct`).
+    pub fn direct(self) -> bool {
+        matches!(self, ExportKind::DiskDirect | ExportKind::DiskDirectPt)
     }
 
     /// Whether a FUSE export sits between the load and the bytes.
@@ -121,7 +144,7 @@ impl ExportKind {
             return vec![Server::Bare];
         }
         let mut servers: Vec<Server> = variants.iter().map(|&v| Server::Corofuse(v)).collect();
-        if compare_qsd {
+        if compare_qsd && !self.passthrough() {
             servers.push(Server::Qsd);
         }
         servers
@@ -199,8 +222,17 @@ mod tests {
         let one = [Variant::default()];
         assert_eq!(
             storage,
-            ["device", "disk", "disk-direct", "qcow2", "qcow2-alloc"]
+            [
+                "device",
+                "disk",
+                "disk-direct",
+                "disk-pt",
+                "disk-direct-pt",
+                "qcow2",
+                "qcow2-alloc"
+            ]
         );
+        assert_eq!(ExportKind::DiskPt.servers(&one, true), [Server::COROFUSE]);
         assert!(ExportKind::DEFAULT.iter().all(|e| !e.qcow2()));
         let opt_in = &ExportKind::ALL[ExportKind::DEFAULT.len()..];
         assert!(opt_in.iter().all(|e| e.qcow2()));

@@ -100,7 +100,11 @@ fn image_of<'a>(
     Ok(match export {
         ExportKind::Null | ExportKind::Local => None,
         ExportKind::File => Some(lab.image().ok_or("the file row needs the tmpfs image")?),
-        ExportKind::Device | ExportKind::Disk | ExportKind::DiskDirect => Some(
+        ExportKind::Device
+        | ExportKind::Disk
+        | ExportKind::DiskDirect
+        | ExportKind::DiskPt
+        | ExportKind::DiskDirectPt => Some(
             storage
                 .map(|s| s.path.as_path())
                 .ok_or("the storage rows need the image on real storage")?,
@@ -253,8 +257,11 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
 /// variant's and `--mount-opt`'s.
 fn corofuse_options(export: ExportKind, variant: Variant, mount_opts: &[String]) -> Vec<String> {
     let mut extra = Vec::new();
-    if export == ExportKind::DiskDirect {
+    if export.direct() {
         extra.push("--direct".to_string());
+    }
+    if export.passthrough() {
+        extra.push("--passthrough".to_string());
     }
     if export.qcow2() {
         extra.extend(["--format".to_string(), "qcow2".to_string()]);
@@ -319,6 +326,10 @@ mod tests {
         assert_eq!(
             corofuse_options(ExportKind::DiskDirect, base, &[]),
             ["--direct"]
+        );
+        assert_eq!(
+            corofuse_options(ExportKind::DiskDirectPt, base, &[]),
+            ["--direct", "--passthrough"]
         );
         for e in [ExportKind::Qcow2, ExportKind::Qcow2Alloc] {
             assert_eq!(corofuse_options(e, base, &[]), ["--format", "qcow2"]);

@@ -230,17 +230,27 @@ mod tests {
         let rows: Vec<&str> = n.iter().map(|r| r.0).collect();
         assert_eq!(
             rows,
-            ["local", "null", "file", "device", "disk", "disk-direct"]
+            [
+                "local",
+                "null",
+                "file",
+                "device",
+                "disk",
+                "disk-direct",
+                "disk-pt",
+                "disk-direct-pt"
+            ]
         );
         assert_eq!(n[0].1.len(), workload::DEFAULT_COUNT);
         for r in &n[3..] {
             assert_eq!(r.1, workload::STORAGE_DEFAULT, "{}", r.0);
         }
         assert!(p.on_storage());
-        assert_eq!(p.runs(), 3 * 5 + 3 * 4);
+        assert_eq!(p.runs(), 3 * 5 + 5 * 4);
         assert_eq!(
             plan(&["--compare-qsd", "--trials", "3"]).runs(),
-            3 * (5 + 2 * 5 * 2 + 4 + 2 * 4 * 2)
+            3 * (5 + 2 * 5 * 2 + 4 + 2 * 4 * 2 + 2 * 4),
+            "the passthrough rows have no qsd run"
         );
         assert_eq!(p.jobs, 1);
         assert_eq!(plan(&["--jobs", "2"]).jobs, 2);

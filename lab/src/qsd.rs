@@ -65,7 +65,9 @@ pub fn blockdevs(export: ExportKind, image: &Path) -> Vec<String> {
             file("file"),
             "node-name=f,driver=qcow2,file=file".to_string(),
         ],
-        ExportKind::Device | ExportKind::Local => Vec::new(),
+        ExportKind::Device | ExportKind::Local | ExportKind::DiskPt | ExportKind::DiskDirectPt => {
+            Vec::new()
+        }
     }
 }
 

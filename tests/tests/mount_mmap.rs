@@ -467,6 +467,13 @@ fn mount_mapping_and_io_match_a_model(mode: Dispatch) {
     check_model(mode, &["-w"]);
 }
 
+dispatch_tests!(mount_mapping_and_io_match_a_model_with_passthrough[coroutine, threads]);
+/// As above with `--passthrough`: the model's opens may write, so they are served as
+/// without it (passthrough takes only read-only opens of an image).
+fn mount_mapping_and_io_match_a_model_with_passthrough(mode: Dispatch) {
+    check_model(mode, &["-w", "--passthrough"]);
+}
+
 dispatch_tests!(mount_mapping_and_io_match_a_model_on_a_direct_image);
 /// As above, the image on disk and opened O_DIRECT (`--direct`): unaligned requests go
 /// through the daemon's read-modify-write path.

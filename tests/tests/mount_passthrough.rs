@@ -204,6 +204,21 @@ fn mount_passthrough_image_reads_pass_and_writes_keep_the_size(mode: Dispatch) {
     );
     drop(r);
     export.stop();
+    // The kernel keeps a registered file until the connection is gone: what it keeps
+    // must not be the descriptor holding the image's write lock, or this next export
+    // would find the image locked.
+    let again = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--passthrough"],
+    );
+    assert_bytes_eq(
+        &fs::read(again.path()).unwrap()[..100],
+        &data[..100],
+        "again",
+    );
+    again.stop();
     assert_eq!(
         fs::metadata(&image).unwrap().len(),
         len as u64,

@@ -140,7 +140,7 @@ impl DirPlan {
     pub fn uses_uring(&self) -> bool {
         self.servers.iter().any(|s| match s {
             Server::Corofuse { variant, .. } => variant.uses_uring(),
-            Server::Hp { .. } => false,
+            Server::Hp { .. } | Server::Source => false,
         })
     }
 
@@ -151,7 +151,12 @@ impl DirPlan {
             .iter()
             .map(|j| if matches!(j, Job::Meta) { 2 } else { 1 })
             .sum();
-        per_trial * self.servers.len() * self.trials
+        let mounting = self
+            .servers
+            .iter()
+            .filter(|s| !matches!(s, Server::Source))
+            .count();
+        per_trial * mounting * self.trials
     }
 }
 
@@ -239,10 +244,13 @@ pub fn build(args: &LabArgs, env_hp: Option<OsString>) -> Result<DirPlan, String
     let hp_absent = match hp {
         Some(path) => {
             let configs: Vec<Vec<String>> = if d.hp_opts.is_empty() {
-                vec![servers::HP_LIKE_FOR_LIKE
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()]
+                vec![
+                    Vec::new(),
+                    servers::HP_LIKE_FOR_LIKE
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect(),
+                ]
             } else {
                 d.hp_opts
                     .iter()
@@ -266,6 +274,9 @@ pub fn build(args: &LabArgs, env_hp: Option<OsString>) -> Result<DirPlan, String
                 .into(),
         ),
     };
+    if jobs.iter().any(|j| matches!(j, Job::Fio(_))) {
+        servers.push(Server::Source);
+    }
     Ok(DirPlan {
         trials: args.trials as usize,
         seconds: args.seconds,
@@ -326,12 +337,17 @@ mod tests {
                 "randwrite 1m io_uring qd64 x16 jobs",
             ]
         );
-        assert_eq!(p.servers.len(), 1);
+        assert_eq!(p.servers.len(), 2);
         assert!(p
             .hp_absent
             .as_deref()
             .is_some_and(|w| w.contains("--passthrough-hp")));
         assert_eq!(p.servers[0].name(), "corofuse");
+        assert_eq!(
+            p.servers[1].name(),
+            "source (no FUSE)",
+            "the fio rows' ceiling"
+        );
         assert_eq!(p.mounts(), 12, "11 jobs, the metadata one mounting twice");
         assert!(!p.uses_uring());
     }
@@ -340,11 +356,17 @@ mod tests {
     fn passthrough_hp_from_the_option_or_the_environment() {
         let p = plan(&["--passthrough-hp", "/opt/hp"], Some("/env/hp")).expect("plans");
         assert!(p.hp_absent.is_none());
-        let hp = &p.servers[1];
-        assert_eq!(hp.name(), "passthrough_hp");
-        assert_eq!(hp.command_line(), "/opt/hp --nopassthrough");
+        let (defaults, like) = (&p.servers[1], &p.servers[2]);
+        assert_eq!(
+            defaults.name(),
+            "passthrough_hp (its defaults)",
+            "as users run it"
+        );
+        assert_eq!(defaults.command_line(), "/opt/hp");
+        assert_eq!(like.name(), "passthrough_hp");
+        assert_eq!(like.command_line(), "/opt/hp --nopassthrough");
         let p = plan(&[], Some("/env/hp")).expect("plans");
-        assert_eq!(p.servers[1].command_line(), "/env/hp --nopassthrough");
+        assert_eq!(p.servers[2].command_line(), "/env/hp --nopassthrough");
         let p = plan(
             &[
                 "--passthrough-hp",
@@ -363,7 +385,8 @@ mod tests {
             [
                 "corofuse",
                 "passthrough_hp --nopassthrough --nosplice",
-                "passthrough_hp (its defaults)"
+                "passthrough_hp (its defaults)",
+                "source (no FUSE)"
             ]
         );
         let e = plan(&["--hp-opt", "--nosplice"], None).err();
@@ -405,8 +428,12 @@ mod tests {
         );
         assert_eq!(p.jobs[1].rows(&p), ["ls -l 7 entries"]);
         let p = plan(&["--queues", "1,2", "--trials", "3"], Some("/hp")).expect("plans");
-        assert_eq!(p.servers.len(), 3);
-        assert_eq!(p.mounts(), 12 * 3 * 3);
+        assert_eq!(
+            p.servers.len(),
+            5,
+            "q1, q2, passthrough_hp twice, the source"
+        );
+        assert_eq!(p.mounts(), 12 * 4 * 3, "the source mounts nothing");
         assert!(plan(&["--entries", "0"], None).is_err());
     }
 

@@ -84,7 +84,7 @@ fn summarise(runs: &[Outcome]) -> Option<Summary> {
         .iter()
         .filter_map(|o| match o {
             Outcome::Ok(m) => Some(m),
-            Outcome::Failed(_) => None,
+            Outcome::Failed(_) | Outcome::NotRun => None,
         })
         .collect();
     if ok.is_empty() {
@@ -137,7 +137,7 @@ impl DirReport {
                     .iter()
                     .filter_map(|o| match o {
                         Outcome::Failed(e) => Some(e),
-                        Outcome::Ok(_) => None,
+                        Outcome::Ok(_) | Outcome::NotRun => None,
                     })
                     .collect();
                 RowReport {

@@ -76,6 +76,8 @@ impl Measure {
 pub enum Outcome {
     Ok(Measure),
     Failed(String),
+    /// A row the server does not run (the source ceiling runs only the fio rows).
+    NotRun,
 }
 
 /// All runs of one (row, server).
@@ -142,6 +144,7 @@ fn progress(o: &Outcome) -> String {
     match o {
         Outcome::Ok(m) => format!("{:.0} ops/s", m.ops_per_second()),
         Outcome::Failed(e) => format!("FAILED: {e}"),
+        Outcome::NotRun => "not run".into(),
     }
 }
 
@@ -156,6 +159,12 @@ fn run_one(
 ) -> Result<Vec<Outcome>, String> {
     let rows = job.rows(plan).len();
     let fail_all = |e: String| Ok(vec![Outcome::Failed(e); rows]);
+    if let Server::Source = server {
+        return Ok(match job {
+            Job::Fio(f) => vec![fio_on(plan, lab, &tree.root().join(Tree::BIG), f, None)],
+            _ => vec![Outcome::NotRun; rows],
+        });
+    }
     if let Job::Meta = job {
         return metadata(plan, lab, tree, server, step);
     }
@@ -175,35 +184,46 @@ fn run_one(
         }
         Job::Find => timed(&daemon, || client(lab, Op::Find, &mnt.join(Tree::FIND), 0)),
         Job::Readdir(n) => listing(lab, &mut daemon, &mnt, *n, server.is_corofuse()),
-        Job::Fio(f) => {
-            let cpu0 = daemon.cpu_seconds();
-            let (out, err) = (lab.file("fio.out"), lab.file("fio.err"));
-            let target = mnt.join(Tree::BIG);
-            let r = fio::run(
-                &target,
-                plan.file_size,
-                &f.workload,
-                f.jobs,
-                plan.seconds,
-                None,
-                &out,
-                &err,
-            );
-            let cpu = cpu0.zip(daemon.cpu_seconds()).map(|(a, b)| b - a);
-            match r {
-                Ok(load) => Outcome::Ok(Measure {
-                    ops: load.ops,
-                    seconds: load.seconds,
-                    daemon_cpu_seconds: cpu,
-                    listing: None,
-                    fio: Some(load),
-                }),
-                Err(e) => Outcome::Failed(e),
-            }
-        }
+        Job::Fio(f) => fio_on(plan, lab, &mnt.join(Tree::BIG), f, Some(&daemon)),
     };
     stop(&mut daemon);
     Ok(vec![outcome])
+}
+
+/// A fio row on `target` (through a mount, or the source file itself without a daemon),
+/// with the daemon's CPU time over it where there is one.
+fn fio_on(
+    plan: &DirPlan,
+    lab: &Lab,
+    target: &Path,
+    f: &super::plan::FioRow,
+    daemon: Option<&Daemon>,
+) -> Outcome {
+    let cpu0 = daemon.and_then(Daemon::cpu_seconds);
+    let (out, err) = (lab.file("fio.out"), lab.file("fio.err"));
+    let r = fio::run(
+        target,
+        plan.file_size,
+        &f.workload,
+        f.jobs,
+        plan.seconds,
+        None,
+        &out,
+        &err,
+    );
+    let cpu = cpu0
+        .zip(daemon.and_then(Daemon::cpu_seconds))
+        .map(|(a, b)| b - a);
+    match r {
+        Ok(load) => Outcome::Ok(Measure {
+            ops: load.ops,
+            seconds: load.seconds,
+            daemon_cpu_seconds: cpu,
+            listing: None,
+            fio: Some(load),
+        }),
+        Err(e) => Outcome::Failed(e),
+    }
 }
 
 /// Create through one mount; stat and unlink through the next (module docs). Whatever

@@ -23,7 +23,8 @@ pub const COROFUSE_LIKE_FOR_LIKE: [(&str, Option<&str>); 3] = [
     ("--writeback", None),
 ];
 
-/// passthrough_hp's like-for-like options (replaced by `--hp-opt`).
+/// passthrough_hp's like-for-like options; it also runs with its defaults (kernel FUSE
+/// passthrough), as users run it. `--hp-opt` replaces both.
 pub const HP_LIKE_FOR_LIKE: [&str; 1] = ["--nopassthrough"];
 
 /// What the like-for-like flags leave different, for the report's header.
@@ -39,6 +40,9 @@ pub enum Server {
     Corofuse { variant: Variant, args: Vec<String> },
     /// passthrough_hp with these options (before `--foreground SOURCE MOUNTPOINT`).
     Hp { path: PathBuf, args: Vec<String> },
+    /// No FUSE: fio straight on the source file, the ceiling of the fio rows (it runs
+    /// only those).
+    Source,
 }
 
 impl Server {
@@ -53,6 +57,7 @@ impl Server {
             }
             Server::Hp { args, .. } if args.is_empty() => "passthrough_hp (its defaults)".into(),
             Server::Hp { args, .. } => format!("passthrough_hp {}", args.join(" ")),
+            Server::Source => "source (no FUSE)".into(),
         }
     }
 
@@ -74,6 +79,7 @@ impl Server {
                 }
                 s
             }
+            Server::Source => "fio on the source file itself".into(),
         }
     }
 
@@ -102,6 +108,7 @@ impl Server {
                     .arg(paths.mountpoint);
                 Ok(cmd)
             }
+            Server::Source => Err("the source row has no daemon".into()),
         }
     }
 }

@@ -30,6 +30,8 @@ fn colour(export: ExportKind, server: Server) -> &'static str {
         (ExportKind::Disk, Server::Qsd) => "#a6d9ae",
         (ExportKind::DiskDirect, Server::Corofuse(_)) => "#7a3fa8",
         (ExportKind::DiskDirect, Server::Qsd) => "#cdb0e6",
+        (ExportKind::DiskPt, Server::Corofuse(_)) => "#5fbf6e",
+        (ExportKind::DiskDirectPt, Server::Corofuse(_)) => "#a874d3",
         (ExportKind::Qcow2, Server::Corofuse(_)) => "#0f7f80",
         (ExportKind::Qcow2, Server::Qsd) => "#97d6d6",
         (ExportKind::Qcow2Alloc, Server::Corofuse(_)) => "#a83246",
