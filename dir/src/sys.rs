@@ -312,8 +312,10 @@ pub fn removexattr(handle: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
 
 /// `lseek(fd, offset, whence)` (SEEK_DATA, SEEK_HOLE...), the resulting offset.
 pub fn lseek(fd: BorrowedFd<'_>, offset: u64, whence: i32) -> io::Result<u64> {
-    let off =
-        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // The kernel sends the caller's `off_t` as it was: a negative one comes as a large
+    // u64, and the source's own lseek says what it means (ENXIO for SEEK_DATA and
+    // SEEK_HOLE, EINVAL for SEEK_SET).
+    let off = offset as libc::off_t;
     // SAFETY: lseek on a descriptor we hold; no memory is passed.
     let r = unsafe { libc::lseek(fd.as_raw_fd(), off, whence) };
     if r < 0 {

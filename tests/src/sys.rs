@@ -219,3 +219,14 @@ pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `lseek(2)` on `file` with any `off_t` (negative ones included): the new offset, or
+/// the errno.
+pub fn lseek_raw(file: &File, offset: i64, whence: i32) -> Result<i64, i32> {
+    // SAFETY: lseek(2) takes a valid fd (borrowed from `file`) and plain integers.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if r < 0 {
+        return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    Ok(r)
+}

@@ -560,3 +560,36 @@ fn mount_dir_enforces_the_sources_access_acls(mode: Dispatch) {
     }
     export.stop();
 }
+
+dispatch_tests!(mount_dir_seek_data_and_hole_answer_as_the_source[coroutine, threads, uring]);
+/// lseek with SEEK_DATA and SEEK_HOLE on a sparse file (data, a hole, data), at offsets
+/// inside, past the end and negative, and SEEK_SET to a negative offset: through the
+/// mount the same offsets or errnos as on the source (ENXIO for the negative SEEK_DATA,
+/// not EINVAL).
+fn mount_dir_seek_data_and_hole_answer_as_the_source(mode: Dispatch) {
+    use std::os::unix::fs::FileExt;
+    let src = tempfile::tempdir().unwrap();
+    let file = fs::File::create(src.path().join("sparse")).unwrap();
+    file.write_all_at(&[1u8; 65536], 0).unwrap();
+    file.write_all_at(&[2u8; 65536], 4 << 20).unwrap();
+    drop(file);
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let seeks = |path: &std::path::Path| -> Vec<Result<i64, i32>> {
+        let f = fs::File::open(path).unwrap();
+        let mut out = Vec::new();
+        for whence in [libc::SEEK_DATA, libc::SEEK_HOLE, libc::SEEK_SET] {
+            for offset in [0i64, 70000, 4 << 20, (4 << 20) + 65536, 1 << 30, -1, -4096] {
+                out.push(corofuse_tests::sys::lseek_raw(&f, offset, whence));
+            }
+        }
+        out
+    };
+    let (on_source, through) = (
+        seeks(&src.path().join("sparse")),
+        seeks(&export.path().join("sparse")),
+    );
+    assert_eq!(through, on_source, "{mode}");
+    assert!(on_source.contains(&Err(libc::ENXIO)), "{on_source:?}");
+    export.stop();
+}
