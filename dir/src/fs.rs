@@ -1011,14 +1011,19 @@ impl FileSystem for DirFs {
     /// access ACLs with GETXATTR of `system.posix_acl_access` and enforce them; without
     /// it they would check the mode bits alone, and an ACL entry denying a user would not
     /// hold through the mount, since the daemon itself acts as root), the
-    /// writeback cache if asked, and shared mappings of the direct-I/O files
-    /// (DIRECT_IO_ALLOW_MMAP, 7.39+: O_DIRECT opens, and every file with `--cache never`).
+    /// writeback cache if asked, shared mappings of the direct-I/O files
+    /// (DIRECT_IO_ALLOW_MMAP, 7.39+: O_DIRECT opens, and every file with `--cache never`),
+    /// and NO_EXPORT_SUPPORT: the daemon cannot find a node again from the node id and
+    /// generation in a file handle once the kernel forgot it (node ids are reused), so
+    /// `name_to_handle_at` is refused (EOPNOTSUPP), as libfuse does by default, instead of
+    /// handing out handles that go stale (ESTALE) when the dentry cache is dropped.
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
         config.flags |= FUSE_DO_READDIRPLUS
             | FUSE_READDIRPLUS_AUTO
             | FUSE_HANDLE_KILLPRIV_V2
             | FUSE_DONT_MASK
-            | FUSE_POSIX_ACL;
+            | FUSE_POSIX_ACL
+            | FUSE_NO_EXPORT_SUPPORT;
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
         }

@@ -230,3 +230,37 @@ pub fn lseek_raw(file: &File, offset: i64, whence: i32) -> Result<i64, i32> {
     }
     Ok(r)
 }
+
+/// Whether `name_to_handle_at(2)` gives `path` a file handle: `Ok(())`, or the errno.
+pub fn name_to_handle(path: &Path) -> Result<(), i32> {
+    #[repr(C)]
+    struct Handle {
+        handle_bytes: u32,
+        handle_type: i32,
+        f_handle: [u8; 128],
+    }
+    let path = c_path(path).map_err(|_| libc::EINVAL)?;
+    let mut handle = Handle {
+        handle_bytes: 128,
+        handle_type: 0,
+        f_handle: [0; 128],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: the path is NUL-terminated and outlives the call; `handle` is a writable
+    // file_handle whose handle_bytes says how much room f_handle has; `mount_id` a
+    // writable int.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &mut handle as *mut Handle,
+            &mut mount_id as *mut libc::c_int,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    Ok(())
+}

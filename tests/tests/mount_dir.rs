@@ -593,3 +593,29 @@ fn mount_dir_seek_data_and_hole_answer_as_the_source(mode: Dispatch) {
     assert!(on_source.contains(&Err(libc::ENXIO)), "{on_source:?}");
     export.stop();
 }
+
+dispatch_tests!(mount_dir_refuses_file_handles_it_could_not_honour[coroutine, threads]);
+/// `name_to_handle_at` through the mount is refused (EOPNOTSUPP, FUSE_NO_EXPORT_SUPPORT)
+/// where the source gives one: the daemon could not find the node again once the kernel
+/// forgot it, and a handle handed out would later answer ESTALE for a file still there.
+fn mount_dir_refuses_file_handles_it_could_not_honour(mode: Dispatch) {
+    let src = source();
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let sys = corofuse_tests::sys::name_to_handle;
+    assert_eq!(
+        sys(&src.path().join("hello")),
+        Ok(()),
+        "the source has handles"
+    );
+    assert_eq!(
+        sys(&export.path().join("hello")),
+        Err(libc::EOPNOTSUPP),
+        "{mode}"
+    );
+    assert_eq!(
+        fs::read(export.path().join("hello")).unwrap(),
+        b"hello, world\n"
+    );
+    export.stop();
+}
