@@ -173,11 +173,6 @@ impl<F: FileSystem> Queue<F> {
         Ok(())
     }
 
-    /// Whether the queue is paused.
-    pub fn is_paused(&self) -> bool {
-        self.paused.get()
-    }
-
     /// Adds `time` to the time spent paused (in `stats`).
     pub fn add_paused_time(&self, time: std::time::Duration) {
         self.stats.borrow_mut().paused_ms += time.as_millis() as u64;
