@@ -27,6 +27,7 @@ Stops only the daemons it started, and unmounts what they leave.
     benches/export/fio-servers.py defaults --rounds 2 --seconds 4
     benches/export/fio-servers.py dir --rounds 3 --seconds 5
     benches/export/fio-servers.py image --rounds 3 --seconds 4
+    benches/export/fio-servers.py defaults --only randread-qd64 --servers 'corofuse,corofuse --queues 1'
 """
 import argparse
 import json
@@ -228,6 +229,7 @@ def main():
     p.add_argument('--rounds', type=int, default=2)
     p.add_argument('--seconds', type=int, default=4)
     p.add_argument('--only', help='comma-separated workloads or exports')
+    p.add_argument('--servers', help='comma-separated server names (as printed)')
     args = p.parse_args()
     rows = suite(args.suite)
     prepare(rows)
@@ -251,7 +253,9 @@ def main():
                 for workload in workloads:
                     if only and workload not in only and export not in only:
                         continue
-                    order = servers if r % 2 else list(reversed(servers))
+                    chosen = [x for x in servers if not args.servers
+                              or x.name in args.servers.split(',') or x.name == 'limit']
+                    order = chosen if r % 2 else list(reversed(chosen))
                     for server in order:
                         if server.name == 'limit' and r > 1:
                             continue
