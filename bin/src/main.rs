@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Export a raw image (or null:SIZE) over a regular file, in the foreground.
+    /// Export a raw or qcow2 image (or null:SIZE) over a regular file, in the foreground.
     Mount(mount::Args),
     /// Export a directory tree (passthrough of SOURCE_DIR) on a directory, in the foreground.
     MountDir(mount_dir::Args),

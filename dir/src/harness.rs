@@ -1,8 +1,8 @@
 //! [`MountedDir`]: a [`DirFs`] mounted over a directory and served by worker threads or
 //! by a coroutine queue on an event loop of its own, for the crate's own end-to-end tests
-//! and benches (root and /dev/fuse needed). The `corofuse mount-dir` command will serve
-//! the same file system with every transport and queue count; this is the smallest way
-//! to put the kernel in front of it.
+//! and benches (root and /dev/fuse needed). `corofuse mount-dir` serves the same file
+//! system with every transport and queue count (`bin/src/mount.rs`); this is the smallest
+//! way to put the kernel in front of it without the binary.
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! that every transport can serve it) and the backends (`backend`); not on the runtime.
 //!
 //! This is the product's semantics, independent of how requests arrive (a coroutine queue
-//! over io_uring, blocking threads, later FUSE over io_uring): [`Export`] is a
+//! over io_uring, blocking threads, FUSE over io_uring): [`Export`] is a
 //! [`FileSystem`]; a transport decodes a [`Request`], calls [`FileSystem::handle`] with the
 //! [`Ctx`] it runs in, and sends the returned [`Reply`]. Nothing here allocates: reply arguments live in a [`ReplyArgs`] the caller
 //! owns (on its coroutine's stack) and READ data goes into the caller's data buffer.

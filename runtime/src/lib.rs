@@ -27,12 +27,14 @@
 //!
 //! Layout: `executor` (turns, the lone-yielder fast path, panic containment, shutdown),
 //! `worker` (coroutines that run job after job, as QEMU's pool does), `colored_stack`
-//! (stack tops staggered across cache sets), `job` (the spawned
-//! closure, stored inline), `job_queue` (jobs waiting for a worker), `coro_store` (workers
-//! at stable addresses),
-//! `run_queue`, `reactor` (the ring), `co` (the in-coroutine handle), `ops` (one method per
-//! io_uring operation), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool` (idle
-//! workers and spare stacks), `counters`.
+//! (stack tops staggered across cache sets), `job` (the spawned closure, stored inline),
+//! `job_queue` (jobs waiting for a worker), `coro_store` (workers at stable addresses),
+//! `run_queue`, `reactor` (the ring), `poll` (adaptive polling before sleeping), `co`
+//! (the in-coroutine handle), `ops` (one method per io_uring operation), `task` (what the
+//! loop knows of one coroutine), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool`
+//! (idle workers and spare stacks), `loop_cell` (loop-owned state without `RefCell`'s
+//! counting), `config`, `counters`, `histogram` (latency distributions), `affinity` (CPU
+//! pinning).
 #![warn(missing_docs)]
 
 pub mod affinity;

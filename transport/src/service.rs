@@ -5,7 +5,7 @@
 //! with the [`Ctx`] it runs in. The file system returns the reply instead of sending it, so
 //! that each transport sends it its own way (`writev(2)`, an SQE, or, for FUSE over
 //! io_uring, a commit in the request's own ring entry). The image export
-//! (`image_export::Export`) is one; a directory passthrough is the next.
+//! (`image_export::Export`) is one, the directory export (`dir_export::DirFs`) another.
 //!
 //! # Contract
 //! - `handle` never blocks a coroutine's loop: it does all I/O through `cx`.
