@@ -3,7 +3,7 @@
 //! CI runs as root with /dev/fuse, so these tests run by default. Where root
 //! or /dev/fuse is missing, [`require_mount`] prints why the test skips,
 //! straight to stderr so that libtest's capture cannot hide it, and the test
-//! returns early.
+//! returns early; under `COROFUSE_TEST_NO_SKIP=1` it fails instead.
 
 use std::io::Write;
 
@@ -31,11 +31,18 @@ fn missing_requirement() -> Option<String> {
     fuse::dev::FuseDev::open().err().map(|err| err.to_string())
 }
 
-/// True if this test can mount; otherwise prints `SKIP <test>: <why>`.
+/// True if this test can mount; otherwise prints `SKIP <test>: <why>`, or, where
+/// `COROFUSE_TEST_NO_SKIP` is set (as `.ci/run` sets it), fails: there every test runs.
 pub fn require_mount(test: &str) -> bool {
     match missing_requirement() {
         None => true,
         Some(why) => {
+            let strict =
+                std::env::var("COROFUSE_TEST_NO_SKIP").is_ok_and(|v| !v.is_empty() && v != "0");
+            assert!(
+                !strict,
+                "{test} cannot run: {why}; with COROFUSE_TEST_NO_SKIP=1 that is a failure"
+            );
             let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
             false
         }
