@@ -466,7 +466,6 @@ fn watch_control<F: FileSystem>(
     placement: Option<&Placement>,
 ) {
     let mut count = [0u8; 8];
-    let mut paused_at: Option<Instant> = None;
     loop {
         match co.poll(&control.kick.as_fd(), libc::POLLIN) {
             Ok(_) => {}
@@ -479,21 +478,14 @@ fn watch_control<F: FileSystem>(
         // SAFETY: reads at most 8 bytes into a live 8-byte buffer from an eventfd we own;
         // EAGAIN (already drained) is harmless.
         unsafe { libc::read(control.kick.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
-        if let Some(placement) = placement {
-            match (placement.is_paused(index), paused_at) {
-                (true, None) => {
-                    served.queue.pause(co);
-                    paused_at = Some(Instant::now());
+        match placement.map(|p| p.is_paused(index)) {
+            Some(true) => served.queue.pause(co),
+            Some(false) => {
+                if let Err(e) = served.queue.resume(co) {
+                    log::error!("loop {index}: resuming its queue: {e}");
                 }
-                (false, Some(since)) => {
-                    served.queue.add_paused_time(since.elapsed());
-                    paused_at = None;
-                    if let Err(e) = served.queue.resume(co) {
-                        log::error!("loop {index}: resuming its queue: {e}");
-                    }
-                }
-                _ => {}
             }
+            None => {}
         }
         if control.snapshot.swap(false, Ordering::SeqCst) {
             let _ = snapshots.send(LoopReport::of(index, co, served));

@@ -89,6 +89,8 @@ pub struct Queue<F: FileSystem> {
     stopping: Cell<bool>,
     /// Taking no new request until resumed ([`Queue::pause`]).
     paused: Cell<bool>,
+    /// When the current pause began (for `QueueStats::paused_ms`).
+    paused_since: Cell<Option<std::time::Instant>>,
     /// Where the requests read are also counted for the loop placement, if anywhere.
     counted: RefCell<Option<Arc<AtomicU64>>>,
     /// Readers currently waiting on /dev/fuse, for cancellation at stop or pause.
@@ -113,6 +115,7 @@ impl<F: FileSystem> Queue<F> {
             buffers: Buffers::new(max_write),
             stopping: Cell::new(false),
             paused: Cell::new(false),
+            paused_since: Cell::new(None),
             counted: RefCell::new(None),
             readers: RefCell::new(Vec::new()),
             live_readers: Cell::new(0),
@@ -152,30 +155,30 @@ impl<F: FileSystem> Queue<F> {
     /// Takes no new request until [`resume`](Self::resume): cancels the outstanding reads
     /// (a read that already holds a request serves it); requests in flight finish. The
     /// queue is not finished while paused. Unlike [`stop`](Self::stop) this is undone.
+    /// Pausing a paused queue does nothing.
     pub fn pause(&self, co: &Co<'_>) {
         if self.stopping.get() || self.paused.replace(true) {
             return;
         }
+        self.paused_since.set(Some(std::time::Instant::now()));
         self.stats.borrow_mut().pauses += 1;
         self.cancel_reads(co);
     }
 
     /// Takes requests again after [`pause`](Self::pause): starts readers up to the
     /// configured count (a reader still finishing its request counts once it reads
-    /// again).
+    /// again). Resuming a queue that is not paused does nothing.
     pub fn resume(self: &Rc<Self>, co: &Co<'_>) -> io::Result<()> {
         if self.stopping.get() || !self.paused.replace(false) {
             return Ok(());
+        }
+        if let Some(since) = self.paused_since.take() {
+            self.stats.borrow_mut().paused_ms += since.elapsed().as_millis() as u64;
         }
         for _ in self.live_readers.get()..self.config.readers.max(1) {
             self.spawn_reader(co)?;
         }
         Ok(())
-    }
-
-    /// Adds `time` to the time spent paused (in `stats`).
-    pub fn add_paused_time(&self, time: std::time::Duration) {
-        self.stats.borrow_mut().paused_ms += time.as_millis() as u64;
     }
 
     /// Also counts every request read into `counter` (only this queue writes it), for
