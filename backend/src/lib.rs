@@ -36,7 +36,7 @@
 //! Layout: `qcow2` (QEMU's image format over a `file`: header, L2 cache, refcounts,
 //! allocation, compression, backing files, one file each); `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
 //! in `file/lock`) and `null`, one backend each; `inject` (a wrapper that fails or delays
-//! chosen operations: `--inject`); `ctx` (how calls reach the kernel); `direct` and `pool`
+//! chosen operations: `--inject`); `direct` and `pool`
 //! (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
 //! ranges, so that an O_DIRECT read-modify-write waits only for requests on its blocks);
 //! `iov` (iovec helpers); `sys` (all the unsafe code: raw syscalls).
@@ -46,7 +46,6 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 
 mod aligned;
-mod ctx;
 mod direct;
 mod file;
 pub mod inject;
@@ -59,11 +58,12 @@ mod serial;
 mod sys;
 
 pub use aligned::{AlignedBuf, PAGE_ALIGN};
-pub use ctx::Ctx;
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
 pub use null::{parse_size, NullBackend};
 pub use qcow2::Qcow2Backend;
+/// The context every backend call runs in; it lives in the runtime, beside [`runtime::Co`].
+pub use runtime::Ctx;
 pub use sys::IOV_MAX;
 
 /// Storage for the exported file. Object safe: used as `Arc<dyn BlockBackend>`.

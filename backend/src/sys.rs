@@ -1,84 +1,19 @@
-//! The crate's only unsafe code: thin wrappers over the syscalls that std does not offer
-//! for a borrowed fd (preadv, pwritev, fallocate, lseek with `SEEK_DATA`, statx, the OFD
-//! lock fcntls), and the one ring operation the runtime has no method for
-//! (`IORING_OP_FTRUNCATE`).
+//! The crate's own unsafe code: thin wrappers over the syscalls that std does not offer
+//! for a borrowed fd and the runtime's [`Ctx`](runtime::Ctx) does not cover (lseek with
+//! `SEEK_DATA`, statx, the OFD lock fcntls, fstatfs).
 //!
 //! Every wrapper takes a [`BorrowedFd`], so the fd is open for the whole call, and turns a
 //! `-1` result into [`io::Error::last_os_error`]. Offsets are checked to fit `off_t`
 //! ([`to_off`]), so a huge `u64` fails with `EINVAL` instead of wrapping negative. Nothing
-//! here retries: EINTR/EAGAIN handling belongs to [`Ctx`](crate::Ctx).
+//! here retries.
 
 use std::ffi::c_int;
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use runtime::{opcode, types, Co};
-
-/// Most iovecs one `preadv`/`pwritev` (or `IORING_OP_READV`) accepts: Linux `UIO_MAXIOV`.
-pub const IOV_MAX: usize = 1024;
-
-/// `-1` becomes the thread's errno; anything else is the result.
-fn cvt<T: Copy + PartialEq + From<i8>>(res: T) -> io::Result<T> {
-    if res == T::from(-1) {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(res)
-    }
-}
-
-/// A byte offset as `off_t`, or `EINVAL` if it does not fit.
-pub(crate) fn to_off(offset: u64) -> io::Result<libc::off_t> {
-    libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-/// `preadv(2)` into at most [`IOV_MAX`] of `bufs`.
-pub(crate) fn preadv(
-    fd: BorrowedFd<'_>,
-    bufs: &mut [IoSliceMut<'_>],
-    off: u64,
-) -> io::Result<usize> {
-    let (off, cnt) = (to_off(off)?, bufs.len().min(IOV_MAX) as c_int);
-    // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` (std documents it); the array and
-    // the buffers it names are borrowed mutably for the duration of the call.
-    let n = unsafe { libc::preadv(fd.as_raw_fd(), bufs.as_mut_ptr().cast(), cnt, off) };
-    cvt(n).map(|n| n as usize)
-}
-
-/// `pwritev(2)` from at most [`IOV_MAX`] of `bufs`.
-pub(crate) fn pwritev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], off: u64) -> io::Result<usize> {
-    let (off, cnt) = (to_off(off)?, bufs.len().min(IOV_MAX) as c_int);
-    // SAFETY: `IoSlice` is ABI-compatible with `iovec`; the array and its buffers are
-    // borrowed for the duration of the call and only read.
-    let n = unsafe { libc::pwritev(fd.as_raw_fd(), bufs.as_ptr().cast(), cnt, off) };
-    cvt(n).map(|n| n as usize)
-}
-
-/// `fsync(2)`.
-pub(crate) fn fsync(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
-    cvt(unsafe { libc::fsync(fd.as_raw_fd()) }).map(drop)
-}
-
-/// `fdatasync(2)`.
-pub(crate) fn fdatasync(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
-    cvt(unsafe { libc::fdatasync(fd.as_raw_fd()) }).map(drop)
-}
-
-/// `fallocate(2)` with `mode` (`FALLOC_FL_*`).
-pub(crate) fn fallocate(fd: BorrowedFd<'_>, mode: c_int, off: u64, len: u64) -> io::Result<()> {
-    let (off, len) = (to_off(off)?, to_off(len)?);
-    // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
-    cvt(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) }).map(drop)
-}
-
-/// `ftruncate(2)`.
-pub(crate) fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
-    let len = to_off(len)?;
-    // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
-    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(drop)
-}
+use runtime::file_io::{cvt, to_off};
+pub use runtime::IOV_MAX;
 
 /// `lseek(2)`; used with `SEEK_DATA`/`SEEK_HOLE`, which std's `Seek` does not offer.
 pub(crate) fn lseek(fd: BorrowedFd<'_>, off: u64, whence: c_int) -> io::Result<u64> {
@@ -123,18 +58,6 @@ pub(crate) fn dio_align(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u32)>> {
     let stx = unsafe { stx.assume_init() };
     let (mem, off) = (stx.stx_dio_mem_align, stx.stx_dio_offset_align);
     Ok((stx.stx_mask & mask != 0 && mem != 0 && off != 0).then_some((mem, off)))
-}
-
-/// One `IORING_OP_FTRUNCATE` (Linux 6.9) through a coroutine's ring; `EINVAL` on older
-/// kernels.
-pub(crate) fn ring_ftruncate(co: &Co<'_>, fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
-    let sqe = opcode::Ftruncate::new(types::Fd(fd.as_raw_fd()), len).build();
-    // SAFETY: the SQE references no memory and produces exactly one CQE.
-    let res = unsafe { co.submit(sqe) }?;
-    if res < 0 {
-        return Err(io::Error::from_raw_os_error(-res));
-    }
-    Ok(())
 }
 
 /// Whether `file` lives on tmpfs (`fstatfs(2)`): its buffered writes are memory copies that

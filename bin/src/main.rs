@@ -6,8 +6,6 @@ mod alloc_count;
 mod mount;
 mod mount_dir;
 mod out_file;
-mod serve_loop;
-mod serve_threads;
 mod signals;
 mod umount;
 

@@ -6,21 +6,15 @@
 //! one line on stderr and a non-zero exit status.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use backend::{Ctx, Format, OpenOptions};
-use fuse::init::InitConfig;
-use fuse::mount::{MountOptions, ENABLE_URING};
-use fuse::session::handshake;
+use backend::{Format, OpenOptions};
 use image_export::{Export, ExportOptions};
-use runtime::CounterSnapshot;
-use transport::accounting::OpReport;
+use server::{Dispatch, Report, ServeOptions, Server, Target};
 use transport::FileSystem;
-use transport::{QueueConfig, QueueStats};
 
 use crate::signals::SignalFd;
-use crate::{serve_loop, serve_threads};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -129,52 +123,23 @@ pub struct ServeArgs {
     pub placement: String,
 }
 
-/// Most loops the default `--queues` starts.
-const MAX_DEFAULT_QUEUES: usize = 8;
-
-/// The loops to run and the CPUs to pin them to: `--queues` as given, else the default
-/// (see `Args::queues`); `--cpus` as given, else, with more than one loop, loop i on the
-/// i-th CPU this process may run on (cycling). Several loops are always pinned: unpinned,
-/// the one that shares the client's CPU is not the one that serves it, and FUSE over
-/// io_uring, whose queue of CPU c must be served on c, loses its point.
-fn plan_loops(args: &ServeArgs) -> (usize, Vec<usize>) {
-    plan_loops_on(args, runtime::affinity::allowed_cpus().unwrap_or_default())
-}
-
-fn plan_loops_on(args: &ServeArgs, mut allowed: Vec<usize>) -> (usize, Vec<usize>) {
-    let n = match (args.queues, args.dispatch) {
-        (Some(n), _) => usize::from(n),
-        (None, Dispatch::Coroutine) => allowed.len().clamp(1, MAX_DEFAULT_QUEUES),
-        (None, _) => 1,
-    };
-    allowed.truncate(n);
-    let pin = if n > 1 { allowed } else { Vec::new() };
-    (n, args.cpus.as_ref().map_or(pin, |c| c.0.clone()))
-}
-
-/// The dispatch as it runs, spelled as on the command line: the mode, plus the queues
-/// and the transport if not the defaults, e.g. `coroutine --queues 2 --transport uring`
-/// (`--transport auto` is named by what it chose: `uring` here, nothing for /dev/fuse).
-fn describe_dispatch(args: &ServeArgs, queues: usize, uring: bool) -> String {
-    let mut text = args.dispatch.to_string();
-    if queues > 1 {
-        text += &format!(" --queues {queues}");
-    }
-    if uring {
-        text += " --transport uring";
-    }
-    text
-}
-
-/// Whether the fuse module offers FUSE over io_uring; if not, why and how to turn it on.
-fn uring_switch() -> Result<(), String> {
-    match std::fs::read_to_string(ENABLE_URING).map(|v| v.trim() == "Y") {
-        Ok(true) => Ok(()),
-        state => Err(format!(
-            "FUSE over io_uring is off ({ENABLE_URING} is {}); enable it with `echo Y > {ENABLE_URING}` \
-             as root (Linux 6.14+)",
-            if state.is_ok() { "N" } else { "missing" }
-        )),
+impl ServeArgs {
+    /// The serving options these arguments say.
+    pub fn options(&self) -> ServeOptions {
+        ServeOptions {
+            allow_other: self.allow_other,
+            readers: usize::from(self.readers),
+            ring_replies: self.ring_replies,
+            dispatch: self.dispatch,
+            poll_us: self.poll_us,
+            queues: self.queues.map(usize::from),
+            cpus: self.cpus.clone().map(|c| c.0),
+            transport: self.transport.parse().expect("clap checked the value"),
+            uring_depth: usize::from(self.uring_depth),
+            placement: self.placement.parse().expect("clap checked the value"),
+            // Per-request accounting is on when there is somewhere to write it.
+            accounting: self.stats.is_some(),
+        }
     }
 }
 
@@ -190,161 +155,30 @@ fn parse_cpus(text: &str) -> Result<Cpus, String> {
     }
 }
 
-/// How requests are dispatched (`--dispatch`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dispatch {
-    /// One coroutine per request on the io_uring loop.
-    Coroutine,
-    /// Requests one at a time on the loop, blocking syscalls.
-    Inline,
-    /// N worker threads, blocking syscalls.
-    Threads(usize),
-}
-
-impl std::fmt::Display for Dispatch {
-    /// As given on the command line.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Dispatch::Coroutine => f.write_str("coroutine"),
-            Dispatch::Inline => f.write_str("inline"),
-            Dispatch::Threads(n) => write!(f, "threads:{n}"),
-        }
-    }
-}
-
 fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
-    match text {
-        "coroutine" => Ok(Dispatch::Coroutine),
-        "inline" => Ok(Dispatch::Inline),
-        _ => match text.strip_prefix("threads:").map(str::parse::<usize>) {
-            Some(Ok(n)) if (1..=256).contains(&n) => Ok(Dispatch::Threads(n)),
-            _ => Err("expected coroutine, inline or threads:N (N from 1 to 256)".into()),
-        },
-    }
+    text.parse()
 }
 
-/// What the file system adds to `--stats`: the backend's counters, for an image export.
-#[derive(Default)]
-pub struct BackendReport {
-    pub backend: Option<backend::BackendStats>,
-    pub inject: Option<backend::InjectStats>,
-    pub dir: Option<dir_export::DirStats>,
-    pub passthrough: Option<fuse::backing::PassthroughStats>,
-}
+/// Reads the file system's own `--stats` sections (by name), at any time.
+pub type ReportFn = Box<dyn Fn() -> Sections + Send + Sync>;
 
-/// Reads the file system's own counters for `--stats`, at any time.
-pub type ReportFn = Box<dyn Fn() -> BackendReport + Send + Sync>;
+/// The file system's own `--stats` sections, by name.
+pub type Sections = BTreeMap<String, serde_json::Value>;
 
-/// Everything a serving loop needs once the mount is live.
-pub struct Serving<F: FileSystem> {
-    pub args: ServeArgs,
-    pub export: Arc<F>,
-    /// What `--stats` names the export by (the image, or the source directory).
-    pub name: String,
-    pub report: ReportFn,
-    pub session: fuse::dev::FuseDev,
-    pub max_write: u32,
-    pub signals: SignalFd,
-    /// The transport in use is FUSE over io_uring.
-    pub uring: bool,
-    /// Event loops (`--queues`, or the default), and the CPUs to pin them to, loop i to
-    /// the i-th (empty: no pinning).
-    pub queues: usize,
-    pub cpus: Vec<usize>,
-    /// The dispatch as `--stats` names it (`describe_dispatch`).
-    pub dispatch: String,
-}
-
-impl<F: FileSystem> Serving<F> {
-    pub fn queue_config(&self) -> QueueConfig {
-        QueueConfig {
-            readers: self.args.readers as usize,
-            ring_replies: self.args.ring_replies,
-            inline: self.args.dispatch == Dispatch::Inline,
-            account: self.accounting(),
-        }
-    }
-
-    /// Per-request accounting is on when there is somewhere to write it (`--stats`).
-    pub fn accounting(&self) -> bool {
-        self.args.stats.is_some()
-    }
-
-    pub fn poll_ns(&self) -> u64 {
-        self.args.poll_us * 1000
-    }
-
-    /// Whether requests come through FUSE over io_uring (`--transport uring`, or `auto`
-    /// where the kernel granted it).
-    pub fn uring(&self) -> bool {
-        self.uring
-    }
-
-    /// Whether the loops' placement adapts ([`transport::placement`]): several
-    /// coroutine loops on /dev/fuse, unless `--placement all`.
-    pub fn adaptive_placement(&self) -> bool {
-        self.queues > 1
-            && !self.uring
-            && self.args.dispatch == Dispatch::Coroutine
-            && self.args.placement == "adaptive"
-    }
-
-    /// Ring entries per CPU queue.
-    pub fn uring_depth(&self) -> usize {
-        usize::from(self.args.uring_depth)
-    }
-
-    /// Makes the export durable once the last request is done.
-    pub fn flush(&self, cx: &Ctx<'_>) -> Result<(), String> {
-        log::info!(
-            "no request left in flight; flushing {}",
-            self.export.describe()
-        );
-        self.export.flush(cx).map_err(|e| e.to_string())
-    }
-
-    /// Writes `--stats`, if asked for.
-    pub fn write_stats(
-        &self,
-        runtime: CounterSnapshot,
-        queue: QueueStats,
-        ops: &BTreeMap<String, OpReport>,
-        per_queue: &[QueueStats],
-    ) {
-        if let Some(path) = &self.args.stats {
-            let served = (runtime, queue, (self.report)());
-            write_stats(path, &self.name, &self.dispatch, served, ops, per_queue);
-        }
-    }
-}
-
-/// How a serving loop ended.
-pub struct Served {
-    pub result: Result<(), String>,
-    pub runtime: CounterSnapshot,
-    pub queue: QueueStats,
-    pub ops: BTreeMap<String, OpReport>,
-    pub per_queue: Vec<QueueStats>,
-}
-
-impl Served {
-    /// A loop that could not start.
-    pub fn failed(message: String) -> Served {
-        Served {
-            result: Err(message),
-            runtime: CounterSnapshot::default(),
-            queue: QueueStats::default(),
-            ops: BTreeMap::new(),
-            per_queue: Vec::new(),
-        }
-    }
+/// One section for [`Sections`]; `None` leaves it out.
+pub fn section(
+    name: &str,
+    value: Option<impl serde::Serialize>,
+) -> Option<(String, serde_json::Value)> {
+    let value = serde_json::to_value(value?).expect("a section serialises");
+    Some((name.to_string(), value))
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
     }
-    check_serve_args(&args.serve)?;
+    args.serve.options().check()?;
     let options = OpenOptions {
         writable: args.writable,
         direct: args.direct,
@@ -373,147 +207,89 @@ pub fn run(args: &Args) -> Result<(), String> {
         },
     ));
     let counted = Arc::clone(&export);
-    let report: ReportFn = Box::new(move || BackendReport {
-        backend: Some(disk.stats()),
-        inject: disk.inject_stats(),
-        dir: None,
-        passthrough: counted.passthrough_stats(),
+    let report: ReportFn = Box::new(move || {
+        [
+            section("backend", Some(disk.stats())),
+            section("inject", disk.inject_stats()),
+            section("passthrough", counted.passthrough_stats()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     });
     let target = Target {
-        mountpoint: &args.mountpoint,
-        name: &args.image,
+        mountpoint: args.mountpoint.clone(),
+        name: args.image.clone(),
         directory: false,
         read_only: false,
     };
     serve_mounted(&args.serve, &target, export, report)
 }
 
-/// The option combinations refused before anything is opened.
-pub fn check_serve_args(args: &ServeArgs) -> Result<(), String> {
-    if args.transport == "uring" && args.dispatch != Dispatch::Coroutine {
-        return Err(format!(
-            "--transport uring needs --dispatch coroutine (not {})",
-            args.dispatch
-        ));
-    }
-    if let (Dispatch::Threads(n), Some(2..)) = (args.dispatch, args.queues) {
-        return Err(format!(
-            "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
-        ));
-    }
-    Ok(())
-}
-
-/// Where and as what a file system is mounted.
-pub struct Target<'a> {
-    pub mountpoint: &'a Path,
-    /// The image or source directory, as /proc/mounts and `--stats` show it.
-    pub name: &'a str,
-    /// A directory root over a directory (else a regular file over a regular file).
-    pub directory: bool,
-    /// Mount read-only (MS_RDONLY).
-    pub read_only: bool,
-}
-
-/// Mounts `fs` on `target`, answers INIT, writes the pidfile, serves as `args` say until
-/// SIGINT/SIGTERM or the unmount, then unmounts and writes `--stats`: the life of every
-/// corofuse export.
+/// Mounts `fs` on `target`, writes the pidfile, serves as `args` say until SIGINT/SIGTERM
+/// or the unmount, then writes `--stats`: the life of every corofuse export. Serving is
+/// the `server` crate's; this adds the signals, the pidfile and the stats file.
 pub fn serve_mounted<F: FileSystem>(
     args: &ServeArgs,
-    target: &Target<'_>,
+    target: &Target,
     fs: Arc<F>,
     report: ReportFn,
 ) -> Result<(), String> {
-    let (queues, cpus) = plan_loops(args);
-    let uring = match args.transport.as_str() {
-        "dev" => false,
-        "uring" => {
-            uring_switch()
-                .map_err(|off| format!("--transport uring: {off}, or use --transport dev"))?;
-            true
-        }
-        _ => match (args.dispatch, uring_switch()) {
-            (Dispatch::Coroutine, Ok(())) => true,
-            (Dispatch::Coroutine, Err(off)) => {
-                log::warn!("--transport auto: {off}; serving through /dev/fuse");
-                false
-            }
-            _ => false,
-        },
-    };
+    // Before any thread starts, so that every thread inherits the blocked signals.
     let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
-    let init = fs.init_config(InitConfig {
-        max_background: 256,
-        congestion_threshold: 192,
-        io_uring: uring,
-        ..InitConfig::new().with_system_limits()
-    });
-    let mount_options = MountOptions {
-        fsname: target.name.to_string(),
-        allow_other: args.allow_other,
-        max_read: Some(init.max_write),
-        directory: target.directory,
-        read_only: target.read_only,
-        ..MountOptions::default()
-    };
-    let (session, mount) =
-        fuse::mount::mount(target.mountpoint, &mount_options).map_err(|e| e.to_string())?;
-    let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
-    fs.session_started(&negotiated, std::os::fd::AsFd::as_fd(&session));
-    let uring = uring && negotiated.has(fuse::abi::FUSE_OVER_IO_URING);
-    if args.transport == "uring" && !uring {
-        return Err(format!(
-            "--transport uring: the kernel (FUSE 7.{}) did not offer FUSE over io_uring; use --transport dev",
-            negotiated.kernel_minor
-        ));
-    }
-    if args.transport == "auto" && !uring && init.io_uring {
-        log::warn!(
-            "--transport auto: the kernel (FUSE 7.{}) did not offer FUSE over io_uring; serving through /dev/fuse",
-            negotiated.kernel_minor
-        );
-    }
-    let dispatch = describe_dispatch(args, queues, uring);
-    log::info!(
-        "exporting {} on {} ({} dispatch)",
-        fs.describe(),
-        mount.path().display(),
-        dispatch
-    );
+    let server = Server::mount(fs, target, &args.options())?;
     if let Some(path) = &args.pidfile {
         crate::out_file::replace(path, format!("{}\n", std::process::id()).as_bytes())
             .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
     }
-    let serving = Serving {
-        args: args.clone(),
-        export: fs,
-        name: target.name.to_string(),
+    let stats = Arc::new(StatsFile {
+        path: args.stats.clone(),
+        name: target.name.clone(),
+        dispatch: server.dispatch().to_string(),
         report,
-        session,
-        max_write: negotiated.max_write,
-        signals,
-        uring,
-        queues,
-        cpus,
-        dispatch,
+    });
+    let handle = server.handle();
+    let watcher = {
+        let stats = Arc::clone(&stats);
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || crate::signals::watch(&signals, &handle, &stats))
+            .map_err(|e| format!("starting the signal thread: {e}"))?
     };
-    let served = match args.dispatch {
-        Dispatch::Coroutine | Dispatch::Inline => serve_loop::serve(&serving),
-        Dispatch::Threads(n) => serve_threads::serve(&serving, n),
-    };
-    let unmounted = mount.unmount();
-    serving.write_stats(served.runtime, served.queue, &served.ops, &served.per_queue);
-    served.result?;
-    if served.queue.stream_errors > 0 {
-        return Err(format!(
-            "the request stream from /dev/fuse failed ({} failed reads, see above); unmounted",
-            served.queue.stream_errors
-        ));
+    let served = server.serve();
+    let _ = watcher.join();
+    stats.write(&served.report);
+    served.result
+}
+
+/// Where `--stats` goes and what it says besides the serving counters.
+pub struct StatsFile {
+    path: Option<PathBuf>,
+    name: String,
+    dispatch: String,
+    report: ReportFn,
+}
+
+impl StatsFile {
+    /// Writes `--stats`, if asked for, with `served` and the file system's sections.
+    pub fn write(&self, served: &Report) {
+        let Some(path) = &self.path else { return };
+        // Counted before this snapshot's own copies below.
+        let allocations = crate::alloc_count::allocations();
+        let stats = daemon_stats::Stats {
+            image: self.name.clone(),
+            dispatch: self.dispatch.clone(),
+            runtime: served.runtime,
+            queue: served.queue,
+            sections: (self.report)(),
+            allocations,
+            ops: served.ops.clone(),
+            per_queue: served.per_queue.clone(),
+        };
+        if let Err(e) = crate::out_file::replace(path, stats.to_json().as_bytes()) {
+            log::error!("cannot write stats to {}: {e}", path.display());
+        }
     }
-    let shown = target.mountpoint.display();
-    unmounted.map_err(|e| format!("unmount {shown}: {e}"))?;
-    log::info!("unmounted {shown}");
-    Ok(())
 }
 
 /// The one line for an image that would not open, with the way out of a lock conflict.
@@ -536,38 +312,11 @@ fn open_error(e: &std::io::Error) -> String {
     }
 }
 
-fn write_stats(
-    path: &Path,
-    image: &str,
-    dispatch: &str,
-    (runtime, queue, report): (CounterSnapshot, QueueStats, BackendReport),
-    ops: &BTreeMap<String, OpReport>,
-    per_queue: &[QueueStats],
-) {
-    // Counted before this snapshot's own copies below.
-    let allocations = crate::alloc_count::allocations();
-    let stats = daemon_stats::Stats {
-        image: image.to_string(),
-        dispatch: dispatch.to_string(),
-        runtime,
-        queue,
-        backend: report.backend,
-        inject: report.inject,
-        dir: report.dir,
-        passthrough: report.passthrough,
-        allocations,
-        ops: ops.clone(),
-        per_queue: per_queue.to_vec(),
-    };
-    if let Err(e) = crate::out_file::replace(path, stats.to_json().as_bytes()) {
-        log::error!("cannot write stats to {}: {e}", path.display());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
+    use server::{LoopPlacement, Transport};
 
     #[derive(Parser)]
     struct Cli {
@@ -575,33 +324,52 @@ mod tests {
         mount: Args,
     }
 
-    fn loops(args: &[&str], allowed: &[usize]) -> (usize, Vec<usize>) {
+    fn options(args: &[&str]) -> ServeOptions {
         let argv = ["mount", "null:1M", "/mnt"].iter().chain(args);
         let cli = Cli::try_parse_from(argv).expect("parses");
-        plan_loops_on(&cli.mount.serve, allowed.to_vec())
+        cli.mount.serve.options()
     }
 
     #[test]
-    fn several_loops_are_pinned_one_per_allowed_cpu() {
-        assert_eq!(loops(&[], &[0, 1]), (2, vec![0, 1]), "the default");
-        assert_eq!(loops(&["--queues", "2"], &[2, 5, 7]), (2, vec![2, 5]));
+    fn the_command_line_becomes_the_serving_options() {
+        let o = options(&[]);
         assert_eq!(
-            loops(&["--queues", "4"], &[0, 1]),
-            (4, vec![0, 1]),
-            "loop i on cpus[i % 2]"
+            (o.dispatch, o.queues, o.transport, o.placement, o.readers),
+            (
+                Dispatch::Coroutine,
+                None,
+                Transport::Dev,
+                LoopPlacement::Adaptive,
+                2
+            )
         );
+        assert!(!o.accounting && !o.allow_other);
+        let o = options(&[
+            "--queues",
+            "2",
+            "--cpus",
+            "1,1",
+            "--transport",
+            "uring",
+            "--placement",
+            "all",
+            "--stats",
+            "/tmp/s.json",
+            "--dispatch",
+            "threads:3",
+            "--allow-other",
+        ]);
+        assert_eq!(o.queues, Some(2));
+        assert_eq!(o.cpus, Some(vec![1, 1]));
         assert_eq!(
-            loops(&["--queues", "1"], &[0, 1]),
-            (1, vec![]),
-            "one loop floats"
+            (o.transport, o.placement),
+            (Transport::Uring, LoopPlacement::All)
         );
-        assert_eq!(loops(&[], &[3]), (1, vec![]));
-        assert_eq!(
-            loops(&["--queues", "2", "--cpus", "1,1"], &[0, 1]),
-            (2, vec![1, 1])
+        assert_eq!(o.dispatch, Dispatch::Threads(3));
+        assert!(o.accounting && o.allow_other, "--stats turns accounting on");
+        assert!(
+            o.check().is_err(),
+            "threads with --queues 2 and uring are refused"
         );
-        assert_eq!(loops(&["--dispatch", "inline"], &[0, 1]), (1, vec![]));
-        let many: Vec<usize> = (0..16).collect();
-        assert_eq!(loops(&[], &many).0, MAX_DEFAULT_QUEUES);
     }
 }

@@ -1,6 +1,6 @@
 //! `corofuse mount-dir`: export a directory tree (a passthrough of SOURCE_DIR) on a
 //! directory, until SIGINT/SIGTERM or unmount, served by the same transports, queues and
-//! accounting as `corofuse mount` (`mount::serve_mounted`).
+//! accounting as `corofuse mount` (`mount::serve_mounted`, the `server` crate).
 //!
 //! Permission model: the mount has `default_permissions`, so the kernel checks each
 //! caller against the attributes the source reports, and the daemon acts with its own
@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use dir_export::{Cache, DirFs, DirOptions, PassthroughPolicy};
 
-use crate::mount::{self, BackendReport, ReportFn, ServeArgs, Target};
+use server::Target;
+
+use crate::mount::{self, section, ReportFn, ServeArgs};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -73,7 +75,7 @@ enum CacheArg {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
-    mount::check_serve_args(&args.serve)?;
+    args.serve.options().check()?;
     if !(args.timeout >= 0.0 && args.timeout.is_finite()) {
         return Err("--timeout must be a number of seconds, 0 or more".into());
     }
@@ -104,17 +106,21 @@ pub fn run(args: &Args) -> Result<(), String> {
         DirFs::new(&args.source, options).map_err(|e| format!("{}: {e}", args.source.display()))?;
     let name = args.source.display().to_string();
     let target = Target {
-        mountpoint: &args.mountpoint,
-        name: &name,
+        mountpoint: args.mountpoint.clone(),
+        name,
         directory: true,
         read_only: args.read_only,
     };
     let fs = Arc::new(fs);
     let counted = Arc::clone(&fs);
-    let report: ReportFn = Box::new(move || BackendReport {
-        dir: Some(counted.stats()),
-        passthrough: counted.passthrough_stats(),
-        ..BackendReport::default()
+    let report: ReportFn = Box::new(move || {
+        [
+            section("dir", Some(counted.stats())),
+            section("passthrough", counted.passthrough_stats()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     });
     mount::serve_mounted(&args.serve, &target, fs, report)
 }

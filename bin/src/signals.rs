@@ -1,8 +1,14 @@
 //! Signals as a file descriptor: SIGINT, SIGTERM and SIGUSR1 are blocked on every thread
-//! and read from a signalfd by a coroutine, so a signal never interrupts the event loop.
+//! and read from a signalfd by one thread of their own ([`watch`]), so a signal never
+//! interrupts an event loop: SIGINT and SIGTERM stop the server, SIGUSR1 writes `--stats`.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use server::ServeHandle;
+
+use crate::mount::StatsFile;
 
 /// The signals the daemon handles.
 pub const HANDLED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
@@ -46,4 +52,46 @@ impl AsFd for SignalFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }
+}
+
+/// Until serving ends: SIGINT/SIGTERM stop the server (the requests in flight finish),
+/// SIGUSR1 writes a snapshot to `--stats`.
+pub fn watch(signals: &SignalFd, handle: &ServeHandle, stats: &StatsFile) {
+    while !handle.is_finished() {
+        match wait_signal(signals, 100) {
+            Some(libc::SIGUSR1) => {
+                if let Some(report) = handle.snapshot(Duration::from_secs(2)) {
+                    stats.write(&report);
+                }
+            }
+            Some(signo) => {
+                log::info!("signal {signo}: finishing the requests in flight, then unmounting");
+                handle.stop();
+            }
+            None => {}
+        }
+    }
+}
+
+/// The next signal, or `None` after `timeout_ms` without one.
+fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
+    let mut fds = [libc::pollfd {
+        fd: signals.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout_ms) } <= 0 {
+        return None;
+    }
+    let mut info = [0u8; 128];
+    // SAFETY: `info` is a writable 128-byte buffer, the size of a signalfd_siginfo.
+    let n = unsafe {
+        libc::read(
+            signals.as_fd().as_raw_fd(),
+            info.as_mut_ptr().cast(),
+            info.len(),
+        )
+    };
+    (n == 128).then(|| SignalFd::signo(&info))
 }

@@ -12,8 +12,10 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 
-use dir_export::harness::MountedDir;
-use dir_export::{DirOptions, ListingStats};
+use std::sync::Arc;
+
+use dir_export::{DirFs, DirOptions, ListingStats};
+use server::{Background, Dispatch, ServeOptions, Target};
 
 const ROUNDS: usize = 5;
 
@@ -42,8 +44,18 @@ fn main() {
             let (mut client, mut daemon, mut driver) = (Vec::new(), Vec::new(), Vec::new());
             let (mut requests, mut calls) = (0, 0);
             for _ in 0..ROUNDS {
-                let mounted = MountedDir::new(source.path(), mnt.path(), DirOptions::default(), 2)
-                    .expect("mount");
+                let fs = DirFs::new(source.path(), DirOptions::default()).expect("source");
+                let target = Target {
+                    mountpoint: mnt.path().to_path_buf(),
+                    name: source.path().display().to_string(),
+                    directory: true,
+                    read_only: false,
+                };
+                let options = ServeOptions {
+                    dispatch: Dispatch::Threads(2),
+                    ..ServeOptions::default()
+                };
+                let mounted = Background::start(Arc::new(fs), &target, &options).expect("mount");
                 let started = Instant::now();
                 let (mut seen, mut failed) = (0usize, None);
                 for e in fs::read_dir(mounted.path().join("d")).unwrap() {

@@ -46,12 +46,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend::Ctx;
 use fuse::abi::*;
 use fuse::backing::{self, Mode};
 use fuse::init::{InitConfig, Negotiated};
 use fuse::reply::{Pushed, ReaddirBuf, ReaddirPlusBuf};
 use fuse::{Errno, Operation, Reply, Request};
+use runtime::Ctx;
 use transport::FileSystem;
 use zerocopy::FromZeros;
 

@@ -14,19 +14,18 @@
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
 //! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
-//!   by `fuse`, data through `backend::Ctx`), which every transport can serve;
-//!   [`harness`]: it mounted and served by worker threads, for tests and benches.
+//!   by `fuse`, data through `runtime::Ctx`), which every transport can serve (the `server`
+//!   crate mounts and serves it, for `corofuse mount-dir`, the tests and the benches).
 //!
 //! Depends on libc, log, slab, zerocopy, `fuse` (the protocol), `transport` (the
-//! FileSystem trait) and `backend` (only for `Ctx`, the I/O context): no block backend
-//! is used. Mounted by `corofuse mount-dir`.
+//! FileSystem trait) and `runtime` (for `Ctx`, the I/O context): no block backend, no
+//! block format. Mounted by `corofuse mount-dir`.
 
 pub mod attr;
 pub mod caller;
 pub mod dirstream;
 pub mod fs;
 pub mod handles;
-pub mod harness;
 pub mod inodes;
 pub mod nodefd;
 mod sys;

@@ -12,13 +12,13 @@
 
 use std::ffi::CString;
 
-use backend::Ctx;
 use dir_export::{DirFs, DirOptions, ROOT};
 use fuse::abi::*;
 use fuse::decode::DIR_REQUEST_LAYOUTS;
 use fuse::request::expects_reply;
 use fuse::Request;
 use proptest::prelude::*;
+use runtime::Ctx;
 use transport::FileSystem;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 

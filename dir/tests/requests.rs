@@ -6,10 +6,10 @@
 use std::ffi::CStr;
 use std::fs;
 
-use backend::Ctx;
 use dir_export::{DirFs, DirOptions, ROOT};
 use fuse::abi::*;
 use fuse::Request;
+use runtime::Ctx;
 use transport::FileSystem;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 

@@ -43,9 +43,9 @@ pub fn summary(name: &str, stats: &Stats, ring_replies: bool) -> String {
     section(&mut out, "runtime", &json["runtime"]);
     section(&mut out, "queue", &json["queue"]);
     out.push_str(&per_request(stats, &json, ring_replies));
-    for name in ["backend", "inject", "dir"] {
-        if !json[name].is_null() {
-            section(&mut out, name, &json[name]);
+    for (name, value) in &stats.sections {
+        if !value.is_null() {
+            section(&mut out, name, value);
         }
     }
     if stats.per_queue.len() > 1 {
@@ -234,7 +234,9 @@ fn ops_tables(stats: &Stats) -> String {
 mod tests {
     use std::time::Duration;
 
-    use daemon_stats::{BackendStats, DirStats, QueueStats};
+    use backend::BackendStats;
+    use daemon_stats::QueueStats;
+    use dir_export::DirStats;
     use transport::accounting::{Accounting, Sample};
 
     use super::*;
@@ -272,12 +274,12 @@ mod tests {
             image: "null:1G".into(),
             dispatch: "coroutine --queues 2".into(),
             queue,
-            backend: Some(BackendStats::default()),
             allocations: 321,
             ops: accounting.report(),
             per_queue: vec![queue, QueueStats::default()],
             ..Stats::default()
         };
+        stats.set_section("backend", &BackendStats::default());
         stats.runtime.switches = 4004;
         stats.runtime.resumes = 2002;
         stats.runtime.spawned = 1001;
@@ -315,11 +317,12 @@ mod tests {
     #[test]
     fn a_directory_export_shows_its_section() {
         let mut stats = real();
-        stats.backend = None;
-        stats.dir = Some(DirStats {
+        stats.sections.remove("backend");
+        let dir = DirStats {
             nodes: 3002,
             ..DirStats::default()
-        });
+        };
+        stats.set_section("dir", &dir);
         let s = summary("x", &stats, true);
         assert!(line(&s, "nodes").contains("3002"), "{s}");
         assert!(s.contains("replies went through the ring"));

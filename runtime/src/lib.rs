@@ -33,7 +33,9 @@
 //! (the in-coroutine handle), `ops` (one method per io_uring operation), `task` (what the
 //! loop knows of one coroutine), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool`
 //! (idle workers and spare stacks), `loop_cell` (loop-owned state without `RefCell`'s
-//! counting), `config`, `counters`, `histogram` (latency distributions), `affinity` (CPU
+//! counting), `config`, `counters`, `ctx` (a call's context: a coroutine's ring or blocking syscalls, the one
+//! seam every file system and backend uses), `file_io` (the blocking syscalls behind it),
+//! `histogram` (latency distributions), `affinity` (CPU
 //! pinning).
 #![warn(missing_docs)]
 
@@ -43,7 +45,9 @@ mod colored_stack;
 mod config;
 mod coro_store;
 mod counters;
+mod ctx;
 mod executor;
+pub mod file_io;
 pub mod histogram;
 mod job;
 mod job_queue;
@@ -61,7 +65,9 @@ mod worker;
 pub use co::{Co, CoStats};
 pub use config::{Config, DEFAULT_STACK_SIZE};
 pub use counters::CounterSnapshot;
+pub use ctx::Ctx;
 pub use executor::Runtime;
+pub use file_io::IOV_MAX;
 pub use io_uring::{opcode, squeue, types};
 pub use join::{JoinError, JoinHandle};
 pub use sync::{CoMutex, CoMutexGuard, CoReadGuard, CoRwLock, CoWriteGuard, WaitQueue};

@@ -3,18 +3,20 @@
 //!
 //! Why a crate of its own: one definition for the writer and every reader, so a field the
 //! daemon adds is a field the readers see, by type, instead of each reader guessing at
-//! JSON shapes. The sections are the counters each layer keeps, defined where they are
-//! kept (the runtime's, the queues', the per-opcode accounting, the backend's, fault
-//! injection's, the directory export's); this crate only puts them together.
+//! JSON shapes. The serving layers' sections are typed here (the runtime's counters, the
+//! queues', the per-opcode accounting), defined where they are kept; the file system's own
+//! sections (an image export's backend, fault injection and passthrough counters, a
+//! directory export's nodes and listings) are named JSON sections that the file system
+//! writes and its readers parse with their own types ([`Stats::section`]), so this crate
+//! names no file system.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use backend::{BackendStats, InjectStats};
-pub use dir_export::DirStats;
-pub use fuse::backing::PassthroughStats;
+use serde::de::DeserializeOwned;
+
 pub use runtime::CounterSnapshot;
 pub use transport::{OpReport, QueueStats};
 
@@ -30,19 +32,10 @@ pub struct Stats {
     pub runtime: CounterSnapshot,
     /// The queues' counters, summed.
     pub queue: QueueStats,
-    /// Bounces, read-modify-writes and waits for blocks in the backend (image exports).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<BackendStats>,
-    /// What `--inject` rules did (only with `--inject`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inject: Option<InjectStats>,
-    /// Nodes, open files, the node descriptor budget and listings (directory exports).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dir: Option<DirStats>,
-    /// FUSE passthrough: whether it is on, backing files registered, opens passed
-    /// through (exports that asked for it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passthrough: Option<PassthroughStats>,
+    /// The file system's own sections, by name, at the top level of the document (e.g.
+    /// `backend`, `inject`, `passthrough` for an image export, `dir` for a directory).
+    #[serde(flatten)]
+    pub sections: BTreeMap<String, serde_json::Value>,
     /// Heap allocations made by the whole process so far.
     pub allocations: u64,
     /// Per-opcode accounting, by opcode name ("READ", "WRITE", ...).
@@ -70,6 +63,18 @@ impl Stats {
         })
     }
 
+    /// The file system's section `name`, parsed as `T`; `None` if absent or of another
+    /// shape.
+    pub fn section<T: DeserializeOwned>(&self, name: &str) -> Option<T> {
+        serde_json::from_value(self.sections.get(name)?.clone()).ok()
+    }
+
+    /// Sets the file system's section `name` to `value`.
+    pub fn set_section(&mut self, name: &str, value: &impl Serialize) {
+        let value = serde_json::to_value(value).expect("a section serialises");
+        self.sections.insert(name.to_string(), value);
+    }
+
     /// The snapshot as the daemon writes it: pretty JSON and a newline.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("stats serialise") + "\n"
@@ -79,6 +84,11 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Section {
+        bounces: u64,
+    }
 
     #[test]
     fn a_snapshot_survives_the_round_trip_and_old_files_without_sections_parse() {
@@ -90,14 +100,23 @@ mod tests {
         };
         stats.runtime.spawned = 5;
         stats.queue.requests = 7;
-        stats.backend = Some(BackendStats::default());
+        stats.set_section("backend", &Section { bounces: 3 });
         stats.per_queue = vec![QueueStats::default(); 2];
         let back = Stats::parse(&stats.to_json()).unwrap();
         assert_eq!(back, stats);
-        // A file from before the dir and inject sections existed.
+        assert_eq!(
+            back.section::<Section>("backend"),
+            Some(Section { bounces: 3 })
+        );
+        assert!(
+            stats.to_json().contains("\n  \"backend\": {"),
+            "a top-level section"
+        );
+        // A file without the section.
         let mut json: serde_json::Value = serde_json::from_str(&stats.to_json()).unwrap();
         json.as_object_mut().unwrap().remove("backend");
-        assert_eq!(Stats::parse(&json.to_string()).unwrap().backend, None);
+        let back = Stats::parse(&json.to_string()).unwrap();
+        assert_eq!(back.section::<Section>("backend"), None);
         let err = Stats::parse("{\"image\": 3}").unwrap_err().to_string();
         assert!(err.contains("invalid type"), "{err}");
     }

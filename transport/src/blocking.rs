@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use backend::Ctx;
+use runtime::Ctx;
 
 use crate::accounting::{Accounting, OpReport, Sample};
 use crate::buffers::RequestBuf;

@@ -32,7 +32,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use backend::Ctx;
+use runtime::Ctx;
 use runtime::{Co, TaskId, WaitQueue};
 
 use crate::accounting::{Accounting, OpReport, RequestClock};

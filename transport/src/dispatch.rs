@@ -2,7 +2,7 @@
 
 use std::io;
 
-use backend::Ctx;
+use runtime::Ctx;
 use serde::Serialize;
 
 use crate::FileSystem;

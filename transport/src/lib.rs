@@ -2,8 +2,8 @@
 //! back, and the per-request accounting of what that costs.
 //!
 //! Depends on the protocol crate (`fuse`: ABI, decoding, replies, INIT, /dev/fuse), the
-//! coroutine runtime (`runtime`) and, for the execution context that a file system's I/O
-//! runs in ([`backend::Ctx`]), the backend crate; it knows no file system: the image
+//! coroutine runtime (`runtime`, which also gives the execution context a file system's
+//! I/O runs in, [`runtime::Ctx`]); it knows no file system and no block backend: the image
 //! export (`image_export::Export`) and any other implement [`FileSystem`].
 //!
 //! A *session* is one mount: its INIT handshake happens once, on the session fd, before

@@ -19,7 +19,7 @@
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use backend::Ctx;
+use runtime::Ctx;
 
 use fuse::init::{InitConfig, Negotiated};
 use fuse::{Reply, Request};

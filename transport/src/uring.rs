@@ -32,10 +32,10 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use backend::Ctx;
 use fuse::abi::*;
 use fuse::dev::FuseDev;
 use fuse::{Errno, Reply, Request};
+use runtime::Ctx;
 use runtime::{Co, WaitQueue};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 

@@ -13,10 +13,10 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 
-use backend::Ctx;
 use fuse::abi::{fuse_in_header, fuse_out_header, FUSE_GETATTR, FUSE_ROOT_ID};
 use fuse::dev::FuseDev;
 use fuse::{Reply, Request};
+use runtime::Ctx;
 use runtime::{Config, Runtime};
 use transport::{FileSystem, Queue, QueueConfig};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};

@@ -105,13 +105,12 @@ mod tests {
                 requests,
                 request_ns,
             };
-            let stats = daemon_stats::Stats {
-                dir: Some(dir_export::DirStats {
-                    listing,
-                    ..Default::default()
-                }),
+            let mut stats = daemon_stats::Stats::default();
+            let dir = dir_export::DirStats {
+                listing,
                 ..Default::default()
             };
+            stats.set_section("dir", &dir);
             serde_json::to_value(&stats).unwrap()
         };
         let before = snapshot(2, 1, 1000, 1, 5000);

@@ -1,5 +1,5 @@
-//! Serving on coroutine event loops (`--dispatch coroutine` and `inline`), `--queues N` of
-//! them.
+//! Serving on coroutine event loops ([`Dispatch::Coroutine`](crate::Dispatch) and
+//! `Inline`), [`ServeOptions::queues`](crate::ServeOptions) of them.
 //!
 //! Each loop is a thread of its own with its own runtime (ring, coroutine and buffer pools,
 //! counters) and its own clone of the session's /dev/fuse fd (`FUSE_DEV_IOC_CLONE`): the
@@ -7,12 +7,14 @@
 //! and its reply goes back on the fd it came from. The export (and so the backend, with its
 //! size and range locks) is shared by all of them.
 //!
-//! The main thread owns the signals. SIGINT/SIGTERM set every loop's stop flag and kick its
-//! eventfd, which a control coroutine of that loop reads through the loop's ring: the loop
-//! stops taking requests, those in flight finish. SIGUSR1 asks every loop for a snapshot
-//! the same way, merges them and writes `--stats`. When every loop has ended (stopped, or
-//! the file system was unmounted: each queue then sees ENODEV), the main thread flushes
-//! the image once and merges the loops' final counters.
+//! The thread that called [`Server::serve`] supervises: it runs the loop placement's
+//! trials and waits for the [`ServeHandle`](crate::ServeHandle)'s commands. A stop sets
+//! every loop's stop flag and kicks its eventfd, which a control coroutine of that loop
+//! reads through the loop's ring: the loop stops taking requests, those in flight finish.
+//! A snapshot asks every loop for its counters the same way and merges them. When every
+//! loop has ended (stopped, or the file system was unmounted: each queue then sees
+//! ENODEV), the supervisor flushes the file system once and merges the loops' final
+//! counters.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -23,7 +25,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use backend::Ctx;
 use fuse::dev::FuseDev;
 use runtime::{Co, Config, CounterSnapshot, Runtime};
 use transport::accounting::Accounting;
@@ -32,8 +33,8 @@ use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
 
-use crate::mount::{Served, Serving};
-use crate::serve_threads::wait_signal;
+use crate::control::Command;
+use crate::server::{Report, Served, Server};
 
 /// What one loop reports: on request (SIGUSR1) and when it ends.
 struct LoopReport {
@@ -112,14 +113,14 @@ struct LoopSetup<F: FileSystem> {
     snapshots: Sender<LoopReport>,
 }
 
-pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
+pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
     let (snapshots, reports) = mpsc::channel();
-    let mut loops = Vec::with_capacity(serving.queues);
-    let placement = serving
+    let mut loops = Vec::with_capacity(server.queues);
+    let placement = server
         .adaptive_placement()
-        .then(|| Arc::new(Placement::new(serving.queues)));
-    for index in 0..serving.queues {
-        match start_loop(serving, index, placement.clone(), snapshots.clone()) {
+        .then(|| Arc::new(Placement::new(server.queues)));
+    for index in 0..server.queues {
+        match start_loop(server, index, placement.clone(), snapshots.clone()) {
             Ok(started) => loops.push(started),
             Err(e) => {
                 stop_all(&loops);
@@ -149,12 +150,11 @@ pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
                 wait = wait.min(next.at.saturating_duration_since(Instant::now()));
             }
         }
-        let wait_ms = wait.as_millis().max(1) as i32;
         if loops.iter().any(|(_, c)| c.failed.load(Ordering::SeqCst)) {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
-            if serving.uring() {
-                let left = settle_and_leave(serving, &loops, &reports);
+            if server.uring {
+                let left = settle_and_leave(server, &loops, &reports);
                 return Served {
                     result: Err("an event loop failed (see above); unmounted".into()),
                     ..left
@@ -162,41 +162,39 @@ pub fn serve<F: FileSystem>(serving: &Serving<F>) -> Served {
             }
             break;
         }
-        match wait_signal(&serving.signals, wait_ms) {
-            Some(libc::SIGUSR1) => {
-                let (merged, per_queue) = snapshot(&loops, &reports);
-                let ops = merged.accounting.report();
-                serving.write_stats(merged.runtime, merged.queue, &ops, &per_queue);
-            }
-            Some(signo) => {
-                log::info!("signal {signo}: finishing the requests in flight, then unmounting");
-                stop_all(&loops);
-                if serving.uring() {
-                    return settle_and_leave(serving, &loops, &reports);
+        let mut stop = false;
+        for command in server.commands.wait(wait) {
+            match command {
+                Command::Snapshot(reply) => {
+                    let (merged, per_queue) = snapshot(&loops, &reports);
+                    let _ = reply.send(merged.into_report(per_queue));
                 }
-                break;
+                Command::Stop => stop = true,
             }
-            None => {}
+        }
+        if stop {
+            stop_all(&loops);
+            if server.uring {
+                return settle_and_leave(server, &loops, &reports);
+            }
+            break;
         }
     }
     let (result, merged, per_queue) = finish(loops);
     Served {
-        result: result.and(serving.flush(&Ctx::Blocking)),
-        runtime: merged.runtime,
-        queue: merged.queue,
-        ops: merged.accounting.report(),
-        per_queue,
+        result: result.and(server.flush()),
+        report: merged.into_report(per_queue),
     }
 }
 
 type Started = (JoinHandle<Result<LoopReport, String>>, Arc<Control>);
 
-/// The stop of `--transport uring`: ring entries cannot be cancelled, so the loops keep
-/// running until the unmount (or the process exit) ends them. Waits until no loop serves a
-/// request, flushes, and returns the last snapshot; the caller unmounts and the process
-/// exits, which closes the rings.
+/// The stop of FUSE over io_uring: ring entries cannot be cancelled, so the loops keep
+/// running until the unmount ends them. Waits until no loop serves a request, flushes, and
+/// returns the last snapshot; the caller unmounts, which ends the loops (their threads
+/// are left to finish by themselves).
 fn settle_and_leave<F: FileSystem>(
-    serving: &Serving<F>,
+    server: &Server<F>,
     loops: &[Started],
     reports: &Receiver<LoopReport>,
 ) -> Served {
@@ -215,42 +213,42 @@ fn settle_and_leave<F: FileSystem>(
     // Give the last commits one turn of their loops to reach the kernel.
     std::thread::sleep(Duration::from_millis(10));
     Served {
-        result: serving.flush(&Ctx::Blocking),
-        runtime: merged.runtime,
-        queue: merged.queue,
-        ops: merged.accounting.report(),
-        per_queue,
+        result: server.flush(),
+        report: merged.into_report(per_queue),
     }
 }
 
 fn start_loop<F: FileSystem>(
-    serving: &Serving<F>,
+    server: &Server<F>,
     index: usize,
     placement: Option<Arc<Placement>>,
     snapshots: Sender<LoopReport>,
 ) -> io::Result<Started> {
     let control = Arc::new(Control::new()?);
-    let dev = serving
+    let dev = server
         .session
         .clone_queue(true)
         .map_err(|e| io::Error::new(e.kind(), format!("cloning the /dev/fuse queue: {e}")))?;
-    let cpus = &serving.cpus;
-    let ring = match serving.uring() {
-        true => Some((serving.session.clone_queue(true)?, serving.uring_depth())),
+    let cpus = &server.cpus;
+    let ring = match server.uring {
+        true => Some((
+            server.session.clone_queue(true)?,
+            server.options.uring_depth,
+        )),
         false => None,
     };
     let setup = LoopSetup {
         index,
-        loops: serving.queues,
+        loops: server.queues,
         dev,
         ring,
-        export: Arc::clone(&serving.export),
-        max_write: serving.max_write,
-        queue: serving.queue_config(),
+        export: Arc::clone(&server.fs),
+        max_write: server.max_write,
+        queue: server.queue_config(),
         runtime: Config {
-            poll_ns: serving.poll_ns(),
-            account: serving.accounting(),
-            sqe128: serving.uring(),
+            poll_ns: server.options.poll_us * 1000,
+            account: server.options.accounting,
+            sqe128: server.uring,
             ..Config::default()
         },
         cpu: (!cpus.is_empty()).then(|| cpus[index % cpus.len()]),
@@ -335,6 +333,15 @@ impl LoopReport {
             runtime: CounterSnapshot::default(),
             queue: QueueStats::default(),
             accounting: Accounting::default(),
+        }
+    }
+
+    fn into_report(self, per_queue: Vec<QueueStats>) -> Report {
+        Report {
+            runtime: self.runtime,
+            queue: self.queue,
+            ops: self.accounting.report(),
+            per_queue,
         }
     }
 

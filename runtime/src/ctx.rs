@@ -20,9 +20,8 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use runtime::Co;
-
-use crate::sys::{self, IOV_MAX};
+use crate::file_io::{self as sys, IOV_MAX};
+use crate::Co;
 
 /// The execution context of one backend call.
 #[derive(Clone, Copy)]

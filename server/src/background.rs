@@ -1,0 +1,77 @@
+//! [`Background`]: a mount served on a thread of its own and torn down when dropped, so a
+//! test or a program can use the mount from the thread that made it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use transport::FileSystem;
+
+use crate::{Report, ServeHandle, ServeOptions, Served, Server, Target};
+
+/// A live mount; dropping it (or [`Background::finish`]) stops the server, which lets the
+/// requests in flight finish, flushes, and unmounts.
+pub struct Background<F: FileSystem> {
+    fs: Arc<F>,
+    handle: ServeHandle,
+    thread: Option<JoinHandle<Served>>,
+    path: PathBuf,
+}
+
+impl<F: FileSystem> Background<F> {
+    /// Mounts `fs` on `target` and starts serving it on a new thread.
+    pub fn start(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Result<Self, String> {
+        let server = Server::mount(Arc::clone(&fs), target, options)?;
+        let handle = server.handle();
+        let thread = std::thread::Builder::new()
+            .name("fuse-serve".into())
+            .spawn(move || server.serve())
+            .map_err(|e| format!("starting the serving thread: {e}"))?;
+        Ok(Background {
+            fs,
+            handle,
+            thread: Some(thread),
+            path: target.mountpoint.clone(),
+        })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file system served.
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+
+    /// The statistics so far (`None` if the server does not answer within a second).
+    pub fn snapshot(&self) -> Option<Report> {
+        self.handle.snapshot(Duration::from_secs(1))
+    }
+
+    /// Stops serving and unmounts; returns how serving ended.
+    pub fn finish(mut self) -> Served {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Served {
+        self.handle.stop();
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(served)) => served,
+            Some(Err(_)) => Served::failed("the serving thread panicked".into()),
+            None => Served::failed("already finished".into()),
+        }
+    }
+}
+
+impl<F: FileSystem> Drop for Background<F> {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            if let Err(e) = self.stop_and_join().result {
+                log::error!("serving {}: {e}", self.path.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Serving a FUSE file system, whatever it is, with every transport corofuse has: one
+//! call mounts it, answers INIT, runs the event loops (or worker threads), stops them,
+//! flushes, unmounts and reports what serving cost.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # fn demo<F: transport::FileSystem>(fs: F) -> Result<(), String> {
+//! use server::{ServeOptions, Server, Target};
+//!
+//! let target = Target {
+//!     mountpoint: "/mnt/export".into(),
+//!     name: "demo".into(),
+//!     directory: true,
+//!     read_only: false,
+//! };
+//! let server = Server::mount(Arc::new(fs), &target, &ServeOptions::default())?;
+//! let handle = server.handle(); // stop() or snapshot() from any thread
+//! let served = server.serve(); // until handle.stop() or `umount`
+//! println!("{} requests", served.report.queue.requests);
+//! served.result
+//! # }
+//! ```
+//!
+//! Why a crate of its own: the binary (`corofuse mount`, `mount-dir`), the tests and any
+//! other file system share one serving path, so a file system is a [`FileSystem`]
+//! implementation and nothing more (`examples/memfs.rs` is one, in memory). The binary
+//! keeps only its arguments, signals, pidfile and `--stats` file.
+//!
+//! Layout: [`options`] (how to serve: dispatch, loops and CPUs, transport, placement),
+//! `server` ([`Server`]: the mount's life), `loops` (coroutine and inline event loops,
+//! one thread each, with the loop placement's supervisor), `threads` (worker threads),
+//! `control` ([`ServeHandle`]: stop and snapshots from another thread), `background`
+//! ([`Background`]: serving on a thread of its own, stopped when dropped, for tests).
+//!
+//! Depends on `fuse` (mounting, INIT), `runtime` (the loops) and `transport` (queues and
+//! the [`FileSystem`] trait); no file system and no block backend.
+//!
+//! [`FileSystem`]: transport::FileSystem
+
+mod background;
+mod control;
+mod loops;
+pub mod options;
+mod server;
+mod threads;
+
+pub use background::Background;
+pub use control::ServeHandle;
+pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport};
+pub use server::{Report, Served, Server, Target};
+
+use std::sync::Arc;
+
+use transport::FileSystem;
+
+/// Mounts `fs` on `target` and serves it as `options` say until the unmount from outside;
+/// the whole life of a mount in one call (use [`Server`] to stop it from the program).
+pub fn serve<F: FileSystem>(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Served {
+    match Server::mount(fs, target, options) {
+        Ok(server) => server.serve(),
+        Err(e) => Served {
+            result: Err(e),
+            report: Report::default(),
+        },
+    }
+}

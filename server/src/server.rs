@@ -1,0 +1,242 @@
+//! [`Server`]: one mount of one file system, from the mount(2) to the unmount.
+//!
+//! Order of events: [`Server::mount`] mounts, answers INIT and tells the file system the
+//! session started (the mount is live from here: requests queue in the kernel until
+//! serving starts, so a caller may write a pidfile between the two); [`Server::serve`]
+//! starts the loops or workers, serves until [`ServeHandle::stop`] or the unmount from
+//! outside, lets the requests in flight finish, flushes the file system once, unmounts
+//! and returns the final statistics.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fuse::init::InitConfig;
+use fuse::mount::{Mount, MountOptions, ENABLE_URING};
+use fuse::session::handshake;
+use runtime::{CounterSnapshot, Ctx};
+use transport::{FileSystem, OpReport, QueueConfig, QueueStats};
+
+use crate::control::{Commands, ServeHandle};
+use crate::options::{Dispatch, LoopPlacement, ServeOptions, Transport};
+use crate::{loops, threads};
+
+/// Where and as what a file system is mounted.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// An existing regular file, or directory with `directory`.
+    pub mountpoint: PathBuf,
+    /// The mount's source as /proc/mounts shows it (the image, the source directory).
+    pub name: String,
+    /// A directory root over a directory (else a regular file over a regular file).
+    pub directory: bool,
+    /// Mount read-only (MS_RDONLY).
+    pub read_only: bool,
+}
+
+/// What serving counted: the loops' runtimes, the queues, and per opcode.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// The event loops' counters, summed (zeros with worker threads).
+    pub runtime: CounterSnapshot,
+    /// The queues' counters, summed.
+    pub queue: QueueStats,
+    /// Per-opcode accounting (with [`ServeOptions::accounting`]).
+    pub ops: BTreeMap<String, OpReport>,
+    /// Each event loop's own queue counters, in loop order (empty with worker threads).
+    pub per_queue: Vec<QueueStats>,
+}
+
+/// How serving ended: the first error (a loop failed, the request stream broke, the
+/// flush or the unmount failed), and the final statistics either way.
+#[derive(Debug)]
+pub struct Served {
+    pub result: Result<(), String>,
+    pub report: Report,
+}
+
+impl Served {
+    pub(crate) fn failed(message: String) -> Served {
+        Served {
+            result: Err(message),
+            report: Report::default(),
+        }
+    }
+}
+
+/// A mounted file system, ready to serve.
+pub struct Server<F: FileSystem> {
+    pub(crate) fs: Arc<F>,
+    pub(crate) options: ServeOptions,
+    pub(crate) session: fuse::dev::FuseDev,
+    mount: Mount,
+    pub(crate) max_write: u32,
+    /// Requests come through FUSE over io_uring.
+    pub(crate) uring: bool,
+    /// Event loops, and the CPUs to pin them to, loop i to the i-th (empty: no pinning).
+    pub(crate) queues: usize,
+    pub(crate) cpus: Vec<usize>,
+    dispatch: String,
+    pub(crate) commands: Arc<Commands>,
+}
+
+impl<F: FileSystem> Server<F> {
+    /// Mounts `fs` on `target` and answers INIT, as `options` say.
+    pub fn mount(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Result<Server<F>, String> {
+        options.check()?;
+        let allowed = runtime::affinity::allowed_cpus().unwrap_or_default();
+        let (queues, cpus) = options.plan_loops(allowed);
+        let uring = want_uring(options)?;
+        let commands = Arc::new(Commands::new().map_err(|e| format!("eventfd: {e}"))?);
+        let init = fs.init_config(InitConfig {
+            max_background: 256,
+            congestion_threshold: 192,
+            io_uring: uring,
+            ..InitConfig::new().with_system_limits()
+        });
+        let mount_options = MountOptions {
+            fsname: target.name.clone(),
+            allow_other: options.allow_other,
+            max_read: Some(init.max_write),
+            directory: target.directory,
+            read_only: target.read_only,
+            ..MountOptions::default()
+        };
+        let (session, mount) =
+            fuse::mount::mount(&target.mountpoint, &mount_options).map_err(|e| e.to_string())?;
+        let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
+        fs.session_started(&negotiated, std::os::fd::AsFd::as_fd(&session));
+        let granted = uring && negotiated.has(fuse::abi::FUSE_OVER_IO_URING);
+        if uring && !granted {
+            let kernel = format!("the kernel (FUSE 7.{})", negotiated.kernel_minor);
+            if options.transport == Transport::Uring {
+                return Err(format!(
+                    "--transport uring: {kernel} did not offer FUSE over io_uring; use --transport dev"
+                ));
+            }
+            log::warn!(
+                "--transport auto: {kernel} did not offer FUSE over io_uring; serving through /dev/fuse"
+            );
+        }
+        let dispatch = options.describe(queues, granted);
+        log::info!(
+            "exporting {} on {} ({} dispatch)",
+            fs.describe(),
+            mount.path().display(),
+            dispatch
+        );
+        Ok(Server {
+            fs,
+            options: options.clone(),
+            session,
+            mount,
+            max_write: negotiated.max_write,
+            uring: granted,
+            queues,
+            cpus,
+            dispatch,
+            commands,
+        })
+    }
+
+    /// A handle to stop the server or read its statistics from another thread.
+    pub fn handle(&self) -> ServeHandle {
+        ServeHandle(Arc::clone(&self.commands))
+    }
+
+    /// The dispatch as it runs, spelled as on the command line, e.g. `coroutine --queues 2`.
+    pub fn dispatch(&self) -> &str {
+        &self.dispatch
+    }
+
+    /// The file system served.
+    pub fn fs(&self) -> &Arc<F> {
+        &self.fs
+    }
+
+    /// Serves until stopped or unmounted; then flushes, unmounts and reports.
+    pub fn serve(self) -> Served {
+        let served = match self.options.dispatch {
+            Dispatch::Coroutine | Dispatch::Inline => loops::serve(&self),
+            Dispatch::Threads(n) => threads::serve(&self, n),
+        };
+        let Server {
+            mount, commands, ..
+        } = self;
+        let shown = mount.path().display().to_string();
+        let unmounted = mount.unmount();
+        commands.set_finished();
+        let stream_errors = served.report.queue.stream_errors;
+        let result = served.result.and_then(|()| match stream_errors {
+            0 => Ok(()),
+            n => Err(format!(
+                "the request stream from /dev/fuse failed ({n} failed reads, see above); unmounted"
+            )),
+        });
+        let result = result.and_then(|()| {
+            unmounted.map_err(|e| format!("unmount {shown}: {e}"))?;
+            log::info!("unmounted {shown}");
+            Ok(())
+        });
+        Served {
+            result,
+            report: served.report,
+        }
+    }
+
+    pub(crate) fn queue_config(&self) -> QueueConfig {
+        QueueConfig {
+            readers: self.options.readers,
+            ring_replies: self.options.ring_replies,
+            inline: self.options.dispatch == Dispatch::Inline,
+            account: self.options.accounting,
+        }
+    }
+
+    /// Whether the loops' placement adapts ([`transport::placement`]): several coroutine
+    /// loops on /dev/fuse, unless the options say every loop always.
+    pub(crate) fn adaptive_placement(&self) -> bool {
+        self.queues > 1
+            && !self.uring
+            && self.options.dispatch == Dispatch::Coroutine
+            && self.options.placement == LoopPlacement::Adaptive
+    }
+
+    /// Makes the file system durable once the last request is done.
+    pub(crate) fn flush(&self) -> Result<(), String> {
+        log::info!("no request left in flight; flushing {}", self.fs.describe());
+        self.fs.flush(&Ctx::Blocking).map_err(|e| e.to_string())
+    }
+}
+
+/// Whether to ask for FUSE over io_uring at INIT.
+fn want_uring(options: &ServeOptions) -> Result<bool, String> {
+    Ok(match options.transport {
+        Transport::Dev => false,
+        Transport::Uring => {
+            uring_switch()
+                .map_err(|off| format!("--transport uring: {off}, or use --transport dev"))?;
+            true
+        }
+        Transport::Auto => match (options.dispatch, uring_switch()) {
+            (Dispatch::Coroutine, Ok(())) => true,
+            (Dispatch::Coroutine, Err(off)) => {
+                log::warn!("--transport auto: {off}; serving through /dev/fuse");
+                false
+            }
+            _ => false,
+        },
+    })
+}
+
+/// Whether the fuse module offers FUSE over io_uring; if not, why and how to turn it on.
+fn uring_switch() -> Result<(), String> {
+    match std::fs::read_to_string(ENABLE_URING).map(|v| v.trim() == "Y") {
+        Ok(true) => Ok(()),
+        state => Err(format!(
+            "FUSE over io_uring is off ({ENABLE_URING} is {}); enable it with `echo Y > {ENABLE_URING}` \
+             as root (Linux 6.14+)",
+            if state.is_ok() { "N" } else { "missing" }
+        )),
+    }
+}
