@@ -338,7 +338,8 @@ pub fn spawn_one(iters: u64) -> Duration {
 }
 
 /// Cache lines a coroutine NOP round trip touches beyond the bare one's: 34 against 15,
-/// counted with `benches/perf/lines-touched.py` (BENCHMARKS.md, "Lines touched").
+/// counted with `benches/perf/lines-touched.py` (benches/HISTORY.md, "Where the NOP's
+/// remaining time goes").
 pub const EXTRA_LINES: usize = 19;
 
 /// io_uring without coroutines: push a NOP, `submit_and_wait(1)`, reap it; then follow a

@@ -693,7 +693,7 @@ impl Inner {
     /// With many coroutines queued, starts fetching the top of the stack of the one
     /// [`PREFETCH_AHEAD`] places behind the one being resumed (popped just before): its
     /// page's translation and its first line, which a resume of a cold coroutine otherwise
-    /// waits for (BENCHMARKS.md, scaling).
+    /// waits for (benches/HISTORY.md, scaling).
     #[inline(always)]
     fn prefetch_ahead(&self) {
         self.sched.with(|s| {
