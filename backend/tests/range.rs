@@ -1,6 +1,7 @@
 //! O_DIRECT without a global lock: a read-modify-write holds only its own blocks, aligned
 //! writes never wait for each other and never bounce. Images live in the default temp dir
-//! (a real file system here) and on tmpfs where there is one (see `util::matrix`).
+//! (a real file system here) and on tmpfs where there is one, opened with O_DIRECT only
+//! (buffered I/O takes no block locks and never bounces: see `util::direct_matrix`).
 
 mod util;
 
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use backend::AlignedBuf;
 use backend::{BlockBackend, Ctx, FileBackend};
-use util::{matrix, pattern, read, Setup};
+use util::{direct_matrix, pattern, read, Setup};
 
 /// How long a request that should not wait is given before the test calls it stuck. Not a
 /// speed check: each of these requests takes microseconds to a few milliseconds.
@@ -47,12 +48,9 @@ fn check_contents(s: &Setup, b: &FileBackend, cx: &Ctx<'_>) {
 
 #[test]
 fn a_stalled_read_modify_write_stalls_only_its_blocks() {
-    matrix(
+    direct_matrix(
         "a_stalled_read_modify_write_stalls_only_its_blocks",
         |s, cx| {
-            if !s.direct {
-                return; // buffered writes take no block locks
-            }
             let b = s.open(&s.file("stall", &pattern(1 << 20, 3)));
             match cx {
                 Ctx::Blocking => stall_with_threads(s, &b),
@@ -149,10 +147,7 @@ fn aligned_writer(b: &FileBackend, cx: &Ctx<'_>, i: usize) {
 
 #[test]
 fn aligned_writes_never_bounce_and_never_wait() {
-    matrix("aligned_writes_never_bounce_and_never_wait", |s, cx| {
-        if !s.direct {
-            return;
-        }
+    direct_matrix("aligned_writes_never_bounce_and_never_wait", |s, cx| {
         let b = s.open(&s.file("aligned", &vec![0u8; 2 << 20]));
         match cx {
             Ctx::Blocking => std::thread::scope(|scope| {

@@ -149,7 +149,7 @@ fn serve(dev: &FuseDev, image: File) -> Report {
 
 #[test]
 fn mount_serve_read_write_unmount() {
-    if !util::require_mount("mount_serve_read_write_unmount") {
+    if !util::require_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

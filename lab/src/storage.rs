@@ -289,18 +289,22 @@ fn nearest_existing(dir: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    /// Says why a test cannot run here, past libtest's capture, and passes; fails
-    /// instead under `COROFUSE_TEST_NO_SKIP` (as `.ci/run` sets it), where every test
-    /// runs.
+    /// Prints `SKIPPED <test>: <why>` past libtest's capture and lets the test pass;
+    /// panics instead where `COROFUSE_TEST_NO_SKIP` is set to anything but empty or `0`
+    /// (as `.ci/run` sets it), where every test runs. The same words as
+    /// `corofuse_tests::require::report_skip`, which this crate does not depend on.
     fn skip(why: &str) {
         use std::io::Write;
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or("a test");
         let strict =
             std::env::var("COROFUSE_TEST_NO_SKIP").is_ok_and(|v| !v.is_empty() && v != "0");
         assert!(
             !strict,
-            "cannot run: {why}; with COROFUSE_TEST_NO_SKIP=1 that is a failure"
+            "{test} cannot run: {why}; with COROFUSE_TEST_NO_SKIP=1 (as .ci/run sets it) \
+             that is a failure, not a skip"
         );
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
     }
 
     const MIB: u64 = 1 << 20;
@@ -385,11 +389,16 @@ mod tests {
 
     #[test]
     fn fills_once_then_reuses_and_refills_on_request() {
+        let tmp = std::env::temp_dir();
         let Some(s) = Scratch::new("storage") else {
-            return skip("no O_DIRECT in the temporary directory");
+            return skip(&format!("no O_DIRECT in {} (TMPDIR)", tmp.display()));
         };
-        if fs_magic(&s.0).is_ok_and(|m| refuse_memory_fs(&s.0, m).is_err()) {
-            return skip("the temporary directory is in RAM");
+        let magic = fs_magic(&s.0).expect("statfs of the scratch directory");
+        if refuse_memory_fs(&s.0, magic).is_err() {
+            return skip(&format!(
+                "{} (TMPDIR) is in RAM, and prepare() refuses RAM",
+                tmp.display()
+            ));
         }
         let size = 9 * MIB; // a whole chunk and a 1 MiB tail
         let first = prepare(&s.0, size, false).expect("fills");

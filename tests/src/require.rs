@@ -113,12 +113,74 @@ macro_rules! require_kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::{Command, Output};
 
+    /// Set only in the children of [`a_skip_is_a_note_by_default`]: there that test makes
+    /// one real skip.
+    const CHILD_ENV: &str = "COROFUSE_TEST_REQUIRE_CHILD";
+    const WHY: &str = "not a real skip: the test of report_skip itself";
+
+    /// This test's name as libtest knows it (`require::tests::…`).
+    fn this_test() -> String {
+        let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+        format!("{module}::a_skip_is_a_note_by_default")
+    }
+
+    /// Runs this test alone in a child of this test binary, with [`NO_SKIP_ENV`] unset
+    /// (`None`) or set to `no_skip`, libtest capturing as usual; its exit status and its
+    /// stdout and stderr together.
+    fn child(no_skip: Option<&str>) -> (Output, String) {
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut cmd = Command::new(exe);
+        cmd.args(["--exact", &this_test()])
+            .env(CHILD_ENV, "1")
+            .env_remove(NO_SKIP_ENV);
+        if let Some(value) = no_skip {
+            cmd.env(NO_SKIP_ENV, value);
+        }
+        let out = cmd.output().expect("run the test binary");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out, text)
+    }
+
+    /// `report_skip` itself, in a child process (the environment variable is the child's
+    /// own, so no test running beside this one sees it change): without
+    /// [`NO_SKIP_ENV`], or with it empty or `0`, the skip prints `SKIPPED <test>: <why>`
+    /// past libtest's capture and the test passes; with it `1` the test fails, saying so.
     #[test]
     fn a_skip_is_a_note_by_default() {
-        skip_or_fail(
-            "not a real skip: the test of the SKIPPED line itself",
-            false,
+        if std::env::var_os(CHILD_ENV).is_some() {
+            return report_skip(WHY);
+        }
+        let note = format!("SKIPPED {}: {WHY}\n", this_test());
+        for no_skip in [None, Some(""), Some("0")] {
+            let (out, text) = child(no_skip);
+            assert!(
+                out.status.success(),
+                "{NO_SKIP_ENV}={no_skip:?}: a skip failed the test:\n{text}"
+            );
+            assert!(
+                text.contains("1 passed") && text.contains(&note),
+                "{NO_SKIP_ENV}={no_skip:?}: no `{note}` from the one test run:\n{text}"
+            );
+        }
+        let (out, text) = child(Some("1"));
+        assert!(
+            !out.status.success(),
+            "{NO_SKIP_ENV}=1: a skip passed:\n{text}"
+        );
+        let failure = format!(
+            "{} cannot run: {WHY}; with {NO_SKIP_ENV}=1 (as .ci/run sets it) that is a \
+             failure, not a skip",
+            this_test()
+        );
+        assert!(
+            text.contains("1 failed") && text.contains(&failure) && !text.contains(&note),
+            "{NO_SKIP_ENV}=1: not the one failure `{failure}`:\n{text}"
         );
     }
 

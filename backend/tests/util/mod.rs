@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use backend::{BlockBackend, Ctx, FileBackend, OpenOptions};
+use corofuse_tests::require::report_skip;
 use runtime::{Config, Runtime};
 use tempfile::TempDir;
 
@@ -45,12 +46,16 @@ impl Setup {
     }
 }
 
-/// Where images can live: the default temp dir and, if present, tmpfs at /dev/shm.
-fn places(test: &str) -> Vec<(String, PathBuf)> {
+/// Where images can live: the default temp dir and tmpfs at /dev/shm (its cells are
+/// skipped through `report_skip` where /dev/shm is not tmpfs).
+fn places() -> Vec<(String, PathBuf)> {
     let mut places = vec![std::env::temp_dir()];
     match fs_type(Path::new("/dev/shm")) {
         Some(kind) if kind == "tmpfs" => places.push("/dev/shm".into()),
-        other => eprintln!("{test}: no tmpfs variant: /dev/shm is {other:?}"),
+        other => report_skip(&format!(
+            "the tmpfs cells: /dev/shm is {}, not tmpfs",
+            other.as_deref().unwrap_or("missing")
+        )),
     }
     places
         .into_iter()
@@ -86,27 +91,26 @@ fn direct_refused(dir: &Path) -> Option<String> {
     opened.err().map(|e| format!("O_DIRECT open fails: {e}"))
 }
 
-/// Says why a cell cannot run here, past libtest's capture; under
-/// `COROFUSE_TEST_NO_SKIP` (as `.ci/run` sets it) fails instead: there every cell runs,
-/// and a test that checks only O_DIRECT cells must not pass by checking none.
-fn skip(why: &str) {
-    use std::io::Write;
-    let strict = std::env::var("COROFUSE_TEST_NO_SKIP").is_ok_and(|v| !v.is_empty() && v != "0");
-    assert!(
-        !strict,
-        "cannot run {why}; with COROFUSE_TEST_NO_SKIP=1 that is a failure"
-    );
-    let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
+/// Runs `test` in every cell: each filesystem, buffered and O_DIRECT, and each context
+/// (Blocking, then in a coroutine). A cell that cannot run here (O_DIRECT refused, no
+/// tmpfs) goes through `report_skip`: a note by default, a failure under
+/// `COROFUSE_TEST_NO_SKIP=1` (as `.ci/run` sets it), where every cell runs.
+pub fn matrix(name: &str, test: fn(&Setup, &Ctx<'_>)) {
+    cells(name, &[false, true], test);
 }
 
-/// Runs `test` in every cell: each filesystem, buffered and O_DIRECT (skipped, with the
-/// reason printed, where refused), and each context (Blocking, then in a coroutine).
-pub fn matrix(name: &str, test: fn(&Setup, &Ctx<'_>)) {
-    for (place, root) in places(name) {
-        for direct in [false, true] {
+/// Runs `test` in the O_DIRECT cells only, for what only O_DIRECT does (block locks,
+/// bounce buffers): there are no buffered cells for it to pass in untested.
+pub fn direct_matrix(name: &str, test: fn(&Setup, &Ctx<'_>)) {
+    cells(name, &[true], test);
+}
+
+fn cells(name: &str, modes: &[bool], test: fn(&Setup, &Ctx<'_>)) {
+    for (place, root) in places() {
+        for &direct in modes {
             let dir = Arc::new(tempfile::tempdir_in(&root).unwrap());
             if let Some(why) = direct.then(|| direct_refused(dir.path())).flatten() {
-                skip(&format!("{name}: O_DIRECT on {place}: {why}"));
+                report_skip(&format!("the O_DIRECT cells on {place}: {why}"));
                 continue;
             }
             let mode = if direct { "direct" } else { "buffered" };
