@@ -19,7 +19,7 @@
 # for the host side (buffered I/O on the image file) and start fresh for every run.
 # Prints a markdown table: medians, the corofuse/qsd time ratio, every run with its check
 # (CORRUPT when `qemu-img compare` finds the target differs from the source: qsd 10.0.2's
-# FUSE export does so with O_DIRECT writes, see BENCHMARKS.md).
+# FUSE export does so with O_DIRECT writes, see benches/HISTORY.md).
 set -euo pipefail
 trials=${1:-3} dir=${2:-/var/tmp}
 [ "$(stat -f -c %T "$dir")" = tmpfs ] && { echo "$dir is tmpfs: pick a real file system" >&2; exit 2; }
