@@ -174,6 +174,9 @@ pub struct ListingStats {
 pub struct DirStats {
     /// Nodes the kernel holds now, the root included.
     pub nodes: u64,
+    /// Nodes the kernel forgot, kept so that file handles of the mount find them again.
+    #[serde(default)]
+    pub forgotten: u64,
     /// Files and directories open now.
     pub open: u64,
     /// The node descriptor budget ([`crate::nodefd`]).
@@ -254,6 +257,7 @@ impl DirFs {
     pub fn stats(&self) -> DirStats {
         DirStats {
             nodes: self.tree.inodes.len() as u64,
+            forgotten: self.tree.inodes.forgotten() as u64,
             open: self.handles.len() as u64,
             descriptors: self.tree.inodes.descriptor_stats(),
             listing: self.listing_stats(),
@@ -1013,17 +1017,22 @@ impl FileSystem for DirFs {
     /// hold through the mount, since the daemon itself acts as root), the
     /// writeback cache if asked, shared mappings of the direct-I/O files
     /// (DIRECT_IO_ALLOW_MMAP, 7.39+: O_DIRECT opens, and every file with `--cache never`),
-    /// and NO_EXPORT_SUPPORT: the daemon cannot find a node again from the node id and
-    /// generation in a file handle once the kernel forgot it (node ids are reused), so
-    /// `name_to_handle_at` is refused (EOPNOTSUPP), as libfuse does by default, instead of
-    /// handing out handles that go stale (ESTALE) when the dentry cache is dropped.
+    /// and EXPORT_SUPPORT where forgotten nodes are kept for file handles
+    /// ([`crate::inodes`]: the daemon is root and the source has file handles), so that
+    /// `name_to_handle_at` and `open_by_handle_at` on the mount work as on the source,
+    /// across dropped caches; elsewhere NO_EXPORT_SUPPORT: the daemon could not find a
+    /// node again once the kernel forgot it, so handles are refused (EOPNOTSUPP), as
+    /// libfuse does by default, instead of going stale (ESTALE).
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
         config.flags |= FUSE_DO_READDIRPLUS
             | FUSE_READDIRPLUS_AUTO
             | FUSE_HANDLE_KILLPRIV_V2
             | FUSE_DONT_MASK
-            | FUSE_POSIX_ACL
-            | FUSE_NO_EXPORT_SUPPORT;
+            | FUSE_POSIX_ACL;
+        config.flags |= match self.tree.inodes.exportable() {
+            true => FUSE_EXPORT_SUPPORT,
+            false => FUSE_NO_EXPORT_SUPPORT,
+        };
         if self.options.writeback {
             config.flags |= FUSE_WRITEBACK_CACHE;
         }

@@ -15,13 +15,26 @@
 //! Node ids are slots of a slab plus one (the root, 1, is slot 0, never forgotten); a slot
 //! freed at zero lookups may be reused, which is safe because the kernel has forgotten the
 //! id, and each node carries a fresh generation number for `fuse_entry_out.generation`.
+//!
+//! File handles (`name_to_handle_at` on the mount, as an NFS server re-exporting it or a
+//! backup tool takes them) hold a node id and its generation, and the kernel asks for the
+//! node again with a LOOKUP of "." in that id once it has forgotten it
+//! (FUSE_EXPORT_SUPPORT). So where the source gives file handles of its own (the daemon
+//! is root, the file system has them), a node at zero lookups is *kept*, forgotten:
+//! its descriptor closes (a deleted file's space is not held) and its source file handle
+//! stays, so "." reopens it under the same id and generation, and a lookup by name of the
+//! same file finds the same node. A forgotten node whose file has no name left, or that
+//! has no handle, goes for good; one whose inode number another file now has is replaced
+//! (the handles differ). The cost: a node record per file ever looked up and still
+//! existing (`DirStats::forgotten`). Without file handles, nodes go at zero lookups and the
+//! export refuses file handles (FUSE_NO_EXPORT_SUPPORT).
 //! One mutex guards the table: it is held for a hash lookup and an insert or a count
 //! change, never across a system call.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,6 +102,32 @@ struct Slot {
 struct Table {
     slots: Slab<Slot>,
     by_file: HashMap<(u64, u64), usize>,
+    /// Slots at zero lookups, kept for file handles.
+    forgotten: usize,
+}
+
+impl Table {
+    /// Adds `n` lookups to the node in `slot`.
+    fn count(&mut self, slot: usize, n: u64) -> Option<Arc<Inode>> {
+        let s = self.slots.get_mut(slot)?;
+        let revived = s.lookups == 0;
+        s.lookups += n;
+        let inode = Arc::clone(&s.inode);
+        self.forgotten -= usize::from(revived && n > 0);
+        Some(inode)
+    }
+
+    /// Removes the forgotten node `inode` from `slot`, if it is still there and forgotten.
+    fn drop_forgotten(&mut self, slot: usize, inode: &Arc<Inode>) {
+        let there = self.slots.get(slot);
+        if there.is_some_and(|s| s.lookups == 0 && Arc::ptr_eq(&s.inode, inode)) {
+            self.slots.remove(slot);
+            self.forgotten -= 1;
+            if self.by_file.get(&(inode.dev, inode.ino)) == Some(&slot) {
+                self.by_file.remove(&(inode.dev, inode.ino));
+            }
+        }
+    }
 }
 
 /// Every node the kernel holds, by id and by (device, inode number).
@@ -96,6 +135,8 @@ pub struct Inodes {
     table: Mutex<Table>,
     generations: AtomicU64,
     descriptors: Arc<Descriptors>,
+    /// Forgotten nodes are kept for file handles (see the module doc).
+    exportable: bool,
 }
 
 impl Inodes {
@@ -113,6 +154,7 @@ impl Inodes {
         let inodes = Inodes {
             table: Mutex::new(Table::default()),
             generations: AtomicU64::new(0),
+            exportable: descriptors.has_handles(),
             descriptors,
         };
         let root = inodes.node(Arc::new(root), &attr);
@@ -153,10 +195,50 @@ impl Inodes {
         })
     }
 
+    /// Whether a node id stays valid after the kernel forgets it, so that file handles of
+    /// the mount can be offered (FUSE_EXPORT_SUPPORT).
+    pub fn exportable(&self) -> bool {
+        self.exportable
+    }
+
     /// The node `nodeid` names, if the kernel still holds it.
     pub fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
         let slot = usize::try_from(nodeid.checked_sub(1)?).ok()?;
-        self.lock().slots.get(slot).map(|s| Arc::clone(&s.inode))
+        let table = self.lock();
+        let s = table.slots.get(slot).filter(|s| s.lookups > 0)?;
+        Some(Arc::clone(&s.inode))
+    }
+
+    /// LOOKUP of "." in `nodeid`, any kind of node: the kernel's way back to a node it
+    /// forgot, from a file handle. The node itself, reopened from its source file handle
+    /// if it was forgotten, with one more lookup; ESTALE if it is gone.
+    pub fn lookup_self(&self, nodeid: u64) -> io::Result<Entry> {
+        let stale = || io::Error::from_raw_os_error(libc::ESTALE);
+        let slot = nodeid
+            .checked_sub(1)
+            .and_then(|s| usize::try_from(s).ok())
+            .ok_or_else(stale)?;
+        let inode = self.lock().slots.get(slot).map(|s| Arc::clone(&s.inode));
+        let inode = inode.ok_or_else(stale)?;
+        let attr = match inode.handle() {
+            Ok(fd) => sys::stat(fd.as_fd())?,
+            Err(e) => {
+                // Deleted since it was forgotten: nothing will find it again.
+                self.lock().drop_forgotten(slot, &inode);
+                return Err(e);
+            }
+        };
+        let mut table = self.lock();
+        match table.slots.get(slot) {
+            Some(s) if Arc::ptr_eq(&s.inode, &inode) => {}
+            _ => return Err(stale()),
+        }
+        let inode = table.count(slot, 1).ok_or_else(stale)?;
+        Ok(Entry {
+            nodeid,
+            inode,
+            attr,
+        })
     }
 
     /// `name` in the directory `parent` (node `parent_id`): its node, found by the file's
@@ -181,13 +263,13 @@ impl Inodes {
         let handle = sys::open_path(parent.handle()?.as_fd(), name)?;
         let attr = sys::stat(handle.as_fd())?;
         let key = (attr.st_dev, attr.st_ino);
+        self.check_forgotten(key, attr.st_mode & libc::S_IFMT, handle.as_fd());
         let mut table = self.lock();
         if let Some(&slot) = table.by_file.get(&key) {
-            // Another name of a file the kernel knows (a hard link), or the same name
-            // again: one node; the new handle closes, unless the node's was closed.
-            let s = &mut table.slots[slot];
-            s.lookups += 1;
-            let inode = Arc::clone(&s.inode);
+            // Another name of a file the kernel knows (a hard link), the same name again,
+            // or a forgotten node's file: one node; the new handle closes, unless the
+            // node's was closed.
+            let inode = table.count(slot, 1).expect("by_file names live slots");
             drop(table);
             self.descriptors.revive(&inode.fd, handle);
             return Ok(Entry {
@@ -216,12 +298,29 @@ impl Inodes {
     fn count(&self, nodeid: u64, n: u64) -> io::Result<Arc<Inode>> {
         let slot = (nodeid - 1) as usize;
         let mut table = self.lock();
-        let s = table
-            .slots
-            .get_mut(slot)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
-        s.lookups += n;
-        Ok(Arc::clone(&s.inode))
+        match table.slots.get(slot) {
+            Some(s) if s.lookups > 0 => {}
+            _ => return Err(io::Error::from_raw_os_error(libc::ESTALE)),
+        }
+        Ok(table.count(slot, n).expect("checked above"))
+    }
+
+    /// Before a lookup finds the node of the file `key` (kind `kind`, open as `fd`): if
+    /// that node is a forgotten one whose file is not this one (the inode number was
+    /// reused), it goes, so that the file gets a node of its own.
+    fn check_forgotten(&self, key: (u64, u64), kind: u32, fd: BorrowedFd<'_>) {
+        let found = {
+            let table = self.lock();
+            let slot = table.by_file.get(&key).copied();
+            slot.and_then(|slot| {
+                let s = &table.slots[slot];
+                (s.lookups == 0).then(|| (slot, Arc::clone(&s.inode)))
+            })
+        };
+        let Some((slot, inode)) = found else { return };
+        if inode.kind != kind || !self.descriptors.same_file(&inode.fd, fd) {
+            self.lock().drop_forgotten(slot, &inode);
+        }
     }
 
     /// FORGET: the kernel drops `n` of its lookups of `nodeid`; at zero the node goes
@@ -246,23 +345,43 @@ impl Inodes {
                 s.lookups
             );
         }
-        s.lookups = s.lookups.saturating_sub(n);
         if s.lookups == 0 {
-            let gone = table.slots.remove(slot);
-            table.by_file.remove(&(gone.inode.dev, gone.inode.ino));
+            return; // forgotten already: kept for file handles
         }
+        s.lookups = s.lookups.saturating_sub(n);
+        if s.lookups > 0 {
+            return;
+        }
+        if self.exportable {
+            let inode = Arc::clone(&s.inode);
+            table.forgotten += 1;
+            drop(table);
+            // Outside the table's lock: closing takes the file's handle (a system call).
+            if !self.descriptors.retire(&inode.fd) {
+                self.lock().drop_forgotten(slot, &inode);
+            }
+            return;
+        }
+        let gone = table.slots.remove(slot);
+        table.by_file.remove(&(gone.inode.dev, gone.inode.ino));
     }
 
     /// Nodes held, the root included.
     pub fn len(&self) -> usize {
-        self.lock().slots.len()
+        let table = self.lock();
+        table.slots.len() - table.forgotten
+    }
+
+    /// Nodes the kernel forgot, kept so that file handles find them again.
+    pub fn forgotten(&self) -> usize {
+        self.lock().forgotten
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Lookups the kernel holds on `nodeid` (0 if unknown).
+    /// Lookups the kernel holds on `nodeid` (0 if unknown or forgotten).
     pub fn lookups(&self, nodeid: u64) -> u64 {
         let Some(slot) = nodeid.checked_sub(1) else {
             return 0;

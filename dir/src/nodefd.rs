@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -249,6 +249,50 @@ impl Descriptors {
         }
         state.fd = None;
         self.closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether nodes can be reopened from file handles here.
+    pub fn has_handles(&self) -> bool {
+        self.handles
+    }
+
+    /// A node the kernel has forgotten, kept so that a file handle naming it can find it
+    /// again: closes its descriptor now (an `O_PATH` descriptor would keep a deleted
+    /// file's space), keeping its file handle to reopen it from. `false` if the node
+    /// cannot come back this way (its file has no name left, it lies on another mount,
+    /// or it has no handle): the caller forgets it for good.
+    pub fn retire(&self, node: &Arc<NodeFd>) -> bool {
+        if !self.handles {
+            return false;
+        }
+        let mut state = node.lock();
+        let Some(fd) = state.fd.clone() else {
+            return true; // closed by the sweep, its handle kept
+        };
+        if sys::stat(fd.as_fd()).map_or(true, |st| st.st_nlink == 0) {
+            return false;
+        }
+        if state.handle.is_none() {
+            match sys::file_handle(fd.as_fd()) {
+                Ok((handle, mount_id)) if mount_id == self.mount_id => {
+                    state.handle = Some(handle);
+                }
+                _ => return false,
+            }
+        }
+        state.fd = None;
+        true
+    }
+
+    /// Whether the file behind `fd` is the one `node` names: an open node holds its
+    /// file (its inode number cannot be reused), a closed one is compared by file handle.
+    pub fn same_file(&self, node: &Arc<NodeFd>, fd: BorrowedFd<'_>) -> bool {
+        let state = node.lock();
+        match (&state.fd, &state.handle) {
+            (Some(_), _) => true,
+            (None, Some(handle)) => sys::file_handle(fd).is_ok_and(|(other, _)| other == *handle),
+            (None, None) => false,
+        }
     }
 
     /// What the budget did so far.

@@ -127,6 +127,11 @@ impl Tree {
     }
 
     pub fn lookup(&self, parent: u64, name: &CStr) -> io::Result<Entry> {
+        if name.to_bytes() == b"." {
+            // Any node, forgotten ones included: how the kernel finds a node again from a
+            // file handle (FUSE_EXPORT_SUPPORT).
+            return self.inodes.lookup_self(parent);
+        }
         let dir = self.dir(parent)?;
         self.inodes.lookup(parent, &dir, name)
     }

@@ -64,10 +64,18 @@ fn lookups_count_and_hard_links_are_one_node() {
     assert!(inodes.get(a.nodeid).is_none(), "forgotten");
     inodes.forget(ROOT, 1000);
     assert!(inodes.get(ROOT).is_some());
-    inodes.forget(a.nodeid, 1); // unknown now: ignored
+    inodes.forget(a.nodeid, 1); // unknown or forgotten now: ignored
     let back = inodes.lookup(ROOT, &root, &name("b")).unwrap();
-    assert_eq!(inodes.lookups(back.nodeid), 1, "a fresh node");
-    assert_ne!(back.inode.generation, a.inode.generation);
+    assert_eq!(inodes.lookups(back.nodeid), 1, "a fresh lookup");
+    if inodes.exportable() {
+        // Kept for file handles: the same node, id and generation, found again.
+        assert_eq!(
+            (back.nodeid, back.inode.generation),
+            (a.nodeid, a.inode.generation)
+        );
+    } else {
+        assert_ne!(back.inode.generation, a.inode.generation, "a fresh node");
+    }
 }
 
 #[test]
@@ -193,4 +201,56 @@ fn rewinding_or_resuming_elsewhere_seeks() {
         })
         .unwrap();
     assert_eq!(restart.as_deref(), Some(&first[0].0[..]));
+}
+
+/// Forgotten nodes and file handles (FUSE_EXPORT_SUPPORT): "." finds a forgotten node
+/// under its id and generation, its descriptor closed meanwhile; a node whose file was
+/// deleted goes for good; a new file that reuses a forgotten file's inode number gets a
+/// node of its own.
+#[test]
+fn forgotten_nodes_come_back_by_dot_and_deleted_ones_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("kept"), b"x").unwrap();
+    fs::write(dir.path().join("gone"), b"y").unwrap();
+    let inodes = Inodes::new(dir.path(), 1 << 16).unwrap();
+    if !inodes.exportable() {
+        corofuse_tests::require::report_skip(
+            "no file handles here (not root, or the temporary directory's file system has none)",
+        );
+        return;
+    }
+    let root = inodes.get(ROOT).unwrap();
+    let kept = inodes.lookup(ROOT, &root, &name("kept")).unwrap();
+    let gone = inodes.lookup(ROOT, &root, &name("gone")).unwrap();
+    inodes.forget(kept.nodeid, 1);
+    inodes.forget(gone.nodeid, 1);
+    assert!(
+        inodes.get(kept.nodeid).is_none(),
+        "forgotten: no request may use it"
+    );
+    assert_eq!((inodes.len(), inodes.forgotten()), (1, 2));
+
+    let back = inodes.lookup_self(kept.nodeid).unwrap();
+    assert_eq!(
+        (back.nodeid, back.inode.generation),
+        (kept.nodeid, kept.inode.generation)
+    );
+    assert_eq!(inodes.lookups(kept.nodeid), 1);
+    assert_eq!((inodes.len(), inodes.forgotten()), (2, 1));
+
+    fs::remove_file(dir.path().join("gone")).unwrap();
+    let stale = inodes.lookup_self(gone.nodeid).unwrap_err();
+    assert_eq!(stale.raw_os_error(), Some(libc::ESTALE));
+    assert_eq!(
+        (inodes.len(), inodes.forgotten()),
+        (2, 0),
+        "dropped for good"
+    );
+
+    // Deleted while held, then forgotten: not kept at all.
+    let kept_again = inodes.lookup(ROOT, &root, &name("kept")).unwrap();
+    assert_eq!(kept_again.nodeid, kept.nodeid);
+    fs::remove_file(dir.path().join("kept")).unwrap();
+    inodes.forget(kept.nodeid, 2);
+    assert_eq!((inodes.len(), inodes.forgotten()), (1, 0));
 }

@@ -3,9 +3,10 @@
 //! mappings in [`crate::mapping`]).
 
 use std::ffi::CString;
+use std::fs;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -231,16 +232,19 @@ pub fn lseek_raw(file: &File, offset: i64, whence: i32) -> Result<i64, i32> {
     Ok(r)
 }
 
-/// Whether `name_to_handle_at(2)` gives `path` a file handle: `Ok(())`, or the errno.
-pub fn name_to_handle(path: &Path) -> Result<(), i32> {
-    #[repr(C)]
-    struct Handle {
-        handle_bytes: u32,
-        handle_type: i32,
-        f_handle: [u8; 128],
-    }
+/// A file handle from `name_to_handle_at(2)`.
+#[repr(C)]
+#[derive(Clone)]
+pub struct FileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; 128],
+}
+
+/// The file handle `name_to_handle_at(2)` gives `path`, or the errno.
+pub fn file_handle(path: &Path) -> Result<FileHandle, i32> {
     let path = c_path(path).map_err(|_| libc::EINVAL)?;
-    let mut handle = Handle {
+    let mut handle = FileHandle {
         handle_bytes: 128,
         handle_type: 0,
         f_handle: [0; 128],
@@ -254,7 +258,7 @@ pub fn name_to_handle(path: &Path) -> Result<(), i32> {
             libc::SYS_name_to_handle_at,
             libc::AT_FDCWD,
             path.as_ptr(),
-            &mut handle as *mut Handle,
+            &mut handle as *mut FileHandle,
             &mut mount_id as *mut libc::c_int,
             0,
         )
@@ -262,5 +266,31 @@ pub fn name_to_handle(path: &Path) -> Result<(), i32> {
     if rc < 0 {
         return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
     }
-    Ok(())
+    Ok(handle)
+}
+
+/// Whether `name_to_handle_at(2)` gives `path` a file handle: `Ok(())`, or the errno.
+pub fn name_to_handle(path: &Path) -> Result<(), i32> {
+    file_handle(path).map(drop)
+}
+
+/// Opens the file `handle` names on the file system `mount` is on
+/// (`open_by_handle_at(2)`, root only), with `flags`; or the errno.
+pub fn open_by_handle(mount: &Path, handle: &FileHandle, flags: i32) -> Result<fs::File, i32> {
+    let dir = fs::File::open(mount).map_err(|e| e.raw_os_error().unwrap_or(0))?;
+    // SAFETY: `dir` is an open descriptor for the call, `handle` a valid file_handle
+    // that the call only reads.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            dir.as_raw_fd(),
+            handle as *const FileHandle,
+            flags | libc::O_CLOEXEC,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    // SAFETY: a fresh descriptor the call returned, owned by nothing else.
+    Ok(unsafe { fs::File::from_raw_fd(rc as i32) })
 }

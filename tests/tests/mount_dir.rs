@@ -3,9 +3,11 @@
 //! source tree; SIGTERM ends it cleanly; refusals are clear.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::Duration;
 
 use corofuse_tests::{dispatch_tests, Dispatch, MountedExport};
 
@@ -594,28 +596,68 @@ fn mount_dir_seek_data_and_hole_answer_as_the_source(mode: Dispatch) {
     export.stop();
 }
 
-dispatch_tests!(mount_dir_refuses_file_handles_it_could_not_honour[coroutine, threads]);
-/// `name_to_handle_at` through the mount is refused (EOPNOTSUPP, FUSE_NO_EXPORT_SUPPORT)
-/// where the source gives one: the daemon could not find the node again once the kernel
-/// forgot it, and a handle handed out would later answer ESTALE for a file still there.
-fn mount_dir_refuses_file_handles_it_could_not_honour(mode: Dispatch) {
+dispatch_tests!(mount_dir_file_handles_outlive_the_dentry_cache[coroutine, threads]);
+/// File handles of the mount work as the source's do (FUSE_EXPORT_SUPPORT): taken with
+/// `name_to_handle_at`, they open the same file and directory with `open_by_handle_at`
+/// after the kernel dropped its dentries and inodes (and sent FORGET for them: the
+/// daemon finds the nodes again by LOOKUP of "."), and a handle of a file deleted since
+/// answers ESTALE, as on the source.
+fn mount_dir_file_handles_outlive_the_dentry_cache(mode: Dispatch) {
+    use corofuse_tests::sys::{file_handle, open_by_handle};
     let src = source();
+    fs::create_dir_all(src.path().join("sub/deeper")).unwrap();
+    fs::write(src.path().join("sub/deeper/inner"), b"inner").unwrap();
+    fs::write(src.path().join("doomed"), b"x").unwrap();
     let mnt = tempfile::tempdir().unwrap();
-    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
-    let sys = corofuse_tests::sys::name_to_handle;
-    assert_eq!(
-        sys(&src.path().join("hello")),
-        Ok(()),
-        "the source has handles"
+    let stats = mnt.path().with_extension("stats.json");
+    let stats_arg = format!("--stats={}", stats.display());
+    let mut export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[&stats_arg]);
+    let m = export.path().to_path_buf();
+    let handle = |name: &str| file_handle(&m.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (hello, sub, inner, doomed) = (
+        handle("hello"),
+        handle("sub"),
+        handle("sub/deeper/inner"),
+        handle("doomed"),
     );
-    assert_eq!(
-        sys(&export.path().join("hello")),
-        Err(libc::EOPNOTSUPP),
-        "{mode}"
+    fs::remove_file(src.path().join("doomed")).unwrap();
+    // Drop the kernel's dentries and inodes: it FORGETs the nodes it held.
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = fs::remove_file(&stats);
+    export.signal(libc::SIGUSR1);
+    let forgotten = corofuse_tests::export::read_stats(&stats)["dir"]["forgotten"]
+        .as_u64()
+        .expect("dir.forgotten");
+    assert!(
+        forgotten >= 3,
+        "{mode}: the kernel forgot the nodes ({forgotten})"
     );
+
+    let mut text = String::new();
+    let mut file = open_by_handle(&m, &hello, libc::O_RDONLY).expect("hello by handle");
+    file.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "hello, world\n", "{mode}");
+    let inner = open_by_handle(&m, &inner, libc::O_RDONLY).expect("inner by handle");
     assert_eq!(
-        fs::read(export.path().join("hello")).unwrap(),
-        b"hello, world\n"
+        fs::read_to_string(format!("/proc/self/fd/{}", inner.as_raw_fd())).unwrap(),
+        "inner"
     );
+    let sub = open_by_handle(&m, &sub, libc::O_RDONLY | libc::O_DIRECTORY).expect("sub");
+    let listed: Vec<_> = fs::read_dir(format!("/proc/self/fd/{}", sub.as_raw_fd()))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(listed.len(), 301, "{mode}: f000-f299 and deeper");
+    assert!(listed.iter().any(|n| n == "deeper"), "{mode}");
+    assert_eq!(
+        open_by_handle(&m, &doomed, libc::O_RDONLY).err(),
+        Some(libc::ESTALE),
+        "{mode}: deleted since"
+    );
+    // The node found again is the node: a lookup by name gives the same inode.
+    let by_name = fs::metadata(m.join("hello")).unwrap();
+    assert_eq!(by_name.ino(), file.metadata().unwrap().ino(), "{mode}");
+    drop((file, inner, sub));
     export.stop();
 }
