@@ -16,9 +16,10 @@
 //!   from their file handles when next used ([`crate::nodefd`]), so the nodes held at once
 //!   are not bounded by the open-file limit (where file handles work: as root, on a file
 //!   system that has them).
-//! - File locks (GETLK/SETLK/SETLKW), POLL, TMPFILE and STATX answer ENOSYS: the kernel
-//!   then keeps POSIX and flock locks local to this host and falls back to GETATTR. That
-//!   is libfuse's default too.
+//! - File locks (GETLK/SETLK/SETLKW, POSIX and flock) are taken on the source file, per
+//!   lock owner, and let go at FLUSH and RELEASE ([`crate::locks`]); a blocking one waits
+//!   without stopping the loop and ends on INTERRUPT (FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS).
+//! - POLL, TMPFILE and STATX answer ENOSYS: the kernel falls back to GETATTR.
 //! - COPY_FILE_RANGE (and its 64-bit form) is passed through: `copy_file_range(2)` between
 //!   the two source files, so the data never crosses /dev/fuse (a reflink where the source
 //!   file system has them). It is a blocking call on every transport (io_uring has no
@@ -35,7 +36,8 @@
 //!   after a passthrough write the kernel asks again. Without the kernel's support or
 //!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
 //!   served as before.
-//! - FLUSH answers at once (the source's own close semantics apply at RELEASE).
+//! - FLUSH lets go of the closing owner's POSIX locks and answers at once (the source's
+//!   own close semantics apply at RELEASE).
 //! - A GETXATTR or LISTXATTR value goes in the transport's data buffer, which it hands
 //!   over only for requests that fit its small-request area; a longer name gets ERANGE.
 
@@ -59,6 +61,7 @@ use crate::attr;
 use crate::caller;
 use crate::handles::{Backed, Handles, Open};
 use crate::inodes::{Entry, Inode};
+use crate::locks::Locks;
 use crate::sys;
 use crate::tree::{SetAttr, Time, Tree};
 
@@ -141,6 +144,7 @@ pub struct Scratch {
     write: fuse_write_out,
     copy: fuse_copy_file_range_out,
     lseek: fuse_lseek_out,
+    lk: fuse_lk_out,
 }
 
 impl Default for Scratch {
@@ -154,6 +158,7 @@ impl Default for Scratch {
             write: FromZeros::new_zeroed(),
             copy: FromZeros::new_zeroed(),
             lseek: FromZeros::new_zeroed(),
+            lk: FromZeros::new_zeroed(),
         }
     }
 }
@@ -195,6 +200,8 @@ pub struct DirFs {
     as_root: bool,
     /// FUSE passthrough's session side.
     passthrough: backing::Session,
+    /// Lock owners' descriptions on the source files.
+    locks: Locks,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -240,6 +247,7 @@ impl DirFs {
             listing: Default::default(),
             as_root: fuse::mount::is_root(),
             passthrough: backing::Session::default(),
+            locks: Locks::default(),
         })
     }
 
@@ -793,7 +801,10 @@ impl DirFs {
                 }
                 return None;
             }
-            Operation::Interrupt { .. } => return None,
+            Operation::Interrupt { arg } => {
+                self.locks.interrupt(arg.unique);
+                return None;
+            }
             Operation::Getattr { arg } => {
                 let by_fh = (arg.getattr_flags & FUSE_GETATTR_FH != 0)
                     .then(|| self.file(arg.fh).ok())
@@ -842,8 +853,31 @@ impl DirFs {
             }
             Operation::Read { arg } => self.read(cx, req, arg, data),
             Operation::Write { arg, data: payload } => self.write(cx, req, arg, payload, s),
-            Operation::Flush { .. } => Ok(Reply::empty(unique)),
+            Operation::Flush { arg } => {
+                self.locks.flush(node, arg.lock_owner);
+                Ok(Reply::empty(unique))
+            }
+            Operation::Getlk { arg } => match tree.node(node) {
+                Ok(inode) => match self.locks.getlk(node, &inode, arg) {
+                    Ok(lk) => {
+                        s.lk = fuse_lk_out { lk };
+                        Ok(Reply::arg(unique, &s.lk))
+                    }
+                    Err(e) => Err(errno(e)),
+                },
+                Err(e) => Err(errno(e)),
+            },
+            Operation::Setlk { arg } | Operation::Setlkw { arg } => {
+                let wait = matches!(req.op, Operation::Setlkw { .. });
+                let locked = tree
+                    .node(node)
+                    .and_then(|inode| self.locks.setlk(cx, unique, node, &inode, arg, wait));
+                status(locked)
+            }
             Operation::Release { arg } | Operation::Releasedir { arg } => {
+                let flock = arg.release_flags & FUSE_RELEASE_FLOCK_UNLOCK != 0;
+                let flock_owner = flock.then_some(arg.lock_owner);
+                self.locks.release(node, arg.fh, flock_owner);
                 match self.handles.remove(arg.fh).as_deref() {
                     Some(Open::Dir(stream)) => {
                         let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
@@ -1015,7 +1049,8 @@ impl FileSystem for DirFs {
     /// access ACLs with GETXATTR of `system.posix_acl_access` and enforce them; without
     /// it they would check the mode bits alone, and an ACL entry denying a user would not
     /// hold through the mount, since the daemon itself acts as root), the
-    /// writeback cache if asked, shared mappings of the direct-I/O files
+    /// writeback cache if asked, POSIX_LOCKS and FLOCK_LOCKS (the kernel sends every lock
+    /// here and they are taken on the source: [`crate::locks`]), shared mappings of the direct-I/O files
     /// (DIRECT_IO_ALLOW_MMAP, 7.39+: O_DIRECT opens, and every file with `--cache never`),
     /// and EXPORT_SUPPORT where forgotten nodes are kept for file handles
     /// ([`crate::inodes`]: the daemon is root and the source has file handles), so that
@@ -1028,7 +1063,9 @@ impl FileSystem for DirFs {
             | FUSE_READDIRPLUS_AUTO
             | FUSE_HANDLE_KILLPRIV_V2
             | FUSE_DONT_MASK
-            | FUSE_POSIX_ACL;
+            | FUSE_POSIX_ACL
+            | FUSE_POSIX_LOCKS
+            | FUSE_FLOCK_LOCKS;
         config.flags |= match self.tree.inodes.exportable() {
             true => FUSE_EXPORT_SUPPORT,
             false => FUSE_NO_EXPORT_SUPPORT,

@@ -10,7 +10,8 @@
 //!   with the source file system's errnos, and the permission model;
 //! - [`handles`]: open files and directories by file handle; [`attr`]: `stat` as FUSE
 //!   attributes; [`caller`]: the capabilities of a request's caller, where the daemon
-//!   must decide for it;
+//!   must decide for it; [`locks`]: POSIX and flock locks taken on the source per lock
+//!   owner;
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
 //! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
@@ -27,6 +28,7 @@ pub mod dirstream;
 pub mod fs;
 pub mod handles;
 pub mod inodes;
+pub mod locks;
 pub mod nodefd;
 mod sys;
 pub mod tree;

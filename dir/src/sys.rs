@@ -479,3 +479,16 @@ pub fn open_by_handle(
     // SAFETY: `fd` was just opened and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
+
+/// An open file description lock command (`fcntl(fd, cmd, lock)`, `cmd` one of
+/// `F_OFD_GETLK`, `F_OFD_SETLK`, `F_OFD_SETLKW`); GETLK fills `lock` in.
+pub fn ofd_lock(fd: BorrowedFd<'_>, cmd: libc::c_int, lock: &mut libc::flock) -> io::Result<()> {
+    // SAFETY: the fd is open for the call and `lock` a valid, writable `struct flock`.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, lock as *mut libc::flock) }).map(drop)
+}
+
+/// `flock(2)` with `operation` (`LOCK_SH`, `LOCK_EX` or `LOCK_UN`, with `LOCK_NB`).
+pub fn flock(fd: BorrowedFd<'_>, operation: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
+    cvt(unsafe { libc::flock(fd.as_raw_fd(), operation) }).map(drop)
+}
