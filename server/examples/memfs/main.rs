@@ -1,0 +1,121 @@
+//! `memfs`: an in-memory file system served by the `server` crate, to show its API.
+//!
+//! ```text
+//! cargo run -p corofuse-server --example memfs -- MOUNTPOINT \
+//!     [--dispatch coroutine|inline|threads:N] [--transport dev|uring|auto]
+//! ```
+//!
+//! It mounts an empty directory tree on MOUNTPOINT (an existing directory, whose owner
+//! the root of the tree takes) and serves it until the file system is unmounted from
+//! outside: `umount MOUNTPOINT` (`fusermount3 -u MOUNTPOINT` without root). Then it says
+//! how many requests it served and exits; whatever was written is gone. It catches no
+//! signal (that needs unsafe code, or a crate, which this example does without): Ctrl-C
+//! kills it without unmounting, and the mount answers "Transport endpoint is not
+//! connected" until `umount MOUNTPOINT` removes it. A program that must stop serving by
+//! itself takes a [`server::ServeHandle`] from [`Server::handle`] and calls `stop()` from
+//! another thread: the `corofuse` binary does so from the thread that reads its
+//! signalfd.
+//!
+//! ```text
+//! # mkdir -p /tmp/mnt
+//! # cargo run -p corofuse-server --example memfs -- /tmp/mnt --dispatch threads:4 &
+//! # echo hello > /tmp/mnt/greeting && mkdir /tmp/mnt/d && ls -l /tmp/mnt && cat /tmp/mnt/greeting
+//! # umount /tmp/mnt
+//! ```
+//!
+//! Mounting needs root (mount(2)) or `fusermount3` on the PATH; `--transport uring` needs
+//! Linux 6.14+ with `echo Y > /sys/module/fuse/parameters/enable_uring`. The server
+//! logs at `info` (mount, dispatch, unmount); `RUST_LOG=debug` shows more.
+//!
+//! What the API takes: a [`transport::FileSystem`] (here [`fs::MemFs`], in `fs.rs`), a
+//! [`Target`] (where and as what to mount) and [`ServeOptions`] (how to serve: dispatch,
+//! transport, loops). [`Server::mount`] mounts and answers INIT, [`Server::serve`] serves,
+//! then flushes, unmounts and reports. `server::serve` does both in one call; a test
+//! serves in the background with [`server::Background`] (see `server/tests/memfs.rs`).
+
+#![forbid(unsafe_code)]
+
+mod fs;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use server::{ServeOptions, Server, Target};
+
+use fs::MemFs;
+
+/// The most bytes the files may hold together (memory is taken only as they are written).
+const CAPACITY: u64 = 1 << 30;
+
+const USAGE: &str = "usage: memfs MOUNTPOINT [--dispatch coroutine|inline|threads:N] \
+                     [--transport dev|uring|auto]";
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let (mountpoint, options) = match parse(std::env::args().skip(1)) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(mountpoint, &options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("memfs: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Mounts, serves until the unmount, reports.
+fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), String> {
+    let owner =
+        std::fs::metadata(&mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let fs = Arc::new(MemFs::new(CAPACITY, owner.uid(), owner.gid()));
+    let target = Target {
+        mountpoint,
+        name: "memfs".into(),
+        directory: true,
+        read_only: false,
+    };
+    let server = Server::mount(fs, &target, options)?;
+    log::info!(
+        "serving {} with {} dispatch until `umount {}`",
+        target.mountpoint.display(),
+        server.dispatch(),
+        target.mountpoint.display()
+    );
+    let served = server.serve();
+    let queue = &served.report.queue;
+    log::info!(
+        "served {} requests, {} replies",
+        queue.requests,
+        queue.replies
+    );
+    served.result
+}
+
+/// The mount point and the serving options from the command line.
+fn parse(mut args: impl Iterator<Item = String>) -> Result<(PathBuf, ServeOptions), String> {
+    let mut mountpoint = None;
+    let mut options = ServeOptions::default();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value\n{USAGE}"));
+        match arg.as_str() {
+            "--dispatch" => {
+                options.dispatch = value()?.parse().map_err(|e| format!("{arg}: {e}"))?
+            }
+            "--transport" => {
+                options.transport = value()?.parse().map_err(|e| format!("{arg}: {e}"))?
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            _ if arg.starts_with('-') => return Err(format!("unknown option {arg}\n{USAGE}")),
+            _ if mountpoint.is_none() => mountpoint = Some(PathBuf::from(arg)),
+            _ => return Err(format!("one mount point only\n{USAGE}")),
+        }
+    }
+    Ok((mountpoint.ok_or(USAGE)?, options))
+}
