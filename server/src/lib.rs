@@ -23,7 +23,7 @@
 //!
 //! Why a crate of its own: the binary (`corofuse mount`, `mount-dir`), the tests and any
 //! other file system share one serving path, so a file system is a [`FileSystem`]
-//! implementation and nothing more (`examples/memfs.rs` is one, in memory). The binary
+//! implementation and nothing more (`examples/memfs/` is one, in memory). The binary
 //! keeps only its arguments, signals, pidfile and `--stats` file.
 //!
 //! Layout: [`options`] (how to serve: dispatch, loops and CPUs, transport, placement),
