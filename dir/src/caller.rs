@@ -39,6 +39,29 @@ pub fn in_group(gid: u32, pid: u32, group: u32) -> bool {
         || (pid != 0 && with_status(pid, |text| supplementary(text, group)).unwrap_or(false))
 }
 
+/// The caller's supplementary groups (`Groups:` in `/proc/PID/status`), at most
+/// `out.len()` of them, into `out`; how many. None if the thread cannot be read.
+pub fn groups(pid: u32, out: &mut [u32]) -> Option<usize> {
+    if pid == 0 {
+        return None;
+    }
+    with_status(pid, |text| {
+        let mut n = 0;
+        let listed = field(text, b"Groups:").unwrap_or("");
+        for g in listed
+            .split_ascii_whitespace()
+            .filter_map(|g| g.parse().ok())
+        {
+            if n == out.len() {
+                break;
+            }
+            out[n] = g;
+            n += 1;
+        }
+        n
+    })
+}
+
 /// The `CapEff` mask of thread `pid`, from `/proc/PID/status`.
 fn effective_caps(pid: u32) -> Option<u64> {
     with_status(pid, cap_eff).flatten()

@@ -539,6 +539,24 @@ impl DirFs {
         Ok(Reply::arg(req.unique, &s.write))
     }
 
+    /// Whether `op` changes the tree as its caller ([`crate::creds`]): the node-making
+    /// requests, links, renames, attribute and extended attribute changes.
+    fn changes_as_caller(op: &Operation<'_>) -> bool {
+        matches!(
+            op,
+            Operation::Create { .. }
+                | Operation::Mkdir { .. }
+                | Operation::Mknod { .. }
+                | Operation::Symlink { .. }
+                | Operation::Link { .. }
+                | Operation::Rename { .. }
+                | Operation::Rename2 { .. }
+                | Operation::Setattr { .. }
+                | Operation::Setxattr { .. }
+                | Operation::Removexattr { .. }
+        )
+    }
+
     /// Gives a node just made by a caller other than root to that caller, as a local
     /// file system would (the daemon made it with its own credentials).
     fn own(&self, req: &Request<'_>, parent: u64, made: io::Result<Entry>) -> io::Result<Entry> {
@@ -552,11 +570,15 @@ impl DirFs {
     /// Gives the node behind `handle`, just made in `parent` for the caller, to that
     /// caller: owner the caller's uid, group the caller's gid unless the parent directory
     /// is set-group-ID (the group the source file system gave it then stands). Only a
-    /// daemon running as root can, and only a caller other than root needs it; says
-    /// whether it changed anything.
+    /// daemon running as root can, and only a caller other than root needs it, and
+    /// only where the node was not made with the caller's credentials in the first place
+    /// ([`Tree::acts_as_callers`]); says whether it changed anything.
     fn give(&self, req: &Request<'_>, parent: u64, handle: BorrowedFd<'_>) -> io::Result<bool> {
         if !self.as_root || (req.uid == 0 && req.gid == 0) {
             return Ok(false);
+        }
+        if req.uid != 0 && self.tree.acts_as_callers() {
+            return Ok(false); // born the caller's
         }
         let setgid = self.tree.getattr(parent)?.st_mode & libc::S_ISGID != 0;
         let gid = if setgid { u32::MAX } else { req.gid };
@@ -789,6 +811,8 @@ impl DirFs {
         let (unique, node) = (req.unique, req.nodeid);
         let status = |r: io::Result<()>| r.map(|()| Reply::empty(unique)).map_err(errno);
         let tree = &self.tree;
+        let _acting =
+            Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
         Some(match req.op {
             Operation::Lookup { name } => self.entry(unique, s, tree.lookup(node, name)),
             Operation::Forget { arg } => {

@@ -24,6 +24,7 @@
 
 pub mod attr;
 pub mod caller;
+pub mod creds;
 pub mod dirstream;
 pub mod fs;
 pub mod handles;

@@ -492,3 +492,57 @@ pub fn flock(fd: BorrowedFd<'_>, operation: libc::c_int) -> io::Result<()> {
     // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.
     cvt(unsafe { libc::flock(fd.as_raw_fd(), operation) }).map(drop)
 }
+
+/// Sets this thread's file system user id (`setfsuid(2)`, per thread), checking that it
+/// took: the call reports no error of its own.
+pub fn set_fsuid(uid: u32) -> io::Result<()> {
+    // SAFETY: plain syscalls without memory; they change only this thread's credentials.
+    let now = unsafe {
+        libc::setfsuid(uid);
+        libc::setfsuid(u32::MAX) // an invalid id changes nothing and returns the current
+    };
+    match now as u32 == uid {
+        true => Ok(()),
+        false => Err(io::Error::from_raw_os_error(libc::EPERM)),
+    }
+}
+
+/// Sets this thread's file system group id (`setfsgid(2)`, per thread), checked as
+/// [`set_fsuid`] is.
+pub fn set_fsgid(gid: u32) -> io::Result<()> {
+    // SAFETY: as in set_fsuid.
+    let now = unsafe {
+        libc::setfsgid(gid);
+        libc::setfsgid(u32::MAX)
+    };
+    match now as u32 == gid {
+        true => Ok(()),
+        false => Err(io::Error::from_raw_os_error(libc::EPERM)),
+    }
+}
+
+/// Sets this thread's supplementary groups: the raw `setgroups(2)` system call, which
+/// acts on the calling thread only (the C library's wrapper sets every thread's).
+pub fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: the pointer and length describe a live slice that the call only reads.
+    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// This thread's supplementary groups (`getgroups(2)`), at most `MAX` of them.
+pub fn thread_groups<const MAX: usize>() -> io::Result<([libc::gid_t; MAX], usize)> {
+    let mut groups = [0 as libc::gid_t; MAX];
+    // SAFETY: the buffer has room for MAX ids, as the count passed says.
+    let n = unsafe { libc::getgroups(MAX as libc::c_int, groups.as_mut_ptr()) };
+    let n = cvt(n)?;
+    Ok((groups, n as usize))
+}
+
+/// The process's effective user and group ids (what the fsuid and fsgid follow).
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: plain getters without arguments; they cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}

@@ -27,9 +27,25 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::creds::Credentials;
 use crate::dirstream::DirStream;
 use crate::inodes::{Entry, Inode, Inodes};
 use crate::sys;
+
+thread_local! {
+    /// The caller (fsuid, fsgid, thread) whose changes this thread is making, if any
+    /// ([`Tree::acting_for`]).
+    static CALLER: std::cell::Cell<Option<(u32, u32, u32)>> = const { std::cell::Cell::new(None) };
+}
+
+/// While it lives, the changes the tree makes on this thread are made as one caller.
+pub struct ActingFor(());
+
+impl Drop for ActingFor {
+    fn drop(&mut self) {
+        CALLER.set(None);
+    }
+}
 
 /// A time for SETATTR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +74,8 @@ pub struct Tree {
     /// The source file system has no POSIX ACLs (a getxattr of a default ACL answered
     /// EOPNOTSUPP): no directory can have one, so none is asked for again.
     no_acls: AtomicBool,
+    /// The daemon's own credentials, and whether it can take on its callers'.
+    creds: Credentials,
 }
 
 /// The xattr holding a directory's default ACL.
@@ -81,7 +99,34 @@ impl Tree {
             inodes: Inodes::new(source, node_fds)?,
             read_only,
             no_acls: AtomicBool::new(false),
+            creds: Credentials::of_daemon(),
         })
+    }
+
+    /// Whether the changes callers make are made with their own credentials
+    /// ([`crate::creds`]: the daemon is root), so that nodes are born theirs.
+    pub fn acts_as_callers(&self) -> bool {
+        self.creds.switchable()
+    }
+
+    /// Until the guard drops, the changes this thread makes to the tree (making nodes,
+    /// links, renames, attributes, extended attributes) run with the credentials of the
+    /// caller with fsuid `uid`, fsgid `gid`, thread `pid`. Each change switches around
+    /// its one system call only ([`Tree::as_caller`]).
+    pub fn acting_for(&self, uid: u32, gid: u32, pid: u32) -> ActingFor {
+        CALLER.set(Some((uid, gid, pid)));
+        ActingFor(())
+    }
+
+    /// `op` (one system call, on descriptors already open: reopening a node from its
+    /// file handle needs the daemon's own capabilities) with the credentials of the
+    /// caller this thread acts for, if any.
+    fn as_caller<T>(&self, op: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let _creds = match CALLER.get() {
+            Some((uid, gid, pid)) => self.creds.become_caller(uid, gid, pid)?,
+            None => None,
+        };
+        op()
     }
 
     /// The mode to make a node with in `dir`: `mode` less the caller's `umask`, unless
@@ -149,7 +194,8 @@ impl Tree {
     ) -> io::Result<Entry> {
         self.writable()?;
         let dir = self.dir(parent)?;
-        make(dir.handle()?.as_fd())?;
+        let dir_fd = dir.handle()?;
+        self.as_caller(|| make(dir_fd.as_fd()))?;
         self.inodes.lookup(parent, &dir, name)
     }
 
@@ -182,9 +228,8 @@ impl Tree {
         if file.is_dir() {
             return Err(errno(libc::EPERM));
         }
-        self.made(parent, name, |dir| {
-            sys::link(file.handle()?.as_fd(), dir, name)
-        })
+        let file_fd = file.handle()?;
+        self.made(parent, name, |dir| sys::link(file_fd.as_fd(), dir, name))
     }
 
     pub fn unlink(&self, parent: u64, name: &CStr) -> io::Result<()> {
@@ -212,14 +257,8 @@ impl Tree {
         flags: u32,
     ) -> io::Result<()> {
         self.writable()?;
-        let (from, to) = (self.dir(parent)?, self.dir(new_parent)?);
-        sys::rename(
-            from.handle()?.as_fd(),
-            name,
-            to.handle()?.as_fd(),
-            new_name,
-            flags,
-        )
+        let (from, to) = (self.dir(parent)?.handle()?, self.dir(new_parent)?.handle()?);
+        self.as_caller(|| sys::rename(from.as_fd(), name, to.as_fd(), new_name, flags))
     }
 
     /// The whiteout `name` in directory `parent` that a `RENAME_WHITEOUT` left, as an
@@ -258,24 +297,23 @@ impl Tree {
             self.writable()?;
         }
         let node = self.node(nodeid)?;
+        let fd = node.handle()?;
+        let fd = fd.as_fd();
         if let Some(mode) = set.mode {
-            sys::chmod(node.handle()?.as_fd(), mode & 0o7777)?;
+            self.as_caller(|| sys::chmod(fd, mode & 0o7777))?;
         }
         if set.uid.is_some() || set.gid.is_some() {
             let keep = u32::MAX;
-            sys::chown(
-                node.handle()?.as_fd(),
-                set.uid.unwrap_or(keep),
-                set.gid.unwrap_or(keep),
-            )?;
+            let (uid, gid) = (set.uid.unwrap_or(keep), set.gid.unwrap_or(keep));
+            self.as_caller(|| sys::chown(fd, uid, gid))?;
         }
         if let Some(size) = set.size {
             match open {
-                Some(fd) => sys::ftruncate(fd, size)?,
-                None => {
-                    let fd = sys::reopen(node.handle()?.as_fd(), libc::O_WRONLY)?;
-                    sys::ftruncate(fd.as_fd(), size)?;
-                }
+                Some(open) => self.as_caller(|| sys::ftruncate(open, size))?,
+                None => self.as_caller(|| {
+                    let file = sys::reopen(fd, libc::O_WRONLY)?;
+                    sys::ftruncate(file.as_fd(), size)
+                })?,
             }
         }
         if set.atime.is_some() || set.mtime.is_some() {
@@ -293,9 +331,10 @@ impl Tree {
                     tv_nsec: ns as libc::c_long,
                 },
             };
-            sys::utimens(node.handle()?.as_fd(), &[spec(set.atime), spec(set.mtime)])?;
+            let times = [spec(set.atime), spec(set.mtime)];
+            self.as_caller(|| sys::utimens(fd, &times))?;
         }
-        sys::stat(node.handle()?.as_fd())
+        sys::stat(fd)
     }
 
     /// OPEN: the file behind `nodeid` opened for I/O with the client's `flags` (less
@@ -327,7 +366,8 @@ impl Tree {
         let dir = self.dir(parent)?;
         let dir_fd = dir.handle()?;
         let mode = self.creation_mode(dir_fd.as_fd(), mode, umask);
-        let fd = sys::create(dir_fd.as_fd(), name, flags & !libc::O_NOCTTY, mode)?;
+        let flags = flags & !libc::O_NOCTTY;
+        let fd = self.as_caller(|| sys::create(dir_fd.as_fd(), name, flags, mode))?;
         let entry = self.inodes.lookup(parent, &dir, name)?;
         Ok((fd, entry))
     }
@@ -358,11 +398,13 @@ impl Tree {
 
     pub fn setxattr(&self, nodeid: u64, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
         self.writable()?;
-        sys::setxattr(self.node(nodeid)?.handle()?.as_fd(), name, value, flags)
+        let fd = self.node(nodeid)?.handle()?;
+        self.as_caller(|| sys::setxattr(fd.as_fd(), name, value, flags))
     }
 
     pub fn removexattr(&self, nodeid: u64, name: &CStr) -> io::Result<()> {
         self.writable()?;
-        sys::removexattr(self.node(nodeid)?.handle()?.as_fd(), name)
+        let fd = self.node(nodeid)?.handle()?;
+        self.as_caller(|| sys::removexattr(fd.as_fd(), name))
     }
 }

@@ -211,10 +211,15 @@ pub fn mknod(path: &Path, mode: u32, rdev: u64) -> io::Result<()> {
 /// Makes this process user `uid` and group `gid` with no supplementary groups, for good
 /// (real, effective and saved ids): what a test's unprivileged helper does first.
 pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: setgroups(2) with a count of 0 reads no memory; setgid(2) and setuid(2)
-    // take plain integers.
+    become_user_in(uid, gid, &[])
+}
+
+/// [`become_user`] with the supplementary groups `groups`.
+pub fn become_user_in(uid: u32, gid: u32, groups: &[u32]) -> io::Result<()> {
+    // SAFETY: setgroups(2) reads `groups.len()` ids from a live slice; setgid(2) and
+    // setuid(2) take plain integers.
     unsafe {
-        syscall!(libc::setgroups(0, std::ptr::null()))?;
+        syscall!(libc::setgroups(groups.len(), groups.as_ptr()))?;
         syscall!(libc::setgid(gid))?;
         syscall!(libc::setuid(uid))?;
     }

@@ -9,11 +9,14 @@
 //! FROM with copy_file_range(2), at offset 0 of TO, no truncation), `fallocate FILE MODE`
 //! (MODE `alloc`, `keep`, `zero` or `punch`, the first 4 KiB), `whiteout FROM TO`
 //! (renameat2 with `RENAME_WHITEOUT`), `unlink FILE`, `listxattr FILE`, `setxattr FILE
-//! NAME` (value `v`), `mknod-dev FILE` (a character device 1:3), `link FROM TO`.
+//! NAME` (value `v`), `mknod-dev FILE` (a character device 1:3), `link FROM TO`,
+//! `create FILE` (a new file, mode 0644), `mkdir DIR` (mode 0755).
+//!
+//! `UNPRIVILEGED_GROUPS=G1,G2,...` gives the user those supplementary groups.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use corofuse_tests::sys;
@@ -80,6 +83,14 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
         }
         "mknod-dev" => sys::mknod(arg(0)?, libc::S_IFCHR | 0o666, libc::makedev(1, 3))?,
         "link" => std::fs::hard_link(arg(0)?, arg(1)?)?,
+        "create" => drop(
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(arg(0)?)?,
+        ),
+        "mkdir" => std::fs::DirBuilder::new().mode(0o755).create(arg(0)?)?,
         _ => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -100,7 +111,12 @@ fn main() {
         eprintln!("usage: unprivileged UID GID OP ARGS...");
         std::process::exit(2);
     };
-    if let Err(e) = sys::become_user(uid, gid) {
+    let groups: Vec<u32> = std::env::var("UNPRIVILEGED_GROUPS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|g| g.parse().ok())
+        .collect();
+    if let Err(e) = sys::become_user_in(uid, gid, &groups) {
         eprintln!("unprivileged: cannot become {uid}:{gid}: {e}");
         std::process::exit(2);
     }
