@@ -353,13 +353,6 @@ impl DirFs {
         }
     }
 
-    /// Registers the directory `open` and answers OPENDIR.
-    fn opened_dir<'b>(&self, unique: u64, s: &'b mut Scratch, open: Open) -> Answer<'b> {
-        s.open = FromZeros::new_zeroed();
-        s.open.fh = self.handles.insert(open);
-        Ok(Reply::arg(unique, &s.open))
-    }
-
     /// Registers the file `fd` (of node `inode`, opened by `req` with `flags`) and fills
     /// its OPEN or CREATE reply.
     ///
@@ -801,6 +794,8 @@ impl DirFs {
         Ok(Reply::xattr_value(unique, size, &data[..kept]))
     }
 
+    /// FORGET and BATCH_FORGET drop the kernel's lookups, INTERRUPT ends a lock's wait:
+    /// none of them has a reply. Every other request is answered ([`DirFs::dispatch`]).
     fn answer<'b>(
         &self,
         cx: &Ctx<'_>,
@@ -808,230 +803,316 @@ impl DirFs {
         s: &'b mut Scratch,
         data: &'b mut [u8],
     ) -> Option<Answer<'b>> {
-        let (unique, node) = (req.unique, req.nodeid);
-        let status = |r: io::Result<()>| r.map(|()| Reply::empty(unique)).map_err(errno);
-        let tree = &self.tree;
-        let _acting =
-            Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
-        Some(match req.op {
-            Operation::Lookup { name } => self.entry(unique, s, tree.lookup(node, name)),
-            Operation::Forget { arg } => {
-                tree.inodes.forget(node, arg.nlookup);
-                return None;
-            }
+        match req.op {
+            Operation::Forget { arg } => self.tree.inodes.forget(req.nodeid, arg.nlookup),
             Operation::BatchForget { nodes, .. } => {
                 for n in nodes {
-                    tree.inodes.forget(n.nodeid, n.nlookup);
+                    self.tree.inodes.forget(n.nodeid, n.nlookup);
                 }
-                return None;
             }
-            Operation::Interrupt { arg } => {
-                self.locks.interrupt(arg.unique);
-                return None;
-            }
-            Operation::Getattr { arg } => {
-                let by_fh = (arg.getattr_flags & FUSE_GETATTR_FH != 0)
-                    .then(|| self.file(arg.fh).ok())
-                    .flatten();
-                let st = match by_fh {
-                    Some(open) => sys::fstat(open.fd().as_fd()),
-                    None => tree.getattr(node),
-                };
-                self.attr(unique, s, st)
-            }
+            Operation::Interrupt { arg } => self.locks.interrupt(arg.unique),
+            _ => return Some(self.dispatch(cx, req, s, data)),
+        }
+        None
+    }
+
+    /// The answer to each request the kernel waits on, one call each, by family: nodes
+    /// and their attributes, names, open files and their data, directories, extended
+    /// attributes, the session. The short answers follow in this order; the longer ones
+    /// (SETATTR, READ, WRITE, RENAME2, READDIR, STATFS, the xattrs) come before.
+    fn dispatch<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        s: &'b mut Scratch,
+        data: &'b mut [u8],
+    ) -> Answer<'b> {
+        let (unique, node, tree) = (req.unique, req.nodeid, &self.tree);
+        let _acting =
+            Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
+        match req.op {
+            Operation::Lookup { name } => self.entry(unique, s, tree.lookup(node, name)),
+            Operation::Getattr { arg } => self.getattr(req, arg, s),
             Operation::Setattr { arg } => self.setattr(req, arg, s),
-            Operation::Open { arg } => {
-                let asked = arg.flags as i32;
-                let kill = arg.open_flags & FUSE_OPEN_KILL_SUIDGID != 0;
-                // Read-write for the writeback cache where the file allows it, else as
-                // asked (a write-only file stays write-only).
-                let opened = match kill {
-                    true => self.kill_suidgid(req, node),
-                    false => Ok(()),
-                }
-                .and_then(|()| {
-                    tree.open(node, self.source_flags(asked))
-                        .or_else(|_| tree.open(node, asked))
-                });
-                match opened.and_then(|fd| Ok((fd, tree.node(node)?))) {
-                    Ok((fd, inode)) => {
-                        self.fill_open(req, &mut s.open, &inode, fd, asked);
-                        Ok(Reply::arg(unique, &s.open))
-                    }
-                    Err(e) => Err(errno(e)),
-                }
+            Operation::Access { arg } => status(unique, tree.access(node, arg.mask as i32)),
+            Operation::Statfs => self.statfs(req, s),
+
+            Operation::Mkdir { arg, name } => {
+                self.made(req, s, tree.mkdir(node, name, arg.mode, arg.umask))
             }
-            Operation::Create { arg, name } => {
-                let flags = self.source_flags(arg.flags as i32);
-                let created = tree
-                    .create(node, name, flags, arg.mode, arg.umask)
-                    .and_then(|(fd, e)| Ok((fd, self.own(req, node, Ok(e))?)));
-                match created {
-                    Ok((fd, e)) => {
-                        self.fill_entry(&mut s.entry, &e);
-                        self.fill_open(req, &mut s.open, &e.inode, fd, arg.flags as i32);
-                        Ok(Reply::create(unique, &s.entry, &s.open))
-                    }
-                    Err(e) => Err(errno(e)),
-                }
+            Operation::Mknod { arg, name } => {
+                let rdev = u64::from(arg.rdev);
+                self.made(req, s, tree.mknod(node, name, arg.mode, rdev, arg.umask))
             }
+            Operation::Symlink { name, target } => {
+                self.made(req, s, tree.symlink(node, name, target))
+            }
+            Operation::Link { arg, newname } => {
+                self.entry(unique, s, tree.link(arg.oldnodeid, node, newname))
+            }
+            Operation::Unlink { name } => status(unique, tree.unlink(node, name)),
+            Operation::Rmdir { name } => status(unique, tree.rmdir(node, name)),
+            Operation::Rename { arg, name, newname } => {
+                status(unique, tree.rename(node, name, arg.newdir, newname, 0))
+            }
+            Operation::Rename2 { arg, name, newname } => {
+                status(unique, self.rename2(req, arg, name, newname))
+            }
+            Operation::Readlink => self.readlink(req, data),
+
+            Operation::Open { arg } => self.open(req, arg, s),
+            Operation::Create { arg, name } => self.create(req, arg, name, s),
             Operation::Read { arg } => self.read(cx, req, arg, data),
             Operation::Write { arg, data: payload } => self.write(cx, req, arg, payload, s),
             Operation::Flush { arg } => {
                 self.locks.flush(node, arg.lock_owner);
                 Ok(Reply::empty(unique))
             }
-            Operation::Getlk { arg } => match tree.node(node) {
-                Ok(inode) => match self.locks.getlk(node, &inode, arg) {
-                    Ok(lk) => {
-                        s.lk = fuse_lk_out { lk };
-                        Ok(Reply::arg(unique, &s.lk))
-                    }
-                    Err(e) => Err(errno(e)),
-                },
-                Err(e) => Err(errno(e)),
-            },
-            Operation::Setlk { arg } | Operation::Setlkw { arg } => {
-                let wait = matches!(req.op, Operation::Setlkw { .. });
-                let locked = tree
-                    .node(node)
-                    .and_then(|inode| self.locks.setlk(cx, unique, node, &inode, arg, wait));
-                status(locked)
-            }
-            Operation::Release { arg } | Operation::Releasedir { arg } => {
-                let flock = arg.release_flags & FUSE_RELEASE_FLOCK_UNLOCK != 0;
-                let flock_owner = flock.then_some(arg.lock_owner);
-                self.locks.release(node, arg.fh, flock_owner);
-                match self.handles.remove(arg.fh).as_deref() {
-                    Some(Open::Dir(stream)) => {
-                        let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
-                        let mut l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
-                        l.streams.add(&stream.stats());
-                    }
-                    // The kernel dropped the file's I/O mode before sending RELEASE:
-                    // the last passthrough open of a node unregisters its backing file.
-                    Some(Open::File(_, Some(b))) => {
-                        if let Some(id) = b.inode.backing.release(b.mode) {
-                            self.passthrough.unregister(id);
-                        }
-                    }
-                    _ => {}
-                }
-                Ok(Reply::empty(unique))
-            }
-            Operation::Fsync { arg } => match self.file(arg.fh) {
-                Ok(open) => {
-                    let fd = open.fd();
-                    let r = if arg.fsync_flags & FUSE_FSYNC_FDATASYNC != 0 {
-                        cx.fdatasync(fd)
-                    } else {
-                        cx.fsync(fd)
-                    };
-                    status(r)
-                }
-                Err(e) => Err(e),
-            },
-            Operation::Opendir { .. } => match tree.opendir(node) {
-                Ok(stream) => self.opened_dir(unique, s, Open::Dir(std::sync::Mutex::new(stream))),
-                Err(e) => Err(errno(e)),
-            },
+            Operation::Getlk { arg } => self.getlk(req, arg, s),
+            Operation::Setlk { arg } => self.setlk(cx, req, arg, false),
+            Operation::Setlkw { arg } => self.setlk(cx, req, arg, true),
+            Operation::Fsync { arg } => self.fsync(cx, unique, arg),
+            Operation::Fallocate { arg } => self.fallocate(cx, req, arg),
+            Operation::Lseek { arg } => self.lseek(unique, arg, s),
+            Operation::CopyFileRange { arg } => self.copy(req, arg, false, s),
+            Operation::CopyFileRange64 { arg } => self.copy(req, arg, true, s),
+            Operation::Release { arg } | Operation::Releasedir { arg } => self.release(req, arg),
+
+            Operation::Opendir { .. } => self.opendir(req, s),
             Operation::Readdir { arg } => self.timed(|| self.readdir(req, arg, false, data)),
             Operation::Readdirplus { arg } => self.timed(|| self.readdir(req, arg, true, data)),
-            Operation::Fsyncdir { arg } => match self.handles.get(arg.fh).as_deref() {
-                Some(Open::Dir(stream)) => {
-                    let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
-                    status(cx.fsync(&stream.fd()))
-                }
-                _ => Err(Errno::EBADF),
-            },
-            Operation::Mkdir { arg, name } => {
-                let made = tree.mkdir(node, name, arg.mode, arg.umask);
-                self.entry(unique, s, self.own(req, node, made))
-            }
-            Operation::Mknod { arg, name } => {
-                let made = tree.mknod(node, name, arg.mode, u64::from(arg.rdev), arg.umask);
-                self.entry(unique, s, self.own(req, node, made))
-            }
-            Operation::Symlink { name, target } => {
-                let made = tree.symlink(node, name, target);
-                self.entry(unique, s, self.own(req, node, made))
-            }
-            Operation::Link { arg, newname } => {
-                self.entry(unique, s, tree.link(arg.oldnodeid, node, newname))
-            }
-            Operation::Unlink { name } => status(tree.unlink(node, name)),
-            Operation::Rmdir { name } => status(tree.rmdir(node, name)),
-            Operation::Rename { arg, name, newname } => {
-                status(tree.rename(node, name, arg.newdir, newname, 0))
-            }
-            Operation::Rename2 { arg, name, newname } => {
-                status(self.rename2(req, arg, name, newname))
-            }
-            Operation::Readlink => match tree.readlink(node, data) {
-                Ok(n) => Ok(Reply::readlink(unique, &data[..n])),
-                Err(e) => Err(errno(e)),
-            },
-            Operation::Statfs => self.statfs(req, s),
-            Operation::Access { arg } => status(tree.access(node, arg.mask as i32)),
+            Operation::Fsyncdir { arg } => self.fsyncdir(cx, unique, arg),
+
             Operation::Getxattr { arg, name } => self.xattr(unique, arg.size, s, data, |buf| {
                 tree.getxattr(node, name, buf)
             }),
             Operation::Listxattr { arg } => self.listxattr(req, arg.size, s, data),
-            Operation::Setxattr { arg, name, value } => {
-                let (head, tail) = value.parts();
-                if !tail.is_empty() {
-                    // Every transport reads a request into one buffer; a split value would
-                    // need a copy this server does not make.
-                    Err(Errno::E2BIG)
-                } else {
-                    status(tree.setxattr(node, name, head, arg.flags as i32))
-                }
-            }
-            Operation::Removexattr { name } => status(tree.removexattr(node, name)),
-            Operation::Fallocate { arg } => {
-                match self.file(arg.fh) {
-                    Ok(open) => {
-                        let fd = open.fd();
-                        status(self.kill_unless_fsetid(req, fd.as_fd()).and_then(|()| {
-                            cx.fallocate(fd, arg.mode as i32, arg.offset, arg.length)
-                        }))
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Operation::Lseek { arg } => match self.file(arg.fh) {
-                Ok(open) => {
-                    let fd = open.fd();
-                    match sys::lseek(fd.as_fd(), arg.offset, arg.whence as i32) {
-                        Ok(off) => {
-                            s.lseek.offset = off;
-                            Ok(Reply::arg(unique, &s.lseek))
-                        }
-                        Err(e) => Err(errno(e)),
-                    }
-                }
-                Err(e) => Err(e),
-            },
-            Operation::CopyFileRange { arg } => match self.copy_file_range(req, arg) {
-                Ok(n) => {
-                    s.write = FromZeros::new_zeroed();
-                    s.write.size = n as u32; // at most COPY_CHUNK
-                    Ok(Reply::arg(unique, &s.write))
-                }
-                Err(e) => Err(e),
-            },
-            Operation::CopyFileRange64 { arg } => match self.copy_file_range(req, arg) {
-                Ok(n) => {
-                    s.copy.bytes_copied = n as u64;
-                    Ok(Reply::arg(unique, &s.copy))
-                }
-                Err(e) => Err(e),
-            },
+            Operation::Setxattr { arg, name, value } => self.setxattr(req, &arg, name, value),
+            Operation::Removexattr { name } => status(unique, tree.removexattr(node, name)),
+
             Operation::Destroy => Ok(Reply::empty(unique)),
             Operation::Init { .. } => Err(Errno::EPROTO),
+            // POLL, TMPFILE, STATX and the rest (see the module's doc).
             _ => Err(Errno::ENOSYS),
-        })
+        }
     }
+
+    /// GETATTR: from the open file where the kernel names one this server opened, else
+    /// from the node.
+    fn getattr<'b>(
+        &self,
+        req: &Request<'_>,
+        arg: &fuse_getattr_in,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let by_fh = (arg.getattr_flags & FUSE_GETATTR_FH != 0)
+            .then(|| self.file(arg.fh).ok())
+            .flatten();
+        let st = match by_fh {
+            Some(open) => sys::fstat(open.fd().as_fd()),
+            None => self.tree.getattr(req.nodeid),
+        };
+        self.attr(req.unique, s, st)
+    }
+
+    /// MKDIR, MKNOD and SYMLINK: the new entry, given to its caller ([`DirFs::own`]).
+    fn made<'b>(
+        &self,
+        req: &Request<'_>,
+        s: &'b mut Scratch,
+        made: io::Result<Entry>,
+    ) -> Answer<'b> {
+        self.entry(req.unique, s, self.own(req, req.nodeid, made))
+    }
+
+    /// READLINK: the target, in the data buffer.
+    fn readlink<'b>(&self, req: &Request<'_>, data: &'b mut [u8]) -> Answer<'b> {
+        let n = self.tree.readlink(req.nodeid, data).map_err(errno)?;
+        Ok(Reply::readlink(req.unique, &data[..n]))
+    }
+
+    /// OPEN: the privilege bits cleared first where the kernel asks, then the file opened
+    /// read-write for the writeback cache where the file allows it, else as asked (a
+    /// write-only file stays write-only).
+    fn open<'b>(&self, req: &Request<'_>, arg: &fuse_open_in, s: &'b mut Scratch) -> Answer<'b> {
+        let (node, asked) = (req.nodeid, arg.flags as i32);
+        if arg.open_flags & FUSE_OPEN_KILL_SUIDGID != 0 {
+            self.kill_suidgid(req, node).map_err(errno)?;
+        }
+        let fd = self
+            .tree
+            .open(node, self.source_flags(asked))
+            .or_else(|_| self.tree.open(node, asked))
+            .map_err(errno)?;
+        let inode = self.tree.node(node).map_err(errno)?;
+        self.fill_open(req, &mut s.open, &inode, fd, asked);
+        Ok(Reply::arg(req.unique, &s.open))
+    }
+
+    /// CREATE: the new entry, given to its caller, and the open file.
+    fn create<'b>(
+        &self,
+        req: &Request<'_>,
+        arg: &fuse_create_in,
+        name: &CStr,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let (node, asked) = (req.nodeid, arg.flags as i32);
+        let (fd, made) = self
+            .tree
+            .create(node, name, self.source_flags(asked), arg.mode, arg.umask)
+            .map_err(errno)?;
+        let e = self.own(req, node, Ok(made)).map_err(errno)?;
+        self.fill_entry(&mut s.entry, &e);
+        self.fill_open(req, &mut s.open, &e.inode, fd, asked);
+        Ok(Reply::create(req.unique, &s.entry, &s.open))
+    }
+
+    /// FSYNC, or fdatasync where the kernel says so.
+    fn fsync<'b>(&self, cx: &Ctx<'_>, unique: u64, arg: &fuse_fsync_in) -> Answer<'b> {
+        let open = self.file(arg.fh)?;
+        let fd = open.fd();
+        let synced = if arg.fsync_flags & FUSE_FSYNC_FDATASYNC != 0 {
+            cx.fdatasync(fd)
+        } else {
+            cx.fsync(fd)
+        };
+        status(unique, synced)
+    }
+
+    /// FALLOCATE, after the privilege bits are cleared ([`DirFs::kill_unless_fsetid`]).
+    fn fallocate<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_fallocate_in,
+    ) -> Answer<'b> {
+        let open = self.file(arg.fh)?;
+        let fd = open.fd();
+        let done = self
+            .kill_unless_fsetid(req, fd.as_fd())
+            .and_then(|()| cx.fallocate(fd, arg.mode as i32, arg.offset, arg.length));
+        status(req.unique, done)
+    }
+
+    /// LSEEK (SEEK_DATA and SEEK_HOLE among others) on the source file.
+    fn lseek<'b>(&self, unique: u64, arg: &fuse_lseek_in, s: &'b mut Scratch) -> Answer<'b> {
+        let open = self.file(arg.fh)?;
+        s.lseek.offset =
+            sys::lseek(open.fd().as_fd(), arg.offset, arg.whence as i32).map_err(errno)?;
+        Ok(Reply::arg(unique, &s.lseek))
+    }
+
+    /// COPY_FILE_RANGE ([`DirFs::copy_file_range`]), answered with its 32-bit count or,
+    /// for COPY_FILE_RANGE_64 (`wide`), its 64-bit one.
+    fn copy<'b>(
+        &self,
+        req: &Request<'_>,
+        arg: &fuse_copy_file_range_in,
+        wide: bool,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let n = self.copy_file_range(req, arg)?;
+        if wide {
+            s.copy.bytes_copied = n as u64;
+            return Ok(Reply::arg(req.unique, &s.copy));
+        }
+        s.write = FromZeros::new_zeroed();
+        s.write.size = n as u32; // at most COPY_CHUNK
+        Ok(Reply::arg(req.unique, &s.write))
+    }
+
+    /// GETLK: the lock that would conflict on the source ([`crate::locks`]).
+    fn getlk<'b>(&self, req: &Request<'_>, arg: &fuse_lk_in, s: &'b mut Scratch) -> Answer<'b> {
+        let inode = self.tree.node(req.nodeid).map_err(errno)?;
+        let lk = self.locks.getlk(req.nodeid, &inode, arg).map_err(errno)?;
+        s.lk = fuse_lk_out { lk };
+        Ok(Reply::arg(req.unique, &s.lk))
+    }
+
+    /// SETLK, or SETLKW with `wait`: the lock taken, changed or dropped on the source.
+    fn setlk<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_lk_in,
+        wait: bool,
+    ) -> Answer<'b> {
+        let (unique, node) = (req.unique, req.nodeid);
+        let inode = self.tree.node(node).map_err(errno)?;
+        status(
+            unique,
+            self.locks.setlk(cx, unique, node, &inode, arg, wait),
+        )
+    }
+
+    /// RELEASE and RELEASEDIR: the handle goes, with the flock lock the kernel names and
+    /// the OFD locks taken through it; a directory's listing costs join the stats, and the
+    /// last passthrough open of a node unregisters its backing file (the kernel dropped
+    /// the file's I/O mode before sending RELEASE).
+    fn release<'b>(&self, req: &Request<'_>, arg: &fuse_release_in) -> Answer<'b> {
+        let (unique, fh) = (req.unique, arg.fh);
+        let flock = arg.release_flags & FUSE_RELEASE_FLOCK_UNLOCK != 0;
+        self.locks
+            .release(req.nodeid, fh, flock.then_some(arg.lock_owner));
+        match self.handles.remove(fh).as_deref() {
+            Some(Open::Dir(stream)) => {
+                let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
+                let mut l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+                l.streams.add(&stream.stats());
+            }
+            Some(Open::File(_, Some(b))) => {
+                if let Some(id) = b.inode.backing.release(b.mode) {
+                    self.passthrough.unregister(id);
+                }
+            }
+            _ => {}
+        }
+        Ok(Reply::empty(unique))
+    }
+
+    /// OPENDIR: the directory's stream, registered as a handle.
+    fn opendir<'b>(&self, req: &Request<'_>, s: &'b mut Scratch) -> Answer<'b> {
+        let stream = self.tree.opendir(req.nodeid).map_err(errno)?;
+        s.open = FromZeros::new_zeroed();
+        s.open.fh = self
+            .handles
+            .insert(Open::Dir(std::sync::Mutex::new(stream)));
+        Ok(Reply::arg(req.unique, &s.open))
+    }
+
+    /// FSYNCDIR of an open directory.
+    fn fsyncdir<'b>(&self, cx: &Ctx<'_>, unique: u64, arg: &fuse_fsync_in) -> Answer<'b> {
+        let open = self.handles.get(arg.fh);
+        let Some(Open::Dir(stream)) = open.as_deref() else {
+            return Err(Errno::EBADF);
+        };
+        let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
+        status(unique, cx.fsync(&stream.fd()))
+    }
+
+    /// SETXATTR of a value that came whole in the request's buffer: every transport reads
+    /// a request into one buffer, and a value split between head and tail would need a
+    /// copy this server does not make (E2BIG).
+    fn setxattr<'b>(
+        &self,
+        req: &Request<'_>,
+        arg: &fuse_setxattr_in,
+        name: &CStr,
+        value: fuse::WriteData<'_>,
+    ) -> Answer<'b> {
+        let (head, tail) = value.parts();
+        if !tail.is_empty() {
+            return Err(Errno::E2BIG);
+        }
+        let set = self.tree.setxattr(req.nodeid, name, head, arg.flags as i32);
+        status(req.unique, set)
+    }
+}
+
+/// The answer to a request whose reply is its status alone.
+fn status<'b>(unique: u64, result: io::Result<()>) -> Answer<'b> {
+    result.map(|()| Reply::empty(unique)).map_err(errno)
 }
 
 /// Removes from a list of NUL-terminated names (as listxattr(2) gives it) those `hidden`

@@ -45,8 +45,18 @@ use slab::Slab;
 use crate::nodefd::{DescriptorStats, Descriptors, Fd, NodeFd};
 use crate::sys;
 
-/// The root's node id (FUSE_ROOT_ID).
-pub const ROOT: u64 = 1;
+/// The root's node id.
+pub const ROOT: u64 = fuse::abi::FUSE_ROOT_ID;
+
+/// The slab slot a node id names (ids are slots plus one), if it can name one.
+fn slot_of(nodeid: u64) -> Option<usize> {
+    usize::try_from(nodeid.checked_sub(1)?).ok()
+}
+
+/// The node id of a slab slot.
+fn id_of(slot: usize) -> u64 {
+    slot as u64 + 1 // a usize fits in a u64 on every target Linux runs on
+}
 
 /// One file of the source tree, as the kernel knows it.
 #[derive(Debug)]
@@ -203,9 +213,11 @@ impl Inodes {
 
     /// The node `nodeid` names, if the kernel still holds it.
     pub fn get(&self, nodeid: u64) -> Option<Arc<Inode>> {
-        let slot = usize::try_from(nodeid.checked_sub(1)?).ok()?;
         let table = self.lock();
-        let s = table.slots.get(slot).filter(|s| s.lookups > 0)?;
+        let s = table
+            .slots
+            .get(slot_of(nodeid)?)
+            .filter(|s| s.lookups > 0)?;
         Some(Arc::clone(&s.inode))
     }
 
@@ -214,10 +226,7 @@ impl Inodes {
     /// if it was forgotten, with one more lookup; ESTALE if it is gone.
     pub fn lookup_self(&self, nodeid: u64) -> io::Result<Entry> {
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
-        let slot = nodeid
-            .checked_sub(1)
-            .and_then(|s| usize::try_from(s).ok())
-            .ok_or_else(stale)?;
+        let slot = slot_of(nodeid).ok_or_else(stale)?;
         let inode = self.lock().slots.get(slot).map(|s| Arc::clone(&s.inode));
         let inode = inode.ok_or_else(stale)?;
         let attr = match inode.handle() {
@@ -273,7 +282,7 @@ impl Inodes {
             drop(table);
             self.descriptors.revive(&inode.fd, handle);
             return Ok(Entry {
-                nodeid: slot as u64 + 1,
+                nodeid: id_of(slot),
                 inode,
                 attr,
             });
@@ -288,7 +297,7 @@ impl Inodes {
         // Counted against the budget once the table is free: the sweep makes syscalls.
         self.descriptors.admit(&inode.fd);
         Ok(Entry {
-            nodeid: slot as u64 + 1,
+            nodeid: id_of(slot),
             inode,
             attr,
         })
@@ -296,11 +305,12 @@ impl Inodes {
 
     /// Adds `n` lookups to a node the kernel holds.
     fn count(&self, nodeid: u64, n: u64) -> io::Result<Arc<Inode>> {
-        let slot = (nodeid - 1) as usize;
         let mut table = self.lock();
+        let stale = || io::Error::from_raw_os_error(libc::ESTALE);
+        let slot = slot_of(nodeid).ok_or_else(stale)?;
         match table.slots.get(slot) {
             Some(s) if s.lookups > 0 => {}
-            _ => return Err(io::Error::from_raw_os_error(libc::ESTALE)),
+            _ => return Err(stale()),
         }
         Ok(table.count(slot, n).expect("checked above"))
     }
@@ -331,7 +341,7 @@ impl Inodes {
         if nodeid == ROOT {
             return;
         }
-        let Some(slot) = nodeid.checked_sub(1).and_then(|s| usize::try_from(s).ok()) else {
+        let Some(slot) = slot_of(nodeid) else {
             return;
         };
         let mut table = self.lock();
@@ -383,12 +393,9 @@ impl Inodes {
 
     /// Lookups the kernel holds on `nodeid` (0 if unknown or forgotten).
     pub fn lookups(&self, nodeid: u64) -> u64 {
-        let Some(slot) = nodeid.checked_sub(1) else {
+        let Some(slot) = slot_of(nodeid) else {
             return 0;
         };
-        self.lock()
-            .slots
-            .get(slot as usize)
-            .map_or(0, |s| s.lookups)
+        self.lock().slots.get(slot).map_or(0, |s| s.lookups)
     }
 }

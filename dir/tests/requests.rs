@@ -282,11 +282,13 @@ fn a_read_only_export_refuses_changes_with_erofs() {
     );
     assert_eq!(h.call(FUSE_UNLINK, ROOT, &[b"f\0"]).error, -libc::EROFS);
     assert!(dir.path().join("f").exists());
-    // Locks, copy_file_range and the like: ENOSYS, so the kernel handles them itself.
-    assert_eq!(
-        h.call(FUSE_GETLK, f.nodeid, &[&[0; 48]]).error,
-        -libc::ENOSYS
-    );
+    // Locks are the source's, read-only or not: GETLK of a read lock finds none.
+    let mut lk = fuse_lk_in::new_zeroed();
+    lk.lk.r#type = libc::F_RDLCK as u32;
+    lk.lk.end = i64::MAX as u64;
+    let got = h.call(FUSE_GETLK, f.nodeid, &[lk.as_bytes()]);
+    assert_eq!(got.error, 0);
+    assert_eq!(got.arg::<fuse_lk_out>().lk.r#type, libc::F_UNLCK as u32);
 }
 
 #[test]

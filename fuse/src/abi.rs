@@ -8,9 +8,9 @@
 //! ([`crate::init`]) deal with that, not this module.
 //!
 //! The structs live in three private modules, all re-exported here: one for
-//! the header, INIT and the requests a single-file export serves, one for what
-//! a directory export adds (names, listings, xattrs, locks, copy_file_range),
-//! one for FUSE over io_uring.
+//! the header, INIT and the requests on a node's data and attributes, one for
+//! those on names, listings, xattrs, locks and copy_file_range, one for FUSE
+//! over io_uring.
 //!
 //! Every struct keeps its kernel name and field names so that the header can be
 //! read side by side with this file. They derive zerocopy's `FromBytes`,

@@ -44,8 +44,7 @@
 //! struct is 16 bytes if FUSE_SETXATTR_EXT was granted, else 8, and nothing in
 //! the request says which. [`Request::decode_with`] takes the [`Features`] of
 //! the session (from the granted flags); [`Request::decode`] assumes none of
-//! them, which is right for a server that never asks for SETXATTR_EXT (the
-//! image export).
+//! them, which is right for a server that never asks for SETXATTR_EXT.
 
 use crate::abi::*;
 use crate::request::{Operation, Request, WriteData};
@@ -139,12 +138,12 @@ impl Features {
     }
 }
 
-/// The layout of every request a directory export adds to a file export's
-/// (and LOOKUP): opcode, size of the struct that starts its arguments, and how
-/// many NUL-terminated names follow it. SETXATTR's size is that of its 8-byte
-/// layout (16 with FUSE_SETXATTR_EXT), and `size` bytes of value follow its
-/// name. For fuzzers and tests that build requests; the decoder is the
-/// opcode match below.
+/// The layout of every request on names (LOOKUP and READLINK included),
+/// listings, xattrs, access, locks, copy_file_range, poll and syncfs: opcode,
+/// size of the struct that starts its arguments, and how many NUL-terminated
+/// names follow it. SETXATTR's size is that of its 8-byte layout (16 with
+/// FUSE_SETXATTR_EXT), and `size` bytes of value follow its name. For fuzzers
+/// and tests that build requests; the decoder is the opcode match below.
 pub const DIR_REQUEST_LAYOUTS: [(u32, usize, usize); 29] = [
     (FUSE_LOOKUP, 0, 1),
     (FUSE_READLINK, 0, 0),

@@ -1,4 +1,4 @@
-//! Decoder tests for the operations of a directory export: golden argument
+//! Decoder tests for the operations on names, listings, xattrs and locks: golden argument
 //! bytes (the header around them is the one `golden_read` checks), and the
 //! rejection of every malformed name, table-driven over the named opcodes.
 

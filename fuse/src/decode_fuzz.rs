@@ -33,7 +33,7 @@ fn random_name(rng: &mut XorShift) -> Vec<u8> {
     name
 }
 
-/// The arguments of a directory export's opcode (names, if any, random), mostly
+/// The arguments of an opcode of [`DIR_REQUEST_LAYOUTS`] (names, if any, random), mostly
 /// well-formed.
 fn random_dir_args(rng: &mut XorShift) -> (u32, Vec<u8>) {
     let (opcode, fixed, count) = DIR_REQUEST_LAYOUTS[rng.below(DIR_REQUEST_LAYOUTS.len())];

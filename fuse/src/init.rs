@@ -32,9 +32,9 @@ use zerocopy::{FromZeros, IntoBytes};
 /// WRITE payload bytes that fit in the recommended in-place head.
 pub const IN_PLACE_WRITE_BYTES: usize = 4096;
 /// Recommended in-place head: header + `fuse_write_in` + 4 KiB of payload.
-/// Holds every request of a single-file export but large WRITEs. A directory
-/// export also gets SETXATTR values that may continue in the tail, and
-/// SYMLINKs with long targets that may not: size its head with
+/// Holds every request but large WRITEs and SETXATTR values, which may
+/// continue in the tail, and SYMLINKs with long targets, which may not: a file
+/// system that serves SYMLINK sizes its head with
 /// [`LARGEST_HEAD_ONLY_REQUEST`].
 pub const RECOMMENDED_HEAD_SIZE: usize =
     size_of::<fuse_in_header>() + size_of::<fuse_write_in>() + IN_PLACE_WRITE_BYTES;
@@ -53,12 +53,12 @@ const DEFAULT_MAX_PAGES_PER_REQ: u32 = 32;
 /// The kernel raises any smaller `max_write` to this.
 const MIN_MAX_WRITE: u32 = 4096;
 
-/// Flags a single-file export asks for by default:
+/// Flags every file system asks for by default:
 /// parallel reads (ASYNC_READ), large writes (BIG_WRITES + MAX_PAGES),
 /// parallel lookups (PARALLEL_DIROPS), and several requests in flight per
 /// O_DIRECT call (ASYNC_DIO). No locks, no caching modes, no splice. A file
-/// system adds its own wishes (`FileSystem::init_config`): the image export
-/// asks for DIRECT_IO_ALLOW_MMAP (7.39+), with which the kernel allows shared
+/// system adds its own wishes (`FileSystem::init_config`), e.g.
+/// DIRECT_IO_ALLOW_MMAP (7.39+), with which the kernel allows shared
 /// mappings of a `FOPEN_DIRECT_IO` file, writes dirty mapped pages back before
 /// each direct read or write and drops them after a direct write.
 pub const DEFAULT_FLAGS: u64 =

@@ -3,10 +3,10 @@
 //!
 //! This crate is pure protocol plus blocking syscalls, so that several
 //! transports (a coroutine loop over io_uring, blocking threads, FUSE over
-//! io_uring: the `transport` crate) and several file systems (the image
-//! export: `image_export`) can share it. It starts no threads, never allocates
-//! on the decode/reply path, and never panics on what the kernel sends. It
-//! depends on neither the runtime nor a backend: only libc, log and zerocopy.
+//! io_uring: the `transport` crate) and any file system served over them can
+//! share it. It starts no threads, never allocates on the decode/reply path,
+//! and never panics on what the kernel sends. It depends on neither the
+//! runtime nor a backend: only libc, log and zerocopy.
 //!
 //! ```
 //! use fuse::abi::{fuse_in_header, fuse_read_in, FUSE_READ};
@@ -56,7 +56,7 @@
 //! ```no_run
 //! use fuse::{dev::{split_read, Received}, init, mount, reply, Operation, Reply, Request, Errno};
 //! # fn main() -> std::io::Result<()> {
-//! let (dev, guard) = mount::mount("/tmp/disk.img".as_ref(), &Default::default())?;
+//! let (dev, guard) = mount::mount("/tmp/mountpoint".as_ref(), &Default::default())?;
 //! let config = init::InitConfig::new().with_system_limits();
 //! let mut head = vec![0u64; init::RECOMMENDED_HEAD_SIZE / 8];
 //! let mut tail = vec![0u8; init::tail_size(init::RECOMMENDED_HEAD_SIZE, config.max_write)];

@@ -1,16 +1,19 @@
-//! Mounting one regular file, and the [`Mount`] guard that unmounts it.
+//! Mounting a file system over a regular file or a directory, and the
+//! [`Mount`] guard that unmounts it.
 //!
 //! # Contract
 //!
-//! - The mountpoint must be an existing regular file that is not already a
-//!   FUSE mountpoint; anything else fails before mounting, with a message
-//!   naming the path. Mounting over the image file itself works: open the
-//!   image first, then mount over its path; the open fd keeps reaching the
-//!   file underneath.
+//! - The mountpoint must be of the root's kind, an existing regular file (a
+//!   directory with [`MountOptions::directory`]), and not already a FUSE
+//!   mountpoint; anything else fails before mounting, with a message naming
+//!   the path. Mounting over a file the file system itself reads works: open
+//!   it first, then mount over its path; the open fd keeps reaching the file
+//!   underneath.
 //! - As root, the kernel is asked directly: `mount(2)` with fstype
 //!   `fuse.<subtype>` and `fd=N,rootmode=100000,user_id=U,group_id=G,...`
-//!   (see `mount/privileged.rs`). Otherwise `fusermount3` mounts and passes the
-//!   /dev/fuse fd back over a socket (see `mount/fusermount.rs`).
+//!   (`rootmode=40000` for a directory; see `mount/privileged.rs`). Otherwise
+//!   `fusermount3` mounts and passes the /dev/fuse fd back over a socket (see
+//!   `mount/fusermount.rs`).
 //! - `mount(2)` returns before INIT is answered: the caller serves the
 //!   returned [`FuseDev`] from another thread or loop, or the first access to
 //!   the mountpoint blocks.
@@ -48,11 +51,11 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 /// How to mount: names and kernel options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
-    /// Source shown in /proc/mounts (e.g. the image path or "corofuse").
+    /// Source shown in /proc/mounts (e.g. the path served, or "corofuse").
     pub fsname: String,
     /// File system subtype: the fstype is `fuse.<subtype>`.
     pub subtype: String,
-    /// Let other users access the file (non-root needs `user_allow_other`).
+    /// Let other users access the mount (non-root needs `user_allow_other`).
     pub allow_other: bool,
     /// Let the kernel check permissions against the reported mode.
     pub default_permissions: bool,
@@ -60,8 +63,8 @@ pub struct MountOptions {
     pub max_read: Option<u32>,
     /// Mount read-only (MS_RDONLY).
     pub read_only: bool,
-    /// The root is a directory (the directory export), mounted over a directory; else a
-    /// regular file over a regular file (the image export).
+    /// The root is a directory, mounted over a directory; else a regular file, mounted
+    /// over a regular file.
     pub directory: bool,
 }
 
@@ -110,7 +113,7 @@ enum Method {
     Fusermount(PathBuf),
 }
 
-/// A live mount over a regular file; unmounts (lazily) when dropped.
+/// A live mount; unmounts (lazily) when dropped.
 #[derive(Debug)]
 #[must_use = "dropping the Mount unmounts it"]
 pub struct Mount {

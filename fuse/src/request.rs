@@ -1,14 +1,15 @@
 //! A decoded request: header fields plus an [`Operation`] that borrows the
 //! request buffer.
 //!
-//! The operations are the ones a single-file export serves plus those of a
-//! directory export (names, listings, xattrs, locks, copy_file_range, poll).
-//! Everything else decodes as [`Operation::Unknown`], which a server answers
-//! with ENOSYS (ioctl, bmap, DAX mappings, CUSE...), as it answers the known
-//! operations it does not serve. Names are `&CStr` borrowed from the request,
-//! NUL included (see [`crate::decode`] "Names"). Build a `Request` with
-//! [`Request::decode`]; its `Display` ([`crate::display`]) gives one log
-//! line per request, e.g. `FUSE(  42) READ fh=1 off=4096 len=4096`.
+//! The operations are those on a node's data and attributes and those on
+//! names, listings, xattrs, locks, copy_file_range and poll: a file system
+//! serves the ones it has. Everything else decodes as [`Operation::Unknown`],
+//! which a server answers with ENOSYS (ioctl, bmap, DAX mappings, CUSE...), as
+//! it answers the known operations it does not serve. Names are `&CStr`
+//! borrowed from the request, NUL included (see [`crate::decode`] "Names").
+//! Build a `Request` with [`Request::decode`]; its `Display`
+//! ([`crate::display`]) gives one log line per request, e.g.
+//! `FUSE(  42) READ fh=1 off=4096 len=4096`.
 
 use crate::abi::*;
 use std::ffi::CStr;
@@ -19,7 +20,10 @@ use std::io::IoSlice;
 pub struct Request<'a> {
     /// Id to echo in the reply. Bit 0 set means an INTERRUPT request.
     pub unique: u64,
-    /// Inode the request is about; [`FUSE_ROOT_ID`] for the exported file.
+    /// The node the request is about: [`FUSE_ROOT_ID`] for the file system's
+    /// root, else an id the file system gave in an entry reply (LOOKUP,
+    /// CREATE, MKDIR...) and the kernel has not forgotten; 0 in requests about
+    /// no node (INIT, INTERRUPT, BATCH_FORGET).
     pub nodeid: u64,
     /// Caller's effective uid.
     pub uid: u32,
@@ -98,7 +102,8 @@ pub enum Operation<'a> {
     },
     /// statfs(2).
     Statfs,
-    /// Name lookup in directory `nodeid`; for a single-file export always ENOENT.
+    /// Name lookup in directory `nodeid`: reply an entry, or ENOENT (see
+    /// [`crate::Reply::entry`] for a negative entry the kernel may cache).
     Lookup {
         /// The name.
         name: &'a CStr,

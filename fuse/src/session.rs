@@ -34,7 +34,7 @@ pub fn handshake(dev: &FuseDev, config: &InitConfig) -> io::Result<Negotiated> {
                 if wanted && !negotiated.has(FUSE_DIRECT_IO_ALLOW_MMAP) {
                     log::warn!(
                         "this kernel (FUSE 7.{}) does not offer DIRECT_IO_ALLOW_MMAP: \
-                         shared mappings of the exported file fail with ENODEV",
+                         shared mappings of FOPEN_DIRECT_IO files fail with ENODEV",
                         negotiated.kernel_minor
                     );
                 }

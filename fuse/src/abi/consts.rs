@@ -4,7 +4,8 @@
 pub const FUSE_KERNEL_VERSION: u32 = 7;
 /// Minor version this crate implements (kernel header of Linux 6.18).
 pub const FUSE_KERNEL_MINOR_VERSION: u32 = 45;
-/// Node id of the root inode: for a single-file export, the file itself.
+/// Node id of the file system's root, the node at the mountpoint: the one id
+/// the kernel knows without a LOOKUP.
 pub const FUSE_ROOT_ID: u64 = 1;
 /// Smallest read buffer the kernel accepts, whatever `max_write` is.
 pub const FUSE_MIN_READ_BUFFER: usize = 8192;

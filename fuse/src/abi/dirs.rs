@@ -1,6 +1,6 @@
-//! Structs of the requests a directory export serves on top of a file's:
-//! creating, linking and renaming names, directory listings, extended
-//! attributes, POSIX locks, copy_file_range and poll.
+//! Structs of the requests beyond a node's data and attributes: creating,
+//! linking and renaming names, directory listings, extended attributes, POSIX
+//! locks, copy_file_range and poll.
 //!
 //! Most of these requests carry one or two NUL-terminated names after the
 //! struct (see [`crate::decode`] for the layouts); the structs themselves are

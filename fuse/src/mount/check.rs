@@ -1,4 +1,5 @@
-//! Mountpoint checks: an existing regular file that is not a FUSE mount yet.
+//! Mountpoint checks: an existing regular file or directory, as the root is, that
+//! is not a FUSE mount yet.
 //!
 //! The FUSE check runs first, from /proc/self/mountinfo and without touching
 //! the path itself: stat(2) on a FUSE mount whose server is gone fails with
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::mountinfo::{self, MountEntry};
 
-/// Validates `path` (a regular file, or a directory for a directory export) and returns
+/// Validates `path` (a regular file, or a directory with `directory`) and returns
 /// it absolute (symlinks resolved, as mount(2) does).
 pub(super) fn check_mountpoint(path: &Path, directory: bool) -> io::Result<PathBuf> {
     let abs = resolve(path).map_err(|err| stat_error(err, path))?;

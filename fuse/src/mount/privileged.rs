@@ -2,8 +2,9 @@
 //! it has CAP_SYS_ADMIN.
 //!
 //! The kernel options: `fd` is the /dev/fuse fd opened here; `rootmode` is the
-//! octal `S_IFMT` part of the root's mode, `100000` for a regular file (the
-//! VFS refuses to mount a file over a directory and the reverse);
+//! octal `S_IFMT` part of the root's mode, `100000` for a regular file and
+//! `40000` for a directory (the VFS refuses to mount a file over a directory
+//! and the reverse);
 //! `user_id`/`group_id` own the mount (without `allow_other`, only they may
 //! access it).
 
@@ -33,7 +34,7 @@ fn owner() -> (u32, u32) {
     unsafe { (libc::getuid(), libc::getgid()) }
 }
 
-/// `fd=N,rootmode=100000,user_id=U,group_id=G[,allow_other][,default_permissions][,max_read=N]`
+/// `fd=N,rootmode=100000|40000,user_id=U,group_id=G[,allow_other][,default_permissions][,max_read=N]`
 pub(super) fn kernel_options(fd: i32, uid: u32, gid: u32, opts: &MountOptions) -> String {
     let common = opts.common_options();
     let rootmode = if opts.directory {
@@ -53,7 +54,8 @@ fn c_string(bytes: &[u8], what: &str) -> io::Result<CString> {
     })
 }
 
-/// Opens /dev/fuse and mounts it over the regular file `path`.
+/// Opens /dev/fuse and mounts it over `path`, a regular file (a directory with
+/// [`MountOptions::directory`]).
 pub(super) fn mount(path: &Path, opts: &MountOptions) -> io::Result<FuseDev> {
     let dev = FuseDev::open()?;
     let (uid, gid) = owner();
