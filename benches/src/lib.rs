@@ -1,8 +1,10 @@
-//! Measurement kernels for corofuse, shared by the criterion benches (`cargo bench`) and the
-//! user-facing `corofuse bench` command, so both measure exactly the same code.
+//! Criterion benches of corofuse's runtime (`cargo bench -p corofuse-benches`), over the
+//! very kernels that `corofuse bench switch` times.
 //!
-//! Each kernel runs a given number of iterations of one operation and returns the elapsed
-//! time; setup (rings, stacks, files) happens before the clock starts.
+//! The kernels live in the lab ([`lab::switch`]), because the shipped command runs every
+//! one of them; this crate re-exports them as [`switch`], so the criterion benches and
+//! the examples measure exactly the code that `corofuse bench switch` measures, and the
+//! `corofuse` binary does not link this crate.
 #![warn(missing_docs)]
 
-pub mod switch;
+pub use lab::switch;

@@ -1,4 +1,5 @@
-//! `corofuse bench switch`: the runtime's per-operation costs, as JSON.
+//! `corofuse bench switch`: the runtime's per-operation costs, as JSON; the cases and
+//! their kernels are [`crate::switch`]'s.
 //!
 //! Time is the median of several runs, taken in rounds: each round runs every case once, so
 //! a slow moment of a shared, noisy machine falls on all the cases of its round, and each
@@ -10,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use corofuse_benches::switch::{
+use crate::switch::{
     default_cases, default_iters, live_count, map_count_needed, measure_rounds, median_ratio,
     run_case, CaseResult, CASES,
 };

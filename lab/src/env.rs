@@ -6,7 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use corofuse_benches::switch::run_case;
+use crate::switch::run_case;
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]

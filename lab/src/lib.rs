@@ -33,7 +33,19 @@
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
 //!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
-//!   runtime's per-operation costs; [`setting`]: a kernel setting changed for one run.
+//!   runtime's per-operation costs, timed by the kernels of [`switch`]; [`setting`]: a
+//!   kernel setting changed for one run.
+//!
+//! Why the micro-benchmark kernels ([`switch`]) are here rather than in the
+//! `corofuse-benches` crate: they are part of what the binary ships. `corofuse bench
+//! switch` runs every one of them, and every lab report turns switch counts into time with
+//! one of them (`runtime_switch`, in [`env`](mod@env)). Left in `corofuse-benches`, they
+//! linked that crate into the server binary; a `bench switch` behind an off-by-default
+//! feature would have left the documented command missing from the default build, and
+//! the switch cost still needed a kernel. So the one copy of each kernel lives here, using
+//! nothing `corofuse` does not already link (the runtime, corosensei, io-uring, the
+//! transport's accounting, tempfile), and `corofuse-benches` re-exports [`switch`] for its
+//! criterion benches: it depends on the lab, and nothing shipped depends on it.
 
 // The layout above names the lab's private modules: its docs are for who works on it.
 #![allow(rustdoc::private_intra_doc_links)]
@@ -60,6 +72,7 @@ mod setting;
 mod stats;
 pub mod stats_cmd;
 mod storage;
+pub mod switch;
 mod variant;
 mod workload;
 

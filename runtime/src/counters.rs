@@ -1,12 +1,11 @@
 //! Always-on counters of the event loop: plain integers owned by the loop thread.
 //!
 //! Each bump is a load, an add and a store on a `Cell<u64>`: no atomics, no branches, so
-//! they stay on in release builds. [`Counters::snapshot`] copies them into a [`CounterSnapshot`]
-//! that serialises to JSON.
+//! they stay on in release builds. [`Counters::snapshot`] copies them into a
+//! [`CounterSnapshot`], which the `serde` feature makes `Serialize` and `Deserialize` (the
+//! `--stats` document carries it).
 
 use std::cell::Cell;
-
-use serde::Serialize;
 
 /// One counter; only the loop thread touches it.
 #[derive(Default, Debug)]
@@ -64,7 +63,8 @@ pub(crate) struct Counters {
 ///
 /// `switches` counts every transfer of control between the loop and a coroutine: each
 /// resume is one, and so is each return to the loop (a suspend, a completion or a panic).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CounterSnapshot {
     /// Coroutines started with `spawn`.
     pub spawned: u64,
@@ -87,7 +87,7 @@ pub struct CounterSnapshot {
     pub jobs_boxed: u64,
     /// Jobs that a worker whose job had just returned ran in place, without a switch,
     /// because they were next in the loop's turn.
-    #[serde(default)]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub chained: u64,
     /// Times the loop switched into a coroutine.
     pub resumes: u64,
@@ -157,11 +157,6 @@ impl Counters {
 }
 
 impl CounterSnapshot {
-    /// The counters as one JSON object.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("counters serialise")
-    }
-
     /// Counter-wise sum with another loop's counters (`peak_live` becomes the sum of the
     /// loops' peaks: an upper bound of the coroutines alive at once across them).
     pub fn add(&mut self, other: &CounterSnapshot) {

@@ -112,7 +112,8 @@ impl Histogram {
 }
 
 /// A histogram in five numbers (nanoseconds), for reports.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Summary {
     /// Values recorded.
     pub count: u64,

@@ -37,6 +37,13 @@
 //! seam every file system and backend uses), `file_io` (the blocking syscalls behind it),
 //! `histogram` (latency distributions), `affinity` (CPU
 //! pinning).
+//!
+//! Dependencies: `corosensei` (the stack switch), `io-uring` (the ring), `libc` (the
+//! system calls) and `log`; nothing else by default. The runtime writes no reports: it
+//! hands out [`CounterSnapshot`] and [`histogram::Summary`] as plain structs, and the
+//! `serde` feature (off by default) derives `Serialize` and `Deserialize` on them for the
+//! crates that write or read them (the `--stats` document, the transports' per-opcode
+//! reports), which choose the format (JSON) themselves.
 #![warn(missing_docs)]
 
 pub mod affinity;

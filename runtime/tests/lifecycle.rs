@@ -55,9 +55,6 @@ fn counters_match_a_hand_computed_scenario() {
         poll_misses: 0,
     };
     assert_eq!(c, expected);
-    let json: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
-    assert_eq!(json["switches"], 12);
-    assert_eq!(json["enter_calls"], 2);
 }
 
 #[test]

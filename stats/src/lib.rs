@@ -120,4 +120,20 @@ mod tests {
         let err = Stats::parse("{\"image\": 3}").unwrap_err().to_string();
         assert!(err.contains("invalid type"), "{err}");
     }
+
+    #[test]
+    fn the_runtime_counters_are_written_by_name_and_read_without_the_newer_ones() {
+        let mut stats = Stats::default();
+        stats.runtime.switches = 12;
+        stats.runtime.enter_calls = 2;
+        stats.runtime.chained = 1;
+        let mut json: serde_json::Value = serde_json::from_str(&stats.to_json()).unwrap();
+        assert_eq!(json["runtime"]["switches"], 12);
+        assert_eq!(json["runtime"]["enter_calls"], 2);
+        // A file written before `chained` was counted.
+        json["runtime"].as_object_mut().unwrap().remove("chained");
+        let back = Stats::parse(&json.to_string()).unwrap();
+        assert_eq!(back.runtime.chained, 0);
+        assert_eq!(back.runtime.switches, 12);
+    }
 }

@@ -1,5 +1,11 @@
 //! The runtime's costs against their floors: switches, spawns, and one io_uring round trip.
 //!
+//! These are the kernels of `corofuse bench switch` (and of the lab's switch cost,
+//! [`crate::env`]), and, re-exported by the `corofuse-benches` crate, of its criterion
+//! benches: one copy, so both measure exactly the same code. Each kernel runs a given
+//! number of iterations of one operation and returns the elapsed time; setup (rings,
+//! stacks, files) happens before the clock starts.
+//!
 //! | case | what one iteration does |
 //! |---|---|
 //! | `raw_switch` | corosensei alone: resume + suspend (two one-way switches) |
