@@ -36,6 +36,16 @@
 //!   after a passthrough write the kernel asks again. Without the kernel's support or
 //!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
 //!   served as before.
+//! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
+//!   through the ring, and so does the path walk of every LOOKUP (`IORING_OP_OPENAT2`:
+//!   a name in the source's dentry cache opens at submission, as fast as openat(2), a
+//!   cold or remote one in a kernel worker while the loop serves others; tested with a
+//!   source that stalls a lookup, `dir/tests/stall.rs`). The other metadata calls run
+//!   directly on the loop: `fstat` of descriptors already open, the `*at` calls that
+//!   make, rename or remove names (each on a directory the lookup already walked to),
+//!   xattrs, getdents64 (io_uring has no such operation) and READDIRPLUS's lookups (made
+//!   under the stream's lock, which a suspension must not hold). On a source slow to
+//!   answer those, use `--queues` or `--dispatch threads:N`.
 //! - FLUSH lets go of the closing owner's POSIX locks and answers at once (the source's
 //!   own close semantics apply at RELEASE).
 //! - A GETXATTR or LISTXATTR value goes in the transport's data buffer, which it hands
@@ -831,7 +841,7 @@ impl DirFs {
         let _acting =
             Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
         match req.op {
-            Operation::Lookup { name } => self.entry(unique, s, tree.lookup(node, name)),
+            Operation::Lookup { name } => self.entry(unique, s, tree.lookup(cx, node, name)),
             Operation::Getattr { arg } => self.getattr(req, arg, s),
             Operation::Setattr { arg } => self.setattr(req, arg, s),
             Operation::Access { arg } => status(unique, tree.access(node, arg.mask as i32)),

@@ -40,6 +40,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use runtime::Ctx;
 use slab::Slab;
 
 use crate::nodefd::{DescriptorStats, Descriptors, Fd, NodeFd};
@@ -256,6 +257,20 @@ impl Inodes {
     /// moved out of the source tree by someone else keeps its real `..`: as in
     /// passthrough_hp and virtiofsd, the tree is trusted not to be rearranged under it.)
     pub fn lookup(&self, parent_id: u64, parent: &Inode, name: &CStr) -> io::Result<Entry> {
+        self.lookup_in(&Ctx::Blocking, parent_id, parent, name)
+    }
+
+    /// [`Inodes::lookup`] with the name opened through `cx`: from a coroutine, on the
+    /// loop's ring (`IORING_OP_OPENAT2`), so that a slow path walk on the source (a cold
+    /// disk, a network file system) holds back only this request; a name in the source's
+    /// dentry cache is opened at submission, as fast as the system call.
+    pub fn lookup_in(
+        &self,
+        cx: &Ctx<'_>,
+        parent_id: u64,
+        parent: &Inode,
+        name: &CStr,
+    ) -> io::Result<Entry> {
         let bytes = name.to_bytes();
         if bytes.is_empty() || bytes.contains(&b'/') {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -269,7 +284,8 @@ impl Inodes {
                 attr,
             });
         }
-        let handle = sys::open_path(parent.handle()?.as_fd(), name)?;
+        let flags = libc::O_PATH | libc::O_NOFOLLOW;
+        let handle = cx.open_at(&parent.handle()?.as_fd(), name, flags, 0)?;
         let attr = sys::stat(handle.as_fd())?;
         let key = (attr.st_dev, attr.st_ino);
         self.check_forgotten(key, attr.st_mode & libc::S_IFMT, handle.as_fd());

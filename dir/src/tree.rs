@@ -27,6 +27,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use runtime::Ctx;
+
 use crate::creds::Credentials;
 use crate::dirstream::DirStream;
 use crate::inodes::{Entry, Inode, Inodes};
@@ -171,14 +173,15 @@ impl Tree {
         Ok(dir)
     }
 
-    pub fn lookup(&self, parent: u64, name: &CStr) -> io::Result<Entry> {
+    /// LOOKUP of `name` in `parent`, the name opened through `cx` ([`Inodes::lookup_in`]).
+    pub fn lookup(&self, cx: &Ctx<'_>, parent: u64, name: &CStr) -> io::Result<Entry> {
         if name.to_bytes() == b"." {
             // Any node, forgotten ones included: how the kernel finds a node again from a
             // file handle (FUSE_EXPORT_SUPPORT).
             return self.inodes.lookup_self(parent);
         }
         let dir = self.dir(parent)?;
-        self.inodes.lookup(parent, &dir, name)
+        self.inodes.lookup_in(cx, parent, &dir, name)
     }
 
     pub fn getattr(&self, nodeid: u64) -> io::Result<libc::stat> {

@@ -33,10 +33,13 @@ fn past_the_budget_nodes_reopen_from_their_handles() {
         return;
     }
     let entries: Vec<_> = (0..200)
-        .map(|i| t.lookup(ROOT, &c(&format!("f{i}"))).unwrap())
+        .map(|i| {
+            t.lookup(&runtime::Ctx::Blocking, ROOT, &c(&format!("f{i}")))
+                .unwrap()
+        })
         .collect();
-    let link = t.lookup(ROOT, &c("link")).unwrap();
-    let sub = t.lookup(ROOT, &c("sub")).unwrap();
+    let link = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("link")).unwrap();
+    let sub = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("sub")).unwrap();
     let stats = t.inodes.descriptor_stats();
     assert!(stats.closed >= 190, "cold descriptors closed: {stats:?}");
     assert!(t.inodes.descriptors().open() <= 8, "{stats:?}");
@@ -83,7 +86,9 @@ fn past_the_budget_nodes_reopen_from_their_handles() {
     // A hard link looked up while its node is cold is the same node, and revives it.
     fs::hard_link(dir.path().join("f9"), dir.path().join("again")).unwrap();
     let before = t.inodes.descriptor_stats().reopened;
-    let again = t.lookup(ROOT, &c("again")).unwrap();
+    let again = t
+        .lookup(&runtime::Ctx::Blocking, ROOT, &c("again"))
+        .unwrap();
     assert_eq!(again.nodeid, entries[9].nodeid);
     t.getattr(again.nodeid).unwrap();
     let stats = t.inodes.descriptor_stats();
@@ -99,7 +104,10 @@ fn nodes_within_the_budget_are_never_closed() {
     }
     let t = Tree::new(dir.path(), false, 64).unwrap();
     let entries: Vec<_> = (0..50)
-        .map(|i| t.lookup(ROOT, &c(&format!("f{i}"))).unwrap())
+        .map(|i| {
+            t.lookup(&runtime::Ctx::Blocking, ROOT, &c(&format!("f{i}")))
+                .unwrap()
+        })
         .collect();
     for e in &entries {
         t.getattr(e.nodeid).unwrap();

@@ -69,13 +69,15 @@ fn names_are_made_and_removed() {
     assert_eq!(errno(t.unlink(ROOT, &c("nothing"))), libc::ENOENT);
     // Names inside something that is not a directory.
     fs::write(dir.path().join("plain"), b"").unwrap();
-    let plain = t.lookup(ROOT, &c("plain")).unwrap();
+    let plain = t
+        .lookup(&runtime::Ctx::Blocking, ROOT, &c("plain"))
+        .unwrap();
     assert_eq!(
         errno(t.mkdir(plain.nodeid, &c("x"), 0o755, 0)),
         libc::ENOTDIR
     );
     assert_eq!(
-        errno(t.lookup(12345, &c("x"))),
+        errno(t.lookup(&runtime::Ctx::Blocking, 12345, &c("x"))),
         libc::ESTALE,
         "an id never given"
     );
@@ -88,7 +90,7 @@ fn rename_with_flags() {
     fs::write(dir.path().join("b"), b"B").unwrap();
     fs::create_dir(dir.path().join("d")).unwrap();
     let t = tree(dir.path());
-    let d = t.lookup(ROOT, &c("d")).unwrap();
+    let d = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("d")).unwrap();
     let noreplace = libc::RENAME_NOREPLACE;
     assert_eq!(
         errno(t.rename(ROOT, &c("a"), ROOT, &c("b"), noreplace)),
@@ -108,7 +110,7 @@ fn setattr_changes_mode_size_times_and_owner() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"0123456789").unwrap();
     let t = tree(dir.path());
-    let f = t.lookup(ROOT, &c("f")).unwrap();
+    let f = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("f")).unwrap();
     let set = SetAttr {
         mode: Some(0o640),
         size: Some(4),
@@ -149,7 +151,7 @@ fn open_reads_and_writes_the_file_itself() {
     fs::write(dir.path().join("f"), b"abc").unwrap();
     fs::create_dir(dir.path().join("d")).unwrap();
     let t = tree(dir.path());
-    let f = t.lookup(ROOT, &c("f")).unwrap();
+    let f = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("f")).unwrap();
     let mut text = String::new();
     fs::File::from(t.open(f.nodeid, libc::O_RDONLY).unwrap())
         .read_to_string(&mut text)
@@ -158,7 +160,7 @@ fn open_reads_and_writes_the_file_itself() {
     let mut w = fs::File::from(t.open(f.nodeid, libc::O_WRONLY | libc::O_APPEND).unwrap());
     w.write_all(b"def").unwrap();
     assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"abcdef");
-    let d = t.lookup(ROOT, &c("d")).unwrap();
+    let d = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("d")).unwrap();
     assert_eq!(errno(t.open(d.nodeid, libc::O_RDONLY)), libc::EISDIR);
     assert!(t.opendir(d.nodeid).is_ok());
     assert_eq!(errno(t.opendir(f.nodeid)), libc::ENOTDIR);
@@ -172,7 +174,7 @@ fn xattrs_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"").unwrap();
     let t = tree(dir.path());
-    let f = t.lookup(ROOT, &c("f")).unwrap();
+    let f = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("f")).unwrap();
     let name: &CStr = c"user.corofuse";
     match t.setxattr(f.nodeid, name, b"value", 0) {
         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
@@ -204,7 +206,7 @@ fn a_read_only_tree_refuses_every_change() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"x").unwrap();
     let t = Tree::new(dir.path(), true, 1 << 16).unwrap();
-    let f = t.lookup(ROOT, &c("f")).unwrap();
+    let f = t.lookup(&runtime::Ctx::Blocking, ROOT, &c("f")).unwrap();
     let rofs = libc::EROFS;
     assert_eq!(errno(t.mkdir(ROOT, &c("d"), 0o755, 0)), rofs);
     assert_eq!(errno(t.unlink(ROOT, &c("f"))), rofs);
@@ -264,7 +266,10 @@ fn a_default_acl_decides_instead_of_the_umask() {
         ));
     }
     let t = tree(dir.path());
-    let acl_node = t.lookup(ROOT, &c("acl")).unwrap().nodeid;
+    let acl_node = t
+        .lookup(&runtime::Ctx::Blocking, ROOT, &c("acl"))
+        .unwrap()
+        .nodeid;
     for (parent, d, f, want_d, want_f) in [
         (acl_node, "acl/d", "acl/f", 0o777, 0o666),
         (ROOT, "d", "f", 0o755, 0o644),

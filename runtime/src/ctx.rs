@@ -15,9 +15,10 @@
 //! - Never mix modes on one thread: a `Blocking` call made on the loop thread while a
 //!   coroutine of that loop holds a backend lock would wait forever.
 
+use std::ffi::CStr;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use crate::file_io::{self as sys, IOV_MAX};
@@ -129,6 +130,22 @@ impl Ctx<'_> {
             }
         }
         retry(|| sys::ftruncate(fd.as_fd(), len))
+    }
+
+    /// Opens `path` relative to the directory `dir` with open(2)'s `flags` and `mode`
+    /// (`O_CLOEXEC` added): `IORING_OP_OPENAT2` (Linux 5.6), which blocks no loop on a slow
+    /// path walk, or `openat(2)`.
+    pub fn open_at(
+        &self,
+        dir: &impl AsFd,
+        path: &CStr,
+        flags: i32,
+        mode: u32,
+    ) -> io::Result<OwnedFd> {
+        retry(|| match self {
+            Ctx::Coroutine(co) => co.openat(dir, path, flags, mode),
+            Ctx::Blocking => sys::openat(dir.as_fd(), path, flags, mode),
+        })
     }
 
     /// Waits for `duration`: `IORING_OP_TIMEOUT` (Linux 5.4) in a coroutine, which lets the

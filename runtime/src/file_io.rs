@@ -52,6 +52,20 @@ pub(crate) fn pwritev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], off: u64) -> io:
     cvt(n).map(|n| n as usize)
 }
 
+/// `openat(2)` of `path` relative to `dir`, `O_CLOEXEC` added.
+pub(crate) fn openat(
+    dir: BorrowedFd<'_>,
+    path: &std::ffi::CStr,
+    flags: c_int,
+    mode: u32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    let flags = flags | libc::O_CLOEXEC;
+    // SAFETY: the path is NUL-terminated and outlives the call; the fd is open for it.
+    let fd = cvt(unsafe { libc::openat(dir.as_raw_fd(), path.as_ptr(), flags, mode) })?;
+    // SAFETY: a descriptor the call just opened, owned by nothing else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
 /// `fsync(2)`.
 pub(crate) fn fsync(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain syscall on an fd that is open for the call; no memory is passed.

@@ -7,8 +7,9 @@
 //! Transfers return what the kernel returned: short reads and writes are the caller's to
 //! retry. Errors are the CQE's negative errno as an [`io::Error`].
 
+use std::ffi::CStr;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use io_uring::{opcode, types};
@@ -130,6 +131,29 @@ impl Co<'_> {
             .build();
         // SAFETY: no memory is referenced.
         check(unsafe { self.submit(sqe) }).map(drop)
+    }
+
+    /// `IORING_OP_OPENAT2` (Linux 5.6): `path` relative to the directory `dir`, with
+    /// open(2)'s `flags` and `mode`. The kernel first tries it without blocking (a path
+    /// in the dentry cache completes at submission) and otherwise in one of the ring's
+    /// worker threads, so a slow path walk (a cold disk, a network file system) stops
+    /// this coroutine only, not the loop.
+    pub fn openat(
+        &self,
+        dir: &impl AsFd,
+        path: &CStr,
+        flags: i32,
+        mode: u32,
+    ) -> io::Result<OwnedFd> {
+        let how = types::OpenHow::new()
+            .flags((flags | libc::O_CLOEXEC) as u32 as u64)
+            .mode(u64::from(mode));
+        let sqe = opcode::OpenAt2::new(fd(dir), path.as_ptr(), &how).build();
+        // SAFETY: `path` and `how` are borrowed, on this coroutine's stack or the caller's,
+        // until the CQE arrives.
+        let opened = check(unsafe { self.submit(sqe) })?;
+        // SAFETY: the CQE's result is a descriptor the kernel just opened for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(opened as i32) })
     }
 
     /// `IORING_OP_POLL_ADD` (Linux 5.1), one shot: waits until `file` reports one of the
