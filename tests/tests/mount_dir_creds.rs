@@ -1,8 +1,8 @@
 //! The directory export makes a caller's changes with the caller's credentials (fsuid,
 //! fsgid, supplementary groups): a node is born the caller's (no chown after, so a
 //! watcher of the source sees no attribute change), a directory writable through a
-//! supplementary group is writable through the mount, and set-group-ID directories give
-//! their group as on the source. User `nobody` makes each change through the
+//! supplementary group is writable through the mount, set-group-ID directories give
+//! their group as on the source, and an ACL set by a non-member clears set-group-ID. User `nobody` makes each change through the
 //! `unprivileged` helper on the source and through a root daemon's `--allow-other` mount;
 //! the outcomes and what they leave must be the same.
 
@@ -50,12 +50,17 @@ fn dir(root: &Path, name: &str, gid: u32, mode: u32) {
     fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// A tree for the cases: `open` (0777), `team` (root:TEAM 0770), `team-sgid` (2770).
+/// A tree for the cases: `open` (0777), `team` (root:TEAM 0770), `team-sgid` (2770),
+/// and `open/sgid-file`, nobody's, in group root, set-group-ID.
 fn tree(root: &Path) {
     fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
     dir(root, "open", 0, 0o777);
     dir(root, "team", TEAM, 0o770);
     dir(root, "team-sgid", TEAM, 0o2770);
+    let file = root.join("open/sgid-file");
+    fs::write(&file, b"x").unwrap();
+    std::os::unix::fs::chown(&file, Some(NOBODY), Some(0)).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o2775)).unwrap();
 }
 
 /// inotify on `dir`: the names that got IN_ATTRIB since it was set up.
@@ -102,7 +107,7 @@ fn mount_dir_changes_are_made_as_the_caller(mode: Dispatch) {
     fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &["--allow-other"]);
     let team = TEAM.to_string();
-    let cases: [(&str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str); 8] = [
         ("", "create", "open/f"),
         ("", "mkdir", "open/d"),
         (&team, "create", "team/f"),
@@ -110,6 +115,8 @@ fn mount_dir_changes_are_made_as_the_caller(mode: Dispatch) {
         ("", "create", "team/refused"),
         (&team, "create", "team-sgid/f"),
         (&team, "mkdir", "team-sgid/d"),
+        // An ACL set by the owner outside the file's group clears set-group-ID.
+        ("", "setacl", "open/sgid-file"),
     ];
     let watch = Watch::new(&src.path().join("open"));
     let mut mismatches = Vec::new();
@@ -128,6 +135,10 @@ fn mount_dir_changes_are_made_as_the_caller(mode: Dispatch) {
     }
     assert!(mismatches.is_empty(), "{mode}:\n{}", mismatches.join("\n"));
     assert_eq!(describe(&src.path().join("open/f")), "65534:65534 100644");
+    assert_eq!(
+        describe(&src.path().join("open/sgid-file")),
+        "65534:0 100755"
+    );
     assert_eq!(
         describe(&src.path().join("team-sgid/d")).split(' ').next(),
         Some("65534:4242")

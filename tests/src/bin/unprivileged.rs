@@ -10,7 +10,8 @@
 //! (MODE `alloc`, `keep`, `zero` or `punch`, the first 4 KiB), `whiteout FROM TO`
 //! (renameat2 with `RENAME_WHITEOUT`), `unlink FILE`, `listxattr FILE`, `setxattr FILE
 //! NAME` (value `v`), `mknod-dev FILE` (a character device 1:3), `link FROM TO`,
-//! `create FILE` (a new file, mode 0644), `mkdir DIR` (mode 0755).
+//! `create FILE` (a new file, mode 0644), `mkdir DIR` (mode 0755), `setacl FILE` (the
+//! access ACL `u::rwx,g::r-x,o::r-x`, as `setfacl` would set it).
 //!
 //! `UNPRIVILEGED_GROUPS=G1,G2,...` gives the user those supplementary groups.
 
@@ -91,6 +92,11 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
                 .open(arg(0)?)?,
         ),
         "mkdir" => std::fs::DirBuilder::new().mode(0o755).create(arg(0)?)?,
+        "setacl" => {
+            let none = u32::MAX;
+            let acl = sys::posix_acl(&[(0x01, 7, none), (0x04, 5, none), (0x20, 5, none)]);
+            sys::setxattr(arg(0)?, "system.posix_acl_access", &acl)?
+        }
         _ => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
