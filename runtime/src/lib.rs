@@ -25,8 +25,12 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
-//! Layout: `executor` (turns, the lone-yielder fast path, panic containment, shutdown),
-//! `worker` (coroutines that run job after job, as QEMU's pool does), `colored_stack`
+//! Layout: `executor` (the [`Runtime`] and its loop: turns, waiting, reaping), `sched`
+//! (every coroutine's slot and the run queue), `spawn` (a job queued with a worker's start),
+//! `submit` (SQEs into the ring, room when it is full, cancels), `fast_paths` (a lone
+//! coroutine's turns without the queue, prefetching ahead), `resume` (switching into a
+//! coroutine, booking how it came back, panic containment), `shutdown` (cancel, drain, then
+//! unwind), `worker` (coroutines that run job after job, as QEMU's pool does), `colored_stack`
 //! (stack tops staggered across cache sets), `job` (the spawned closure, stored inline),
 //! `job_queue` (jobs waiting for a worker), `coro_store` (workers at stable addresses),
 //! `run_queue`, `reactor` (the ring), `poll` (adaptive polling before sleeping), `co`
@@ -54,6 +58,7 @@ mod coro_store;
 mod counters;
 mod ctx;
 mod executor;
+mod fast_paths;
 pub mod file_io;
 pub mod histogram;
 mod job;
@@ -63,8 +68,13 @@ mod loop_cell;
 mod ops;
 mod poll;
 mod reactor;
+mod resume;
 mod run_queue;
+mod sched;
+mod shutdown;
+mod spawn;
 mod stack_pool;
+mod submit;
 mod sync;
 mod task;
 mod worker;
