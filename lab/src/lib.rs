@@ -31,7 +31,8 @@
 //!   export daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio
 //!   driver; [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
-//!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
+//!   [`median`]: every median, range and ratio; [`report`]: table, JSON and SVG;
+//!   [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
 //!   runtime's per-operation costs, timed by the kernels of [`switch`]; [`setting`]: a
 //!   kernel setting changed for one run.
@@ -63,6 +64,7 @@ mod interrupt;
 mod lab;
 mod load;
 mod matrix;
+mod median;
 mod mountinfo;
 mod plan;
 mod qcow2;
