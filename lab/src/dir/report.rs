@@ -14,7 +14,7 @@ use super::plan::Section;
 use super::runner::{Cell, Measure, Outcome};
 use crate::env::Environment;
 use crate::median::{median, median_of_all, ratio as divide, Spread};
-use crate::report::table::{num, Table};
+use crate::report::table::{num, opt, trials, Table};
 
 /// The choices that shaped the numbers.
 #[derive(Debug, Serialize)]
@@ -195,10 +195,6 @@ fn count(v: f64) -> String {
     }
 }
 
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), num)
-}
-
 /// The errors of a table's rows, numbered, printed under it.
 #[derive(Default)]
 struct Notes(Vec<String>);
@@ -260,11 +256,7 @@ pub fn render(r: &DirReport) -> String {
 fn header(r: &DirReport) -> String {
     let o = &r.options;
     let e = &r.environment;
-    let trials = if o.trials > 1 {
-        format!("median of {} interleaved trials", o.trials)
-    } else {
-        "1 trial".into()
-    };
+    let trials = trials(o.trials);
     let width = o.servers.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let servers: String = o
         .servers
