@@ -26,6 +26,14 @@ pub struct Environment {
 }
 
 impl Environment {
+    /// "kernel K, N CPUs (model), corofuse V", for a report's header.
+    pub fn line(&self) -> String {
+        format!(
+            "kernel {}, {} CPUs ({}), corofuse {}",
+            self.kernel, self.cpus, self.cpu_model, self.corofuse_version
+        )
+    }
+
     pub fn probe() -> Environment {
         let read = |p: &str| {
             std::fs::read_to_string(p)

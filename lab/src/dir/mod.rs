@@ -28,7 +28,7 @@ mod tree;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{env, fio, interrupt, lab, mountinfo, variant, LabArgs};
+use super::{fio, lab, mountinfo, LabArgs};
 
 pub use meta::{run as client, Args as ClientArgs};
 
@@ -98,8 +98,7 @@ pub struct DirArgs {
 pub fn run(args: &LabArgs) -> Result<(), String> {
     let started = Instant::now();
     let plan = plan::build(args, std::env::var_os(HP_ENV))?;
-    super::check_privileges()?;
-    let mut environment = env::Environment::probe();
+    let mut environment = super::begin()?;
     if plan.has(|j| matches!(j, plan::Job::Fio(_))) {
         environment.fio_version = Some(fio::version()?);
     }
@@ -117,11 +116,7 @@ pub fn run(args: &LabArgs) -> Result<(), String> {
     if let Some(why) = &plan.hp_absent {
         eprintln!("corofuse bench --dir: {why}");
     }
-    interrupt::install()?;
-    let _uring = plan
-        .uses_uring()
-        .then(variant::UringSwitch::enable)
-        .transpose()?;
+    let _uring = super::arm(plan.uses_uring())?;
     let lab = lab::Lab::new(&plan.scratch_dir)?;
     let tree = tree::Tree::create(&plan)?;
     eprintln!(
@@ -151,14 +146,7 @@ pub fn run(args: &LabArgs) -> Result<(), String> {
     drop(tree);
     drop(lab);
     let report = report::DirReport::new(environment, options, cells);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    } else {
-        print!("{}", report::render(&report));
-    }
+    super::emit(&report, args.json, report::render)?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -255,7 +255,6 @@ pub fn render(r: &DirReport) -> String {
 
 fn header(r: &DirReport) -> String {
     let o = &r.options;
-    let e = &r.environment;
     let trials = trials(o.trials);
     let width = o.servers.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let servers: String = o
@@ -276,7 +275,7 @@ fn header(r: &DirReport) -> String {
     format!(
         "corofuse bench --dir: {trials}, every row on a fresh mount, servers interleaved; \
          fio {} s per run on a {} MiB file, O_DIRECT\n\
-         kernel {}, {} CPUs ({}), corofuse {}\n\
+         {}\n\
          source tree: {} ({})\n\
          servers:\n{servers}{hp}\
          ops/s = the client's operations (files, entries, I/Os) per second; us/op = its \
@@ -289,10 +288,7 @@ fn header(r: &DirReport) -> String {
          times are clock ticks: a row shorter than a few ticks reads 0.\n",
         fmt_seconds(o.seconds),
         o.file_mib,
-        e.kernel,
-        e.cpus,
-        e.cpu_model,
-        e.corofuse_version,
+        r.environment.line(),
         o.tree,
         o.tree_fs,
     )

@@ -84,7 +84,6 @@ pub fn render(r: &Report) -> String {
 
 fn header(r: &Report) -> String {
     let o = &r.options;
-    let e = &r.environment;
     let load = if o.load == "fio" {
         "fio"
     } else {
@@ -110,7 +109,7 @@ fn header(r: &Report) -> String {
     };
     format!(
         "corofuse bench: {load} (O_DIRECT), {} s per run, {trials}; placement: {placement}\n\
-         kernel {}, {} CPUs ({}), corofuse {}, extra mount options: {opts}\n\
+         {}, extra mount options: {opts}\n\
          local = the same load on /dev/zero (reads) or /dev/null (writes), no FUSE: what \
          the load itself can drive, the ceiling of null and file.\n\
          cpu% = daemon CPU time / wall time (100 = one CPU); cpu us/req = daemon CPU \
@@ -121,10 +120,7 @@ fn header(r: &Report) -> String {
          sys/req = io_uring_enter calls + one writev per reply (unless --ring-replies) \
          + /dev/fuse reads when counted.\n{}{}",
         o.seconds,
-        e.kernel,
-        e.cpus,
-        e.cpu_model,
-        e.corofuse_version,
+        r.environment.line(),
         r.switch_one_way_ns,
         variants_header(r),
         storage_header(r)
