@@ -30,8 +30,9 @@
 //!   [`qcow2`]: the qcow2 rows' images (qemu-img); [`daemon`]: start, stats, stop of one
 //!   export daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio
 //!   driver; [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
-//! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
-//!   [`median`]: every median, range and ratio; [`report`]: table, JSON and SVG;
+//! - [`matrix`]: runs the cells, in the interleaved [`rounds`] that `--dir` ([`dir`]) runs
+//!   too; [`stats`]: per-request costs from `--stats`; [`median`]: every median, range
+//!   and ratio; [`report`]: table (comfy-table), JSON and SVG (plotters);
 //!   [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
 //!   runtime's per-operation costs, timed by the kernels of [`switch`]; [`setting`]: a

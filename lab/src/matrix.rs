@@ -1,9 +1,10 @@
 //! The matrix runner: every (export, workload, server) cell, `trials` times, each run on
 //! a freshly started daemon, with progress on stderr.
 //!
-//! Why this order: trials are the outer loop, so noise from the shared machine spreads
-//! over all cells instead of hitting one; with `--compare-qsd`, corofuse and qsd run back
-//! to back for each cell, alternating which goes first. A fresh daemon per run keeps
+//! Why this order ([`rounds::schedule`], `--dir`'s too): trials are the outer loop, so noise
+//! from the shared machine spreads over all cells instead of hitting one; with
+//! `--compare-qsd`, corofuse and qsd run back to back for each cell, alternating which goes
+//! first. A fresh daemon per run keeps
 //! runs independent (no state carried from a previous workload) and gives clean
 //! statistics, which are still taken as the difference of two SIGUSR1 snapshots around
 //! the load so that mounting and opening are not counted. Every run on the image on real

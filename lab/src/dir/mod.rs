@@ -6,13 +6,15 @@
 //!
 //! Why inside the image lab: the same rules hold (ratios within one run, servers
 //! interleaved, medians, a fresh daemon per run, nothing left behind) and the same parts
-//! do the work: [`daemon`](crate::daemon) starts and stops the servers,
-//! [`fio`] drives the data rows, the report's table and median.
+//! do the work: [`plan::common`](crate::plan::common) reads the options both labs share,
+//! [`rounds`](crate::rounds) gives the interleaved order and starts and stops the servers
+//! with [`daemon`](crate::daemon), [`fio`] drives the data rows, and the reports share
+//! [`median`](crate::median) and the table.
 //! The project never builds or ships a peer: passthrough_hp is the user's binary
 //! (`--passthrough-hp PATH` or `COROFUSE_PASSTHROUGH_HP`); without it the corofuse rows
 //! run alone and the header says why.
 //!
-//! Layout: [`plan`] (the command line resolved, the interleaved order), [`servers`]
+//! Layout: [`plan`] (the command line resolved), [`servers`]
 //! (command lines and the like-for-like flags), [`tree`] (the source tree),
 //! [`meta`] (the client's timed system calls, hidden `bench dir-client`), [`readdir`] (corofuse's own count of a
 //! listing), [`runner`] (runs the plan), [`report`] (medians, ratios, tables, JSON).
