@@ -26,6 +26,14 @@ pub struct Environment {
 }
 
 impl Environment {
+    /// "kernel K, N CPUs (model), corofuse V", for a report's header.
+    pub fn line(&self) -> String {
+        format!(
+            "kernel {}, {} CPUs ({}), corofuse {}",
+            self.kernel, self.cpus, self.cpu_model, self.corofuse_version
+        )
+    }
+
     pub fn probe() -> Environment {
         let read = |p: &str| {
             std::fs::read_to_string(p)
@@ -67,10 +75,8 @@ pub fn one_way_switch_ns() -> Result<f64, String> {
     let probe = case(10_000)?;
     let per_iter = probe.as_secs_f64() / 10_000.0;
     let iters = ((0.02 / per_iter.max(1e-9)) as u64).clamp(10_000, 2_000_000);
-    let mut runs = Vec::with_capacity(5);
-    for _ in 0..5 {
-        runs.push(case(iters)?.as_nanos() as f64 / iters as f64);
-    }
-    runs.sort_by(f64::total_cmp);
-    Ok(runs[2] / 2.0)
+    let runs = (0..5)
+        .map(|_| Ok(case(iters)?.as_nanos() as f64 / iters as f64))
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok(crate::median::median(runs) / 2.0)
 }

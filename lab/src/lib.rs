@@ -30,8 +30,10 @@
 //!   [`qcow2`]: the qcow2 rows' images (qemu-img); [`daemon`]: start, stats, stop of one
 //!   export daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio
 //!   driver; [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
-//! - [`matrix`]: runs the cells; [`stats`]: per-request costs from `--stats`;
-//!   [`report`]: table, JSON and SVG; [`env`](mod@env): environment and switch cost;
+//! - [`matrix`]: runs the cells, in the interleaved [`rounds`] that `--dir` ([`dir`]) runs
+//!   too; [`stats`]: per-request costs from `--stats`; [`median`]: every median, range
+//!   and ratio; [`report`]: table (comfy-table), JSON and SVG (plotters);
+//!   [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
 //!   runtime's per-operation costs, timed by the kernels of [`switch`]; [`setting`]: a
 //!   kernel setting changed for one run.
@@ -63,11 +65,13 @@ mod interrupt;
 mod lab;
 mod load;
 mod matrix;
+mod median;
 mod mountinfo;
 mod plan;
 mod qcow2;
 mod qsd;
 mod report;
+mod rounds;
 mod setting;
 mod stats;
 pub mod stats_cmd;
@@ -264,8 +268,7 @@ pub fn run(args: &Args) -> Result<(), String> {
 fn lab(args: &LabArgs) -> Result<(), String> {
     let started = Instant::now();
     let plan = plan::build(args)?;
-    check_privileges()?;
-    let mut environment = env::Environment::probe();
+    let mut environment = begin()?;
     if args.fio {
         environment.fio_version = Some(fio::version()?);
     }
@@ -275,11 +278,7 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     if plan.uses_qcow2() {
         environment.qemu_img_version = Some(qcow2::version()?);
     }
-    interrupt::install()?;
-    let _uring = plan
-        .uses_uring()
-        .then(variant::UringSwitch::enable)
-        .transpose()?;
+    let _uring = arm(plan.uses_uring())?;
     let storage = if plan.on_storage() {
         let mut image = storage::prepare(&args.storage_dir, plan.storage_size, args.refill_image)?;
         if image.reused {
@@ -319,18 +318,11 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     drop(lab);
     let report = report::Report::new(environment, options(args, &plan), switch_ns, storage, cells);
     if let Some(path) = &args.svg {
-        std::fs::write(path, report::svg::render(&report))
+        std::fs::write(path, report::svg::render(&report)?)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    } else {
-        print!("{}", report::table::render(&report));
-    }
+    emit(&report, args.json, report::table::render)?;
     if let Some(warning) = plan.one_load_warning() {
         eprintln!("{warning}");
     }
@@ -364,13 +356,46 @@ fn options(args: &LabArgs, plan: &plan::Plan) -> report::Options {
     }
 }
 
-/// The lab mounts with mount(2): it needs euid 0 and a usable /dev/fuse.
-fn check_privileges() -> Result<(), String> {
-    match fuse::mount::mount_unavailable() {
-        None => Ok(()),
-        Some(why) => Err(format!(
+/// Before a lab plans its runs' setup: checks that it can mount (mount(2) needs euid 0 and
+/// a usable /dev/fuse) and probes the environment its report records.
+fn begin() -> Result<env::Environment, String> {
+    if let Some(why) = fuse::mount::mount_unavailable() {
+        return Err(format!(
             "corofuse bench mounts its own exports with mount(2), and cannot here: {why} \
              (run it as root)"
-        )),
+        ));
     }
+    Ok(env::Environment::probe())
+}
+
+/// Before a lab's first mount: Ctrl-C stops it cleanly from now on, and FUSE over io_uring
+/// is on for the run when a variant uses it (until the switch returned is dropped).
+fn arm(uses_uring: bool) -> Result<Option<variant::UringSwitch>, String> {
+    interrupt::install()?;
+    uses_uring.then(variant::UringSwitch::enable).transpose()
+}
+
+/// `corofuse bench ARGS` parsed into the lab's options (the plans' tests).
+#[cfg(test)]
+fn parse_lab(args: &[&str]) -> Result<LabArgs, String> {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+    let args = std::iter::once("bench").chain(args.iter().copied());
+    <Cli as clap::Parser>::try_parse_from(args)
+        .map(|c| c.lab)
+        .map_err(|e| e.to_string())
+}
+
+/// A lab's report on stdout: one JSON document with `--json`, else its `text`.
+fn emit<R: serde::Serialize>(report: &R, json: bool, text: fn(&R) -> String) -> Result<(), String> {
+    if json {
+        let doc = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+        println!("{doc}");
+    } else {
+        print!("{}", text(report));
+    }
+    Ok(())
 }

@@ -1,9 +1,10 @@
 //! The matrix runner: every (export, workload, server) cell, `trials` times, each run on
 //! a freshly started daemon, with progress on stderr.
 //!
-//! Why this order: trials are the outer loop, so noise from the shared machine spreads
-//! over all cells instead of hitting one; with `--compare-qsd`, corofuse and qsd run back
-//! to back for each cell, alternating which goes first. A fresh daemon per run keeps
+//! Why this order ([`rounds::schedule`], `--dir`'s too): trials are the outer loop, so noise
+//! from the shared machine spreads over all cells instead of hitting one; with
+//! `--compare-qsd`, corofuse and qsd run back to back for each cell, alternating which goes
+//! first. A fresh daemon per run keeps
 //! runs independent (no state carried from a previous workload) and gives clean
 //! statistics, which are still taken as the difference of two SIGUSR1 snapshots around
 //! the load so that mounting and opening are not counted. Every run on the image on real
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::affinity;
-use super::daemon::{self, Daemon, Paths};
+use super::daemon::{self, Daemon};
 use super::export::{self, ExportKind, Server};
 use super::lab::Lab;
 use super::load::LoadResult;
@@ -27,7 +28,7 @@ use super::stats::{self, PerRequest};
 use super::storage::{self, Image};
 use super::variant::Variant;
 use super::workload::Workload;
-use super::{child, fio, interrupt, qcow2, qsd};
+use super::{child, fio, interrupt, qcow2, qsd, rounds};
 
 /// One run of one cell.
 #[derive(Clone, Debug, Serialize)]
@@ -68,25 +69,20 @@ pub fn run(plan: &Plan, lab: &Lab, storage: Option<&Image>) -> Result<Vec<Cell>,
             );
         }
     }
-    let total = plan.runs();
-    let mut step = 0;
-    for trial in 0..plan.trials {
-        for group in &mut groups {
-            let n = group.len();
-            let order: Vec<usize> = if trial % 2 == 0 {
-                (0..n).collect()
-            } else {
-                (0..n).rev().collect()
-            };
-            for i in order {
-                step += 1;
-                let cell = &mut group[i];
-                progress_start(step, total, cell, trial, plan.trials);
-                let run = run_one(plan, lab, storage, cell).inspect_err(|_| eprintln!("failed"))?;
-                progress_end(&run);
-                cell.runs.push(run);
-            }
-        }
+    let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+    let steps = rounds::schedule(plan.trials, &sizes);
+    for (i, &step) in steps.iter().enumerate() {
+        let cell = &mut groups[step.group][step.server];
+        let (export, server) = (cell.export.name(), cell.server.name());
+        let what = format!("{export} {} {server}", cell.workload.label());
+        rounds::progress(i, steps.len(), &what, step, plan.trials);
+        let run = run_one(plan, lab, storage, cell).inspect_err(|_| eprintln!("failed"))?;
+        let load = &run.load;
+        eprintln!(
+            "{:.0} IOPS, {:.1} MB/s, p99 {:.1} us",
+            load.iops, load.mb_s, load.p99_us
+        );
+        cell.runs.push(run);
     }
     Ok(groups.into_iter().flatten().collect())
 }
@@ -118,27 +114,6 @@ fn image_of<'a>(
         // Made by `run_one` before each run.
         ExportKind::Qcow2Alloc => None,
     })
-}
-
-fn progress_start(step: usize, total: usize, c: &Cell, trial: usize, trials: usize) {
-    let trial = if trials > 1 {
-        format!(" (trial {}/{trials})", trial + 1)
-    } else {
-        String::new()
-    };
-    eprint!(
-        "[{step}/{total}] {} {} {}{trial} ... ",
-        c.export.name(),
-        c.workload.label(),
-        c.server.name()
-    );
-}
-
-fn progress_end(r: &Run) {
-    eprintln!(
-        "{:.0} IOPS, {:.1} MB/s, p99 {:.1} us",
-        r.load.iops, r.load.mb_s, r.load.p99_us
-    );
 }
 
 /// One run: start the daemon, snapshot, load, snapshot, stop. On the device row: only
@@ -193,9 +168,7 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
     } else {
         None
     };
-    if let Err(e) = daemon.stop() {
-        eprintln!("\ncorofuse bench: warning: {e}");
-    }
+    rounds::stop(&mut daemon);
     let per_request = before
         .zip(after)
         .and_then(|(b, a)| PerRequest::from_stats(&stats::diff(&b, &a), plan.ring_replies));
@@ -208,46 +181,31 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
 
 fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Daemon, String> {
     let mountpoint = lab.mountpoint();
-    let (pidfile, log, stats) = (
-        lab.file("pid"),
-        lab.file("daemon.log"),
-        lab.file("stats.json"),
-    );
-    let corofuse = cell.server.is_corofuse();
-    let paths = Paths {
-        mountpoint: &mountpoint,
-        pidfile: &pidfile,
-        log: &log,
-        stats: corofuse.then_some(stats.as_path()),
-    };
-    let cmd = match cell.server {
-        Server::Corofuse(variant) => {
-            let spec = image.map_or_else(|| "null:1G".to_string(), |p| p.display().to_string());
-            let extra = corofuse_options(cell.export, variant, &plan.mount_opts);
-            daemon::corofuse_command(&spec, &paths, &extra)?
-        }
-        Server::Qsd => qsd::command(
-            &plan.qsd,
-            cell.export,
-            image.unwrap_or(Path::new("")),
-            &paths,
-        )?,
-        Server::Bare => return Err("the rows without FUSE have no daemon".into()),
-    };
-    let name = match cell.server {
-        Server::Corofuse(_) => "corofuse mount",
-        Server::Qsd => qsd::PROGRAM,
-        Server::Bare => "no daemon",
-    };
-    Daemon::start(cmd, name, &paths).map_err(|e| match cell.server {
-        Server::Corofuse(v) if plan.compares_variants() || !plan.mount_opts.is_empty() => {
-            format!(
-                "{e}\n(variant {}, extra options from --mount-opt: {})",
-                v.label(),
-                plan.mount_opts.join(" ")
-            )
-        }
-        _ => e,
+    rounds::start_daemon(lab, &mountpoint, cell.server.is_corofuse(), |paths| {
+        let (cmd, name) = match cell.server {
+            Server::Corofuse(variant) => {
+                let spec = image.map_or_else(|| "null:1G".into(), |p| p.display().to_string());
+                let extra = corofuse_options(cell.export, variant, &plan.mount_opts);
+                let cmd = daemon::corofuse_command(&spec, paths, &extra)?;
+                (cmd, "corofuse mount")
+            }
+            Server::Qsd => {
+                let image = image.unwrap_or(Path::new(""));
+                let cmd = qsd::command(&plan.qsd, cell.export, image, paths)?;
+                (cmd, qsd::PROGRAM)
+            }
+            Server::Bare => return Err("the rows without FUSE have no daemon".into()),
+        };
+        Daemon::start(cmd, name, paths).map_err(|e| match cell.server {
+            Server::Corofuse(v) if plan.compares_variants() || !plan.mount_opts.is_empty() => {
+                format!(
+                    "{e}\n(variant {}, extra options from --mount-opt: {})",
+                    v.label(),
+                    plan.mount_opts.join(" ")
+                )
+            }
+            _ => e,
+        })
     })
 }
 

@@ -95,10 +95,37 @@ impl Plan {
     }
 }
 
-pub fn build(args: &LabArgs) -> Result<Plan, String> {
+/// What both labs read alike from the command line.
+pub struct Common {
+    pub seconds: f64,
+    pub trials: usize,
+    /// `--mount-opt`, split into words.
+    pub mount_opts: Vec<String>,
+    /// The corofuse configurations (`--queues` times `--transport`), at least one.
+    pub variants: Vec<Variant>,
+}
+
+pub fn common(args: &LabArgs) -> Result<Common, String> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err("--seconds must be a positive number".into());
     }
+    Ok(Common {
+        seconds: args.seconds,
+        trials: args.trials as usize,
+        mount_opts: (args.mount_opts.iter())
+            .flat_map(|o| o.split_whitespace().map(String::from))
+            .collect(),
+        variants: Variant::all(&args.queues, &args.transports),
+    })
+}
+
+pub fn build(args: &LabArgs) -> Result<Plan, String> {
+    let Common {
+        seconds,
+        trials,
+        mount_opts,
+        variants,
+    } = common(args)?;
     let exports = exports(&args.only);
     let qcow2 = exports.contains(&ExportKind::Qcow2);
     let rows: Vec<Row> = exports
@@ -129,11 +156,6 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
                 .join(", ")
         ));
     }
-    let mount_opts: Vec<String> = args
-        .mount_opts
-        .iter()
-        .flat_map(|o| o.split_whitespace().map(String::from))
-        .collect();
     for (lab_opt, given) in [
         ("--queues", !args.queues.is_empty()),
         ("--transport", !args.transports.is_empty()),
@@ -145,9 +167,9 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
         }
     }
     Ok(Plan {
-        seconds: args.seconds,
+        seconds,
         storage_size: args.storage_mib << 20,
-        trials: args.trials as usize,
+        trials,
         rows,
         compare_qsd: args.compare_qsd || args.qsd.is_some() || args.qsd_iothreads.is_some(),
         qsd: super::qsd::Qsd {
@@ -157,7 +179,7 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
                 .unwrap_or_else(|| super::qsd::PROGRAM.into()),
             iothreads: args.qsd_iothreads.unwrap_or(0),
         },
-        variants: Variant::all(&args.queues, &args.transports),
+        variants,
         ring_replies: mount_opts.iter().any(|o| o == "--ring-replies"),
         mount_opts,
         placement: args.cpus.map(Placement::choose).transpose()?,
@@ -191,21 +213,9 @@ pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
 mod tests {
     use super::*;
     use crate::export::Server;
+    use crate::parse_lab as parse;
     use crate::storage;
-    use clap::Parser;
     use std::path::Path;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        lab: LabArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<LabArgs, String> {
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
-            .map(|c| c.lab)
-            .map_err(|e| e.to_string())
-    }
 
     fn plan(args: &[&str]) -> Plan {
         build(&parse(args).expect("parses")).expect("plans")

@@ -51,6 +51,8 @@ use io_uring::{opcode, IoUring};
 use runtime::{Config, Runtime};
 use serde::Serialize;
 
+use crate::median::{middle, Spread};
+
 /// Every case, in report order.
 pub const CASES: &[&str] = &[
     "raw_switch",
@@ -499,14 +501,13 @@ pub fn measure_rounds(cases: &[(&str, u64)], runs: usize) -> Option<Vec<CaseResu
     }
     let results = cases.iter().zip(per_run).zip(resident).map(
         |((&(case, iters), per_run_ns), resident_bytes_per_live)| {
-            let mut sorted = per_run_ns.clone();
-            sorted.sort_by(f64::total_cmp);
+            let spread = Spread::of(per_run_ns.iter().copied());
             CaseResult {
                 case: case.to_string(),
                 iters,
-                ns_per_iter: sorted[sorted.len() / 2],
-                min_ns: sorted[0],
-                max_ns: sorted[sorted.len() - 1],
+                ns_per_iter: middle(per_run_ns.iter().copied()),
+                min_ns: spread.min,
+                max_ns: spread.max,
                 per_run_ns,
                 instructions: None,
                 resident_bytes_per_live,
@@ -519,14 +520,7 @@ pub fn measure_rounds(cases: &[(&str, u64)], runs: usize) -> Option<Vec<CaseResu
 /// The median over rounds of `a`'s time over `b`'s in the same round (both measured by one
 /// [`measure_rounds`]).
 pub fn median_ratio(a: &CaseResult, b: &CaseResult) -> f64 {
-    let mut ratios: Vec<f64> = a
-        .per_run_ns
-        .iter()
-        .zip(&b.per_run_ns)
-        .map(|(x, y)| x / y)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
+    middle(a.per_run_ns.iter().zip(&b.per_run_ns).map(|(x, y)| x / y))
 }
 
 /// Iterations that take roughly similar time for each case.

@@ -6,13 +6,15 @@
 //!
 //! Why inside the image lab: the same rules hold (ratios within one run, servers
 //! interleaved, medians, a fresh daemon per run, nothing left behind) and the same parts
-//! do the work: [`daemon`](crate::daemon) starts and stops the servers,
-//! [`fio`] drives the data rows, the report's table and median.
+//! do the work: [`plan::common`](crate::plan::common) reads the options both labs share,
+//! [`rounds`](crate::rounds) gives the interleaved order and starts and stops the servers
+//! with [`daemon`](crate::daemon), [`fio`] drives the data rows, and the reports share
+//! [`median`](crate::median) and the table.
 //! The project never builds or ships a peer: passthrough_hp is the user's binary
 //! (`--passthrough-hp PATH` or `COROFUSE_PASSTHROUGH_HP`); without it the corofuse rows
 //! run alone and the header says why.
 //!
-//! Layout: [`plan`] (the command line resolved, the interleaved order), [`servers`]
+//! Layout: [`plan`] (the command line resolved), [`servers`]
 //! (command lines and the like-for-like flags), [`tree`] (the source tree),
 //! [`meta`] (the client's timed system calls, hidden `bench dir-client`), [`readdir`] (corofuse's own count of a
 //! listing), [`runner`] (runs the plan), [`report`] (medians, ratios, tables, JSON).
@@ -28,7 +30,7 @@ mod tree;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{env, fio, interrupt, lab, mountinfo, variant, LabArgs};
+use super::{fio, lab, mountinfo, LabArgs};
 
 pub use meta::{run as client, Args as ClientArgs};
 
@@ -98,8 +100,7 @@ pub struct DirArgs {
 pub fn run(args: &LabArgs) -> Result<(), String> {
     let started = Instant::now();
     let plan = plan::build(args, std::env::var_os(HP_ENV))?;
-    super::check_privileges()?;
-    let mut environment = env::Environment::probe();
+    let mut environment = super::begin()?;
     if plan.has(|j| matches!(j, plan::Job::Fio(_))) {
         environment.fio_version = Some(fio::version()?);
     }
@@ -117,11 +118,7 @@ pub fn run(args: &LabArgs) -> Result<(), String> {
     if let Some(why) = &plan.hp_absent {
         eprintln!("corofuse bench --dir: {why}");
     }
-    interrupt::install()?;
-    let _uring = plan
-        .uses_uring()
-        .then(variant::UringSwitch::enable)
-        .transpose()?;
+    let _uring = super::arm(plan.uses_uring())?;
     let lab = lab::Lab::new(&plan.scratch_dir)?;
     let tree = tree::Tree::create(&plan)?;
     eprintln!(
@@ -151,14 +148,7 @@ pub fn run(args: &LabArgs) -> Result<(), String> {
     drop(tree);
     drop(lab);
     let report = report::DirReport::new(environment, options, cells);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    } else {
-        print!("{}", report::render(&report));
-    }
+    super::emit(&report, args.json, report::render)?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -1,18 +1,12 @@
-//! `--dir`'s command line resolved: which jobs (each a fresh mount), which servers (the
-//! corofuse configurations, then passthrough_hp's), and the interleaved order they run
-//! in; checked before anything is mounted or written.
-//!
-//! Why the order: trials are the outer loop and, within a job, the servers run back to
-//! back, first to last on even trials and last to first on odd ones, as the image lab's
-//! matrix does: noise from the shared machine falls on every server alike, and neither
-//! always runs first (on a warm or a cold page cache).
+//! `--dir`'s command line resolved: which jobs (each a fresh mount) and which servers
+//! (the corofuse configurations, then passthrough_hp's), run in the interleaved order of
+//! [`crate::rounds`]; checked before anything is mounted or written.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use super::servers::{self, Server};
 use super::RowSet;
-use crate::variant::Variant;
 use crate::workload::{self, wl, Engine, Rw, Workload};
 use crate::LabArgs;
 
@@ -160,28 +154,6 @@ impl DirPlan {
     }
 }
 
-/// One step of the run: trial, index into `jobs`, index into `servers`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Step {
-    pub trial: usize,
-    pub job: usize,
-    pub server: usize,
-}
-
-/// The interleaved order (see the module docs).
-pub fn schedule(trials: usize, jobs: usize, servers: usize) -> Vec<Step> {
-    let mut steps = Vec::with_capacity(trials * jobs * servers);
-    for trial in 0..trials {
-        for job in 0..jobs {
-            for k in 0..servers {
-                let server = if trial % 2 == 0 { k } else { servers - 1 - k };
-                steps.push(Step { trial, job, server });
-            }
-        }
-    }
-    steps
-}
-
 /// The image rows' options that `--dir` has no use for, with whether each was given.
 fn image_only(args: &LabArgs) -> [(&'static str, bool); 10] {
     [
@@ -205,9 +177,7 @@ pub fn build(args: &LabArgs, env_hp: Option<OsString>) -> Result<DirPlan, String
             "{name} is an option of the image rows; --dir does not use it"
         ));
     }
-    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err("--seconds must be a positive number".into());
-    }
+    let common = crate::plan::common(args)?;
     let d = &args.dir;
     let mut entries = d.entries.clone();
     entries.sort_unstable();
@@ -228,16 +198,10 @@ pub fn build(args: &LabArgs, env_hp: Option<OsString>) -> Result<DirPlan, String
             RowSet::Fio => jobs.extend(FIO_ROWS.iter().map(|&f| Job::Fio(f))),
         }
     }
-    let mount_opts: Vec<String> = args
-        .mount_opts
-        .iter()
-        .flat_map(|o| o.split_whitespace().map(String::from))
-        .collect();
-    let mut servers: Vec<Server> = Variant::all(&args.queues, &args.transports)
-        .into_iter()
-        .map(|variant| Server::Corofuse {
+    let mut servers: Vec<Server> = (common.variants.iter())
+        .map(|&variant| Server::Corofuse {
             variant,
-            args: servers::corofuse_args(variant, &mount_opts),
+            args: servers::corofuse_args(variant, &common.mount_opts),
         })
         .collect();
     let hp = d.passthrough_hp.clone().or(env_hp.map(PathBuf::from));
@@ -278,8 +242,8 @@ pub fn build(args: &LabArgs, env_hp: Option<OsString>) -> Result<DirPlan, String
         servers.push(Server::Source);
     }
     Ok(DirPlan {
-        trials: args.trials as usize,
-        seconds: args.seconds,
+        trials: common.trials,
+        seconds: common.seconds,
         files: d.files,
         file_size: d.file_mib << 20,
         entries,
@@ -294,22 +258,11 @@ pub fn build(args: &LabArgs, env_hp: Option<OsString>) -> Result<DirPlan, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        lab: LabArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<LabArgs, String> {
-        Cli::try_parse_from(["bench", "--dir"].into_iter().chain(args.iter().copied()))
-            .map(|c| c.lab)
-            .map_err(|e| e.to_string())
-    }
-
     fn plan(args: &[&str], env: Option<&str>) -> Result<DirPlan, String> {
-        build(&parse(args)?, env.map(OsString::from))
+        let args: Vec<&str> = std::iter::once("--dir")
+            .chain(args.iter().copied())
+            .collect();
+        build(&crate::parse_lab(&args)?, env.map(OsString::from))
     }
 
     #[test]
@@ -448,29 +401,9 @@ mod tests {
             let e = plan(args, None).err().expect("refused");
             assert!(e.contains("--dir does not use it"), "{e}");
         }
-        let no_dir = Cli::try_parse_from(["bench", "--files", "10"]);
-        assert!(no_dir.is_err(), "--files needs --dir");
-    }
-
-    #[test]
-    fn servers_alternate_within_each_job_across_trials() {
-        let order: Vec<(usize, usize, usize)> = schedule(2, 2, 2)
-            .into_iter()
-            .map(|s| (s.trial, s.job, s.server))
-            .collect();
-        assert_eq!(
-            order,
-            [
-                (0, 0, 0),
-                (0, 0, 1),
-                (0, 1, 0),
-                (0, 1, 1),
-                (1, 0, 1),
-                (1, 0, 0),
-                (1, 1, 1),
-                (1, 1, 0),
-            ]
+        assert!(
+            crate::parse_lab(&["--files", "10"]).is_err(),
+            "--files needs --dir"
         );
-        assert_eq!(schedule(3, 13, 3).len(), 3 * 13 * 3);
     }
 }

@@ -13,8 +13,8 @@ use serde::Serialize;
 use super::plan::Section;
 use super::runner::{Cell, Measure, Outcome};
 use crate::env::Environment;
-use crate::report::median;
-use crate::report::table::{num, Table};
+use crate::median::{median, median_of_all, ratio as divide, Spread};
+use crate::report::table::{num, opt, trials, Table};
 
 /// The choices that shaped the numbers.
 #[derive(Debug, Serialize)]
@@ -90,12 +90,9 @@ fn summarise(runs: &[Outcome]) -> Option<Summary> {
     if ok.is_empty() {
         return None;
     }
-    let m = |f: &dyn Fn(&Measure) -> f64| median(ok.iter().map(|x| f(x)).collect());
-    let opt = |f: &dyn Fn(&Measure) -> Option<f64>| {
-        let v: Option<Vec<f64>> = ok.iter().map(|x| f(x)).collect();
-        v.map(median)
-    };
-    let rate: Vec<f64> = ok.iter().map(|x| x.ops_per_second()).collect();
+    let m = |f: &dyn Fn(&Measure) -> f64| median(ok.iter().map(|x| f(x)));
+    let opt = |f: &dyn Fn(&Measure) -> Option<f64>| median_of_all(ok.iter().map(|x| f(x)));
+    let rate = Spread::of(ok.iter().map(|x| x.ops_per_second()));
     let per_entry = |ns: fn(&super::readdir::Listing) -> Option<u64>| {
         move |x: &Measure| {
             x.listing
@@ -106,9 +103,9 @@ fn summarise(runs: &[Outcome]) -> Option<Summary> {
     };
     Some(Summary {
         ops: m(&|x| x.ops as f64),
-        ops_per_second: median(rate.clone()),
-        ops_per_second_min: rate.iter().copied().fold(f64::INFINITY, f64::min),
-        ops_per_second_max: rate.iter().copied().fold(0.0, f64::max),
+        ops_per_second: rate.median,
+        ops_per_second_min: rate.min,
+        ops_per_second_max: rate.max,
         us_per_op: m(&|x| x.us_per_op()),
         mb_s: opt(&|x| x.fio.as_ref().map(|f| f.mb_s)),
         p99_us: opt(&|x| x.fio.as_ref().map(|f| f.p99_us)),
@@ -161,7 +158,9 @@ impl DirReport {
                 .iter()
                 .find(|p| Some(&p.server) == hp.as_ref() && p.row == rows[i].row);
             if rows[i].corofuse {
-                rows[i].vs_hp = rate(&rows[i]).zip(peer.and_then(rate)).map(|(a, b)| a / b);
+                rows[i].vs_hp = rate(&rows[i])
+                    .zip(peer.and_then(rate))
+                    .map(|(a, b)| divide(a, b));
             }
             if rows[i].section == Section::Readdir {
                 let smallest = rows
@@ -169,7 +168,7 @@ impl DirReport {
                     .find(|p| p.section == Section::Readdir && p.server == rows[i].server);
                 rows[i].vs_smallest = time(&rows[i])
                     .zip(smallest.and_then(time))
-                    .map(|(a, b)| a / b);
+                    .map(|(a, b)| divide(a, b));
             }
         }
         DirReport {
@@ -194,10 +193,6 @@ fn count(v: f64) -> String {
     } else {
         format!("{v:.1}")
     }
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), num)
 }
 
 /// The errors of a table's rows, numbered, printed under it.
@@ -260,12 +255,7 @@ pub fn render(r: &DirReport) -> String {
 
 fn header(r: &DirReport) -> String {
     let o = &r.options;
-    let e = &r.environment;
-    let trials = if o.trials > 1 {
-        format!("median of {} interleaved trials", o.trials)
-    } else {
-        "1 trial".into()
-    };
+    let trials = trials(o.trials);
     let width = o.servers.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let servers: String = o
         .servers
@@ -285,7 +275,7 @@ fn header(r: &DirReport) -> String {
     format!(
         "corofuse bench --dir: {trials}, every row on a fresh mount, servers interleaved; \
          fio {} s per run on a {} MiB file, O_DIRECT\n\
-         kernel {}, {} CPUs ({}), corofuse {}\n\
+         {}\n\
          source tree: {} ({})\n\
          servers:\n{servers}{hp}\
          ops/s = the client's operations (files, entries, I/Os) per second; us/op = its \
@@ -298,10 +288,7 @@ fn header(r: &DirReport) -> String {
          times are clock ticks: a row shorter than a few ticks reads 0.\n",
         fmt_seconds(o.seconds),
         o.file_mib,
-        e.kernel,
-        e.cpus,
-        e.cpu_model,
-        e.corofuse_version,
+        r.environment.line(),
         o.tree,
         o.tree_fs,
     )

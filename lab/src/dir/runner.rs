@@ -1,5 +1,5 @@
 //! Runs `--dir`'s plan: every (job, server) on a freshly started daemon, in the
-//! interleaved order of [`schedule`], with progress on stderr, and an error per row
+//! interleaved order of [`rounds::schedule`], with progress on stderr, and an error per row
 //! rather than an end to the run when a row fails (a daemon that does not start, an
 //! EMFILE, a fio error): the other rows go on.
 //!
@@ -16,13 +16,14 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::meta::{self, Op, Timed};
-use super::plan::{schedule, DirPlan, Job, Section};
+use super::plan::{DirPlan, Job, Section};
 use super::readdir::{self, Listing};
 use super::servers::Server;
 use super::tree::Tree;
-use crate::daemon::{Daemon, Paths};
+use crate::daemon::Daemon;
 use crate::lab::Lab;
 use crate::load::LoadResult;
+use crate::rounds::{self, stop};
 use crate::{child, fio, interrupt};
 
 /// How long one client phase may take before it is killed (a stuck FUSE request).
@@ -114,26 +115,16 @@ pub fn run(plan: &DirPlan, lab: &Lab, tree: &Tree) -> Result<Vec<Cell>, String> 
                 .collect()
         })
         .collect();
-    let steps = schedule(plan.trials, plan.jobs.len(), plan.servers.len());
-    for (i, step) in steps.iter().enumerate() {
-        let (job, server) = (&plan.jobs[step.job], &plan.servers[step.server]);
-        let trial = if plan.trials > 1 {
-            format!(" (trial {}/{})", step.trial + 1, plan.trials)
-        } else {
-            String::new()
-        };
-        eprint!(
-            "[{}/{}] {} {}{trial} ... ",
-            i + 1,
-            steps.len(),
-            job.rows(plan).join(", "),
-            server.name()
-        );
+    let steps = rounds::schedule(plan.trials, &vec![plan.servers.len(); plan.jobs.len()]);
+    for (i, &step) in steps.iter().enumerate() {
+        let (job, server) = (&plan.jobs[step.group], &plan.servers[step.server]);
+        let what = format!("{} {}", job.rows(plan).join(", "), server.name());
+        rounds::progress(i, steps.len(), &what, step, plan.trials);
         let outcomes = run_one(plan, lab, tree, job, server, i)?;
         interrupt::check()?;
         let summary: Vec<String> = outcomes.iter().map(progress).collect();
         eprintln!("{}", summary.join("; "));
-        for (cell, outcome) in cells[step.job].iter_mut().zip(outcomes) {
+        for (cell, outcome) in cells[step.group].iter_mut().zip(outcomes) {
             cell[step.server].runs.push(outcome);
         }
     }
@@ -362,27 +353,12 @@ fn client(lab: &Lab, op: Op, dir: &Path, files: u64) -> Timed {
 
 fn start(lab: &Lab, tree: &Tree, server: &Server) -> Result<Daemon, String> {
     let mountpoint = lab.dir_mountpoint()?;
-    let (pidfile, log, stats) = (
-        lab.file("pid"),
-        lab.file("daemon.log"),
-        lab.file("stats.json"),
-    );
-    let paths = Paths {
-        mountpoint: &mountpoint,
-        pidfile: &pidfile,
-        log: &log,
-        stats: server.is_corofuse().then_some(stats.as_path()),
-    };
-    let cmd = server.command(tree.root(), &paths)?;
-    if server.is_corofuse() {
-        Daemon::start(cmd, "corofuse mount-dir", &paths)
-    } else {
-        Daemon::start_foreground(cmd, "passthrough_hp", &paths)
-    }
-}
-
-fn stop(daemon: &mut Daemon) {
-    if let Err(e) = daemon.stop() {
-        eprintln!("\ncorofuse bench: warning: {e}");
-    }
+    rounds::start_daemon(lab, &mountpoint, server.is_corofuse(), |paths| {
+        let cmd = server.command(tree.root(), paths)?;
+        if server.is_corofuse() {
+            Daemon::start(cmd, "corofuse mount-dir", paths)
+        } else {
+            Daemon::start_foreground(cmd, "passthrough_hp", paths)
+        }
+    })
 }

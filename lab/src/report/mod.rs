@@ -16,6 +16,7 @@ use super::affinity::{Cpus, Placement};
 use super::env::Environment;
 use super::export::{ExportKind, Server};
 use super::matrix::{Cell, Run};
+use super::median::{median, median_of_all, ratio, Spread};
 use super::storage::Image;
 use super::variant::Variant;
 
@@ -208,60 +209,40 @@ fn mark_variants(cells: &mut [CellReport]) {
 }
 
 fn ratios(a: &Summary, b: &Summary) -> Ratios {
-    let r = |x: f64, y: f64| if y > 0.0 { x / y } else { f64::NAN };
     Ratios {
-        iops: r(a.iops, b.iops),
-        mb_s: r(a.mb_s, b.mb_s),
-        mean_us: r(a.mean_us, b.mean_us),
-        p99_us: r(a.p99_us, b.p99_us),
+        iops: ratio(a.iops, b.iops),
+        mb_s: ratio(a.mb_s, b.mb_s),
+        mean_us: ratio(a.mean_us, b.mean_us),
+        p99_us: ratio(a.p99_us, b.p99_us),
     }
-}
-
-/// The median of `v` (mean of the middle two for an even count); 0 when empty.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The median of an optional field, when every run has it.
-fn median_opt(runs: &[Run], f: impl Fn(&Run) -> Option<f64>) -> Option<f64> {
-    let v: Option<Vec<f64>> = runs.iter().map(f).collect();
-    v.filter(|v| !v.is_empty()).map(median)
 }
 
 fn summarise(runs: &[Run], switch_ns: f64) -> Summary {
-    let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
-    let iops: Vec<f64> = runs.iter().map(|r| r.load.iops).collect();
-    let switches = median_opt(runs, |r| r.per_request.map(|p| p.switches));
+    let m = |f: fn(&Run) -> f64| median(runs.iter().map(f));
+    let all = |f: &dyn Fn(&Run) -> Option<f64>| median_of_all(runs.iter().map(f));
+    let iops = Spread::of(runs.iter().map(|r| r.load.iops));
+    let switches = all(&|r| r.per_request.map(|p| p.switches));
     Summary {
-        iops: median(iops.clone()),
-        iops_min: iops.iter().copied().fold(f64::INFINITY, f64::min),
-        iops_max: iops.iter().copied().fold(0.0, f64::max),
+        iops: iops.median,
+        iops_min: iops.min,
+        iops_max: iops.max,
         mb_s: m(|r| r.load.mb_s),
         mean_us: m(|r| r.load.mean_us),
         p50_us: m(|r| r.load.p50_us),
         p99_us: m(|r| r.load.p99_us),
         max_us: m(|r| r.load.max_us),
-        daemon_cpu_pct: median_opt(runs, |r| r.daemon_cpu_pct),
-        daemon_cpu_us_per_request: median_opt(runs, |r| {
+        daemon_cpu_pct: all(&|r| r.daemon_cpu_pct),
+        daemon_cpu_us_per_request: all(&|r| {
             r.daemon_cpu_pct
                 .filter(|_| r.load.iops > 0.0)
                 .map(|pct| pct / 100.0 / r.load.iops * 1e6)
         }),
-        load_cpu_pct: median_opt(runs, |r| r.load.cpu_pct),
+        load_cpu_pct: all(&|r| r.load.cpu_pct),
         switches_per_request: switches,
         coroutine_ns_per_request: switches.map(|s| s * switch_ns),
-        sqes_per_request: median_opt(runs, |r| r.per_request.map(|p| p.sqes)),
-        enters_per_request: median_opt(runs, |r| r.per_request.map(|p| p.enters)),
-        syscalls_per_request: median_opt(runs, |r| r.per_request.map(|p| p.syscalls)),
+        sqes_per_request: all(&|r| r.per_request.map(|p| p.sqes)),
+        enters_per_request: all(&|r| r.per_request.map(|p| p.enters)),
+        syscalls_per_request: all(&|r| r.per_request.map(|p| p.syscalls)),
     }
 }
 
@@ -407,13 +388,6 @@ pub(crate) mod sample {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(vec![]), 0.0);
-    }
 
     #[test]
     fn summaries_and_ratios() {

@@ -6,10 +6,14 @@
 //! column puts each export's IOPS beside its ceiling; with the qcow2 rows, a "vs raw"
 //! column puts them beside the disk row's (the raw export of the same data).
 
+use comfy_table::{presets::NOTHING, CellAlignment};
+
 use super::{CellReport, Report};
 use crate::export::ExportKind;
 
-/// Column-aligned text: the first `left` columns are left-aligned, the rest right-aligned.
+/// Column-aligned text, two spaces between columns and no borders (comfy-table): the first
+/// `left` columns are left-aligned, the rest right-aligned; no header line when there are
+/// no headers (a key/value listing).
 pub struct Table {
     pub headers: Vec<String>,
     pub rows: Vec<Vec<String>>,
@@ -18,32 +22,21 @@ pub struct Table {
 
 impl Table {
     pub fn render(&self) -> String {
-        // No header line when there are no headers (a key/value listing).
-        let header = (!self.headers.is_empty()).then_some(&self.headers);
-        let lines: Vec<&Vec<String>> = header.into_iter().chain(&self.rows).collect();
-        let cols = lines.iter().map(|r| r.len()).max().unwrap_or(0);
-        let mut width = vec![0; cols];
-        for row in &lines {
-            for (w, cell) in width.iter_mut().zip(row.iter()) {
-                *w = (*w).max(cell.chars().count());
-            }
+        let mut t = comfy_table::Table::new();
+        t.load_preset(NOTHING);
+        if !self.headers.is_empty() {
+            t.set_header(&self.headers);
         }
-        let mut out = String::new();
-        for row in lines {
-            let line: Vec<String> = (0..cols)
-                .map(|i| {
-                    let cell = row.get(i).map_or("", String::as_str);
-                    if i < self.left {
-                        format!("{cell:<w$}", w = width[i])
-                    } else {
-                        format!("{cell:>w$}", w = width[i])
-                    }
-                })
-                .collect();
-            out.push_str(line.join("  ").trim_end());
-            out.push('\n');
+        t.add_rows(&self.rows);
+        for (i, column) in t.column_iter_mut().enumerate() {
+            column.set_padding((0, 2));
+            column.set_cell_alignment(if i < self.left {
+                CellAlignment::Left
+            } else {
+                CellAlignment::Right
+            });
         }
-        out
+        t.lines().map(|l| l.trim_end().to_owned() + "\n").collect()
     }
 }
 
@@ -60,7 +53,7 @@ pub fn num(v: f64) -> String {
     }
 }
 
-fn opt(v: Option<f64>) -> String {
+pub fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), num)
 }
 
@@ -69,6 +62,15 @@ fn ratio(v: f64) -> String {
         format!("{v:.2}x")
     } else {
         "-".into()
+    }
+}
+
+/// "median of N interleaved trials", or "1 trial".
+pub fn trials(n: usize) -> String {
+    if n > 1 {
+        format!("median of {n} interleaved trials")
+    } else {
+        "1 trial".into()
     }
 }
 
@@ -82,7 +84,6 @@ pub fn render(r: &Report) -> String {
 
 fn header(r: &Report) -> String {
     let o = &r.options;
-    let e = &r.environment;
     let load = if o.load == "fio" {
         "fio"
     } else {
@@ -93,11 +94,7 @@ fn header(r: &Report) -> String {
     } else {
         load.to_string()
     };
-    let trials = if o.trials > 1 {
-        format!("median of {} interleaved trials", o.trials)
-    } else {
-        "1 trial".into()
-    };
+    let trials = trials(o.trials);
     let placement = match o.placement {
         Some(p) => match p.daemon {
             Some(d) => format!("daemon on CPU {d}, load on CPU {}", p.load),
@@ -112,7 +109,7 @@ fn header(r: &Report) -> String {
     };
     format!(
         "corofuse bench: {load} (O_DIRECT), {} s per run, {trials}; placement: {placement}\n\
-         kernel {}, {} CPUs ({}), corofuse {}, extra mount options: {opts}\n\
+         {}, extra mount options: {opts}\n\
          local = the same load on /dev/zero (reads) or /dev/null (writes), no FUSE: what \
          the load itself can drive, the ceiling of null and file.\n\
          cpu% = daemon CPU time / wall time (100 = one CPU); cpu us/req = daemon CPU \
@@ -123,10 +120,7 @@ fn header(r: &Report) -> String {
          sys/req = io_uring_enter calls + one writev per reply (unless --ring-replies) \
          + /dev/fuse reads when counted.\n{}{}",
         o.seconds,
-        e.kernel,
-        e.cpus,
-        e.cpu_model,
-        e.corofuse_version,
+        r.environment.line(),
         r.switch_one_way_ns,
         variants_header(r),
         storage_header(r)
@@ -195,132 +189,106 @@ fn storage_header(r: &Report) -> String {
     )
 }
 
-/// Which optional columns the table has.
-#[derive(Clone, Copy)]
-struct Columns {
-    /// The server column: qsd ran, or several corofuse variants did.
-    server: bool,
-    trials: bool,
-    device: bool,
-    raw: bool,
-    variants: bool,
-}
+/// Every column the table can have; [`table`] leaves out the optional ones (server, IOPS
+/// min-max and the ratios) that say nothing in a run.
+const HEADERS: [&str; 19] = [
+    "export",
+    "workload",
+    "server",
+    "IOPS",
+    "IOPS min-max",
+    "vs device",
+    "vs raw",
+    "vs base",
+    "MB/s",
+    "mean us",
+    "p99 us",
+    "cpu%",
+    "cpu us/req",
+    "load%",
+    "sw/req",
+    "co ns/req",
+    "sqe/req",
+    "enter/req",
+    "sys/req",
+];
 
 fn table(r: &Report) -> Table {
     let variants = r.options.variants.len() > 1;
-    let cols = Columns {
-        server: r.options.compare_qsd || variants,
-        trials: r.options.trials > 1,
-        device: r.cells.iter().any(|c| c.export.on_storage()),
-        raw: r.cells.iter().any(|c| c.export.qcow2()),
+    // The server column: qsd ran, or several corofuse variants did.
+    let server = r.options.compare_qsd || variants;
+    let shown = [
+        true,
+        true,
+        server,
+        true,
+        r.options.trials > 1,
+        r.cells.iter().any(|c| c.export.on_storage()),
+        r.cells.iter().any(|c| c.export.qcow2()),
         variants,
+    ];
+    let keep = |row: Vec<String>| -> Vec<String> {
+        let shown = shown.iter().chain(std::iter::repeat(&true));
+        row.into_iter()
+            .zip(shown)
+            .filter_map(|(cell, &s)| s.then_some(cell))
+            .collect()
     };
-    let mut headers = vec!["export", "workload"];
-    if cols.server {
-        headers.push("server");
-    }
-    headers.push("IOPS");
-    if cols.trials {
-        headers.push("IOPS min-max");
-    }
-    if cols.device {
-        headers.push("vs device");
-    }
-    if cols.raw {
-        headers.push("vs raw");
-    }
-    if cols.variants {
-        headers.push("vs base");
-    }
-    headers.extend([
-        "MB/s",
-        "mean us",
-        "p99 us",
-        "cpu%",
-        "cpu us/req",
-        "load%",
-        "sw/req",
-        "co ns/req",
-        "sqe/req",
-        "enter/req",
-        "sys/req",
-    ]);
     let mut rows = Vec::new();
     // Cells of one (export, workload) are adjacent: print them, then their ratio row.
     for group in r
         .cells
         .chunk_by(|a, b| a.export == b.export && a.workload == b.workload)
     {
-        rows.extend(group.iter().map(|c| row(c, cols)));
+        rows.extend(group.iter().map(|c| keep(row(c))));
         // The ratio to qsd of the one variant, or of the best of several.
         let vs_qsd = group
             .iter()
-            .filter(|c| c.best || !cols.variants)
+            .filter(|c| c.best || !variants)
             .find_map(|c| c.vs_qsd);
         if let Some(v) = vs_qsd {
-            let label = if cols.variants {
-                "best/qsd"
-            } else {
-                "corofuse/qsd"
-            };
-            let mut ratio_row = vec![String::new(), String::new(), label.into()];
-            ratio_row.push(ratio(v.iops));
-            if cols.trials {
-                ratio_row.push(String::new());
-            }
-            if cols.device {
-                ratio_row.push(String::new());
-            }
-            if cols.raw {
-                ratio_row.push(String::new());
-            }
-            if cols.variants {
-                ratio_row.push(String::new());
-            }
+            let label = if variants { "best/qsd" } else { "corofuse/qsd" };
+            let mut ratio_row = vec![String::new(); 8];
+            (ratio_row[2], ratio_row[3]) = (label.into(), ratio(v.iops));
             ratio_row.extend([ratio(v.mb_s), ratio(v.mean_us), ratio(v.p99_us)]);
-            rows.push(ratio_row);
+            rows.push(keep(ratio_row));
         }
     }
     Table {
-        headers: headers.into_iter().map(String::from).collect(),
+        headers: keep(HEADERS.map(String::from).to_vec()),
         rows,
-        left: if cols.server { 3 } else { 2 },
+        left: if server { 3 } else { 2 },
     }
 }
 
-fn row(c: &CellReport, cols: Columns) -> Vec<String> {
+/// Every column of [`HEADERS`] for one cell.
+fn row(c: &CellReport) -> Vec<String> {
     let m = &c.median;
-    let mut row = vec![c.export.name().to_string(), c.label.clone()];
-    if cols.server {
-        row.push(if c.best {
-            format!("{} (best)", c.server.name())
-        } else {
-            c.server.name()
-        });
-    }
-    row.push(format!("{:.0}", m.iops));
-    if cols.trials {
-        row.push(format!("{:.0}-{:.0}", m.iops_min, m.iops_max));
-    }
-    if cols.device {
-        row.push(match (c.export, c.vs_device) {
-            (ExportKind::Device, _) => "ceiling".into(),
-            (_, Some(v)) => ratio(v),
-            (e, None) if e.on_storage() => "-".into(),
-            _ => String::new(),
-        });
-    }
-    if cols.raw {
-        row.push(match (c.export.qcow2(), c.vs_raw) {
-            (true, Some(v)) => ratio(v),
-            (true, None) => "-".into(),
-            (false, _) => String::new(),
-        });
-    }
-    if cols.variants {
-        row.push(c.vs_base.map(ratio).unwrap_or_default());
-    }
-    row.extend([
+    let server = if c.best {
+        format!("{} (best)", c.server.name())
+    } else {
+        c.server.name()
+    };
+    let vs_device = match (c.export, c.vs_device) {
+        (ExportKind::Device, _) => "ceiling".into(),
+        (_, Some(v)) => ratio(v),
+        (e, None) if e.on_storage() => "-".into(),
+        _ => String::new(),
+    };
+    let vs_raw = match (c.export.qcow2(), c.vs_raw) {
+        (true, Some(v)) => ratio(v),
+        (true, None) => "-".into(),
+        (false, _) => String::new(),
+    };
+    vec![
+        c.export.name().to_string(),
+        c.label.clone(),
+        server,
+        format!("{:.0}", m.iops),
+        format!("{:.0}-{:.0}", m.iops_min, m.iops_max),
+        vs_device,
+        vs_raw,
+        c.vs_base.map(ratio).unwrap_or_default(),
         num(m.mb_s),
         num(m.mean_us),
         num(m.p99_us),
@@ -332,8 +300,7 @@ fn row(c: &CellReport, cols: Columns) -> Vec<String> {
         opt(m.sqes_per_request),
         opt(m.enters_per_request),
         opt(m.syscalls_per_request),
-    ]);
-    row
+    ]
 }
 
 #[cfg(test)]
