@@ -318,7 +318,7 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     drop(lab);
     let report = report::Report::new(environment, options(args, &plan), switch_ns, storage, cells);
     if let Some(path) = &args.svg {
-        std::fs::write(path, report::svg::render(&report)?)
+        std::fs::write(path, report::svg::render(&report))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
