@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dir_export::{Cache, DirFs, DirOptions, PassthroughPolicy};
+use dir_export::{Cache, DirFs, DirOptions, LookupPolicy, PassthroughPolicy};
 
 use server::Target;
 
@@ -54,6 +54,12 @@ pub struct Args {
     /// `never`. Where the kernel lacks it, or with --writeback: one log line, and never
     #[arg(long, value_enum, default_value = "auto")]
     passthrough: PassthroughArg,
+    /// How LOOKUP walks the source in coroutine dispatch: `ring` (io_uring's openat2: a
+    /// lookup the source is slow to answer holds back no other request), `direct`
+    /// (openat(2) on the loop: cheaper where the source answers from memory) or `auto`
+    /// (ring on a network or FUSE source, direct on a local one)
+    #[arg(long, value_enum, default_value = "auto")]
+    lookups: LookupsArg,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -64,6 +70,14 @@ enum PassthroughArg {
     Auto,
     Always,
     Never,
+}
+
+/// `--lookups` as clap spells it.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LookupsArg {
+    Auto,
+    Ring,
+    Direct,
 }
 
 /// `--cache` as clap spells it.
@@ -100,6 +114,11 @@ pub fn run(args: &Args) -> Result<(), String> {
             PassthroughArg::Auto => PassthroughPolicy::Auto,
             PassthroughArg::Always => PassthroughPolicy::Always,
             PassthroughArg::Never => PassthroughPolicy::Never,
+        },
+        lookups: match args.lookups {
+            LookupsArg::Auto => LookupPolicy::Auto,
+            LookupsArg::Ring => LookupPolicy::Ring,
+            LookupsArg::Direct => LookupPolicy::Direct,
         },
     };
     let fs =

@@ -37,10 +37,11 @@
 //!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
 //!   served as before.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
-//!   through the ring, and so does the path walk of every LOOKUP (`IORING_OP_OPENAT2`:
-//!   a name in the source's dentry cache opens at submission, as fast as openat(2), a
-//!   cold or remote one in a kernel worker while the loop serves others; tested with a
-//!   source that stalls a lookup, `dir/tests/stall.rs`). The other metadata calls run
+//!   through the ring, and so does the path walk of every LOOKUP on a network or FUSE
+//!   source ([`LookupPolicy`]: `IORING_OP_OPENAT2`, a name in the source's dentry cache
+//!   opens at submission, any other in a kernel worker while the loop serves others;
+//!   tested with a source that stalls a lookup, `dir/tests/stall.rs`). On a local source
+//!   lookups run directly: measured, the ring costs more there than it saves. The other metadata calls run
 //!   directly on the loop: `fstat` of descriptors already open, the `*at` calls that
 //!   make, rename or remove names (each on a directory the lookup already walked to),
 //!   xattrs, getdents64 (io_uring has no such operation) and READDIRPLUS's lookups (made
@@ -125,6 +126,30 @@ pub struct DirOptions {
     /// Which opens FUSE passthrough serves (never with `writeback`: the kernel has no
     /// passthrough beside the writeback cache).
     pub passthrough: PassthroughPolicy,
+    /// How LOOKUP walks the source's path in coroutine dispatch.
+    pub lookups: LookupPolicy,
+}
+
+/// How LOOKUP walks the source's path in coroutine dispatch: through the loop's ring
+/// (`IORING_OP_OPENAT2`: a stalled lookup holds back only its own request) or directly
+/// (`openat(2)` on the loop).
+///
+/// Measured (BENCHMARKS.md, "Lookups through the ring"): on a local ext4 source the ring
+/// costs nothing where the name is in the source's dentry cache (opened at submission)
+/// but every other name, and every name a CREATE looks up first (not there yet), goes to
+/// an io_uring worker thread: `create` ran at 0.4-1.0x and 1.0-2.9x the daemon CPU per
+/// file. A local file system answers those lookups from its page cache without waiting,
+/// so the ring buys nothing there; a network or FUSE source is where a lookup waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LookupPolicy {
+    /// The ring where the source is a network or FUSE file system (NFS, SMB, 9p, Ceph,
+    /// AFS, Lustre, GlusterFS and the like through FUSE...), directly elsewhere.
+    #[default]
+    Auto,
+    /// Always the ring.
+    Ring,
+    /// Always directly.
+    Direct,
 }
 
 impl Default for DirOptions {
@@ -136,6 +161,7 @@ impl Default for DirOptions {
             writeback: false,
             node_fds: None,
             passthrough: PassthroughPolicy::Auto,
+            lookups: LookupPolicy::Auto,
         }
     }
 }
@@ -212,6 +238,8 @@ pub struct DirFs {
     passthrough: backing::Session,
     /// Lock owners' descriptions on the source files.
     locks: Locks,
+    /// LOOKUP walks the source through the loop's ring ([`LookupPolicy`]).
+    ring_lookups: bool,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -249,8 +277,22 @@ impl DirFs {
             .node_fds
             .unwrap_or_else(|| usize::try_from(limit / 2).unwrap_or(usize::MAX));
         log::debug!("open-file limit {limit}, node descriptors kept open {node_fds}");
+        let tree = Tree::new(source, options.read_only, node_fds)?;
+        let ring_lookups = match options.lookups {
+            LookupPolicy::Ring => true,
+            LookupPolicy::Direct => false,
+            LookupPolicy::Auto => {
+                let root = tree.node(crate::inodes::ROOT)?.handle()?;
+                let remote = sys::remote_file_system(root.as_fd());
+                if let Some(kind) = remote {
+                    log::info!("the source is on {kind}: lookups go through the ring");
+                }
+                remote.is_some()
+            }
+        };
         Ok(DirFs {
-            tree: Tree::new(source, options.read_only, node_fds)?,
+            tree,
+            ring_lookups,
             handles: Handles::default(),
             options,
             source: source.display().to_string(),
@@ -841,7 +883,14 @@ impl DirFs {
         let _acting =
             Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
         match req.op {
-            Operation::Lookup { name } => self.entry(unique, s, tree.lookup(cx, node, name)),
+            Operation::Lookup { name } => {
+                let walk = if self.ring_lookups {
+                    cx
+                } else {
+                    &Ctx::Blocking
+                };
+                self.entry(unique, s, tree.lookup(walk, node, name))
+            }
             Operation::Getattr { arg } => self.getattr(req, arg, s),
             Operation::Setattr { arg } => self.setattr(req, arg, s),
             Operation::Access { arg } => status(unique, tree.access(node, arg.mask as i32)),

@@ -35,7 +35,7 @@ mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
-pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats, PassthroughPolicy};
+pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats, LookupPolicy, PassthroughPolicy};
 pub use handles::{Backed, Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use nodefd::DescriptorStats;

@@ -32,7 +32,8 @@
 //!   driver; [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells, in the interleaved [`rounds`] that `--dir` ([`dir`]) runs
 //!   too; [`stats`]: per-request costs from `--stats`; [`median`]: every median, range
-//!   and ratio; [`report`]: table (comfy-table), JSON and SVG (plotters);
+//!   and ratio; [`report`]: table (comfy-table), JSON and SVG (by hand: plotters would
+//!   lose the per-bar hover titles);
 //!   [`env`](mod@env): environment and switch cost;
 //! - [`stats_cmd`]: `corofuse stats PATH`; [`bench_switch`] (`bench switch`): the
 //!   runtime's per-operation costs, timed by the kernels of [`switch`]; [`setting`]: a
