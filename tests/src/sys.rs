@@ -299,3 +299,11 @@ pub fn open_by_handle(mount: &Path, handle: &FileHandle, flags: i32) -> Result<f
     // SAFETY: a fresh descriptor the call returned, owned by nothing else.
     Ok(unsafe { fs::File::from_raw_fd(rc as i32) })
 }
+
+/// `removexattr(2)` of `name` on `path`.
+pub fn removexattr(path: &Path, name: &str) -> io::Result<()> {
+    let path = c_path(path)?;
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    syscall!(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+}

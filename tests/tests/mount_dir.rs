@@ -661,3 +661,40 @@ fn mount_dir_file_handles_outlive_the_dentry_cache(mode: Dispatch) {
     drop((file, inner, sub));
     export.stop();
 }
+
+dispatch_tests!(mount_dir_thousands_of_xattrs_list_and_go_as_on_the_source[coroutine, threads, uring]);
+/// 3,000 extended attributes on one file (a listing of 45 KB) set, listed and removed
+/// through the mount as on the source, the suite's case of a file with thousands. The
+/// source is on /dev/shm: tmpfs holds that many (ext4 holds one block's worth on both).
+fn mount_dir_thousands_of_xattrs_list_and_go_as_on_the_source(mode: Dispatch) {
+    use corofuse_tests::sys::{listxattr, removexattr, setxattr};
+    let src = tempfile::tempdir_in("/dev/shm").unwrap();
+    fs::write(src.path().join("direct"), b"").unwrap();
+    fs::write(src.path().join("through"), b"").unwrap();
+    if let Err(e) = setxattr(&src.path().join("direct"), "user.probe", b"v") {
+        corofuse_tests::require::report_skip(&format!("no user xattrs on /dev/shm here: {e}"));
+        return;
+    }
+    removexattr(&src.path().join("direct"), "user.probe").unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let export = MountedExport::start_dir(src.path(), mnt.path(), mode, &[]);
+    let names: Vec<String> = (0..3000).map(|i| format!("user.attr{i:05}")).collect();
+    let (direct, through) = (src.path().join("direct"), export.path().join("through"));
+    for name in &names {
+        setxattr(&direct, name, b"value").unwrap();
+        setxattr(&through, name, b"value").unwrap();
+    }
+    let listed = listxattr(&through).expect("list through the mount");
+    assert_eq!(listed.len(), 3000, "{mode}");
+    assert_eq!(
+        listed,
+        listxattr(&direct).unwrap(),
+        "{mode}: as on the source"
+    );
+    for name in &names {
+        removexattr(&through, name).unwrap();
+    }
+    assert!(listxattr(&through).unwrap().is_empty(), "{mode}");
+    assert!(listxattr(&src.path().join("through")).unwrap().is_empty());
+    export.stop();
+}
