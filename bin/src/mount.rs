@@ -175,6 +175,9 @@ pub fn section(
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
+    // Before any thread starts (the backend and the export may start some), so that every
+    // thread inherits the blocked signals.
+    let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
     }
@@ -223,20 +226,22 @@ pub fn run(args: &Args) -> Result<(), String> {
         directory: false,
         read_only: false,
     };
-    serve_mounted(&args.serve, &target, export, report)
+    serve_mounted(&args.serve, &target, export, report, signals)
 }
 
 /// Mounts `fs` on `target`, writes the pidfile, serves as `args` say until SIGINT/SIGTERM
 /// or the unmount, then writes `--stats`: the life of every corofuse export. Serving is
 /// the `server` crate's; this adds the signals, the pidfile and the stats file.
+///
+/// `signals` must have been made before the file system started any thread of its own,
+/// so that every thread has the handled signals blocked ([`SignalFd::new`]).
 pub fn serve_mounted<F: FileSystem>(
     args: &ServeArgs,
     target: &Target,
     fs: Arc<F>,
     report: ReportFn,
+    signals: SignalFd,
 ) -> Result<(), String> {
-    // Before any thread starts, so that every thread inherits the blocked signals.
-    let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
     let server = Server::mount(fs, target, &args.options())?;
     if let Some(path) = &args.pidfile {
         crate::out_file::replace(path, format!("{}\n", std::process::id()).as_bytes())

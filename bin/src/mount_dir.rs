@@ -14,11 +14,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dir_export::{Cache, DirFs, DirOptions, LookupPolicy, PassthroughPolicy};
+use dir_export::{Cache, DirFs, DirOptions, MetadataPolicy, PassthroughPolicy};
 
 use server::Target;
 
 use crate::mount::{self, section, ReportFn, ServeArgs};
+use crate::signals::SignalFd;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -54,12 +55,13 @@ pub struct Args {
     /// `never`. Where the kernel lacks it, or with --writeback: one log line, and never
     #[arg(long, value_enum, default_value = "auto")]
     passthrough: PassthroughArg,
-    /// How LOOKUP walks the source in coroutine dispatch: `ring` (io_uring's openat2: a
-    /// lookup the source is slow to answer holds back no other request), `direct`
-    /// (openat(2) on the loop: cheaper where the source answers from memory) or `auto`
-    /// (ring on a network or FUSE source, direct on a local one)
+    /// Where metadata calls run in coroutine dispatch: `off-loop` (LOOKUP through io_uring,
+    /// the others on helper threads: a call the source is slow to answer holds back no
+    /// other request), `on-loop` (direct system calls: cheaper where the source answers
+    /// from memory) or `auto` (off the loop on a network or FUSE source, on it on a local
+    /// one)
     #[arg(long, value_enum, default_value = "auto")]
-    lookups: LookupsArg,
+    metadata: MetadataArg,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -72,12 +74,12 @@ enum PassthroughArg {
     Never,
 }
 
-/// `--lookups` as clap spells it.
+/// `--metadata` as clap spells it.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum LookupsArg {
+enum MetadataArg {
     Auto,
-    Ring,
-    Direct,
+    OffLoop,
+    OnLoop,
 }
 
 /// `--cache` as clap spells it.
@@ -89,6 +91,9 @@ enum CacheArg {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
+    // Before the export starts its helper threads, so that they inherit the blocked
+    // signals (a signal they took would end the process instead of stopping it cleanly).
+    let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
     args.serve.options().check()?;
     if !(args.timeout >= 0.0 && args.timeout.is_finite()) {
         return Err("--timeout must be a number of seconds, 0 or more".into());
@@ -115,10 +120,10 @@ pub fn run(args: &Args) -> Result<(), String> {
             PassthroughArg::Always => PassthroughPolicy::Always,
             PassthroughArg::Never => PassthroughPolicy::Never,
         },
-        lookups: match args.lookups {
-            LookupsArg::Auto => LookupPolicy::Auto,
-            LookupsArg::Ring => LookupPolicy::Ring,
-            LookupsArg::Direct => LookupPolicy::Direct,
+        metadata: match args.metadata {
+            MetadataArg::Auto => MetadataPolicy::Auto,
+            MetadataArg::OffLoop => MetadataPolicy::OffLoop,
+            MetadataArg::OnLoop => MetadataPolicy::OnLoop,
         },
     };
     let fs =
@@ -141,5 +146,5 @@ pub fn run(args: &Args) -> Result<(), String> {
         .flatten()
         .collect()
     });
-    mount::serve_mounted(&args.serve, &target, fs, report)
+    mount::serve_mounted(&args.serve, &target, fs, report, signals)
 }

@@ -37,16 +37,16 @@
 //!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
 //!   served as before.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
-//!   through the ring, and so does the path walk of every LOOKUP on a network or FUSE
-//!   source ([`LookupPolicy`]: `IORING_OP_OPENAT2`, a name in the source's dentry cache
-//!   opens at submission, any other in a kernel worker while the loop serves others;
-//!   tested with a source that stalls a lookup, `dir/tests/stall.rs`). On a local source
-//!   lookups run directly: measured, the ring costs more there than it saves. The other metadata calls run
-//!   directly on the loop: `fstat` of descriptors already open, the `*at` calls that
-//!   make, rename or remove names (each on a directory the lookup already walked to),
-//!   xattrs, getdents64 (io_uring has no such operation) and READDIRPLUS's lookups (made
-//!   under the stream's lock, which a suspension must not hold). On a source slow to
-//!   answer those, use `--queues` or `--dispatch threads:N`.
+//!   through the ring. On a network or FUSE source ([`MetadataPolicy`]) metadata calls
+//!   run off the loop too: LOOKUP's path walk through the ring (`IORING_OP_OPENAT2`, a
+//!   name in the source's dentry cache opens at submission, any other in a kernel worker),
+//!   every other metadata request on a helper thread ([`crate::offload`]) while its
+//!   coroutine waits on the ring; tested with a source that stalls a LOOKUP and a MKDIR,
+//!   `dir/tests/stall.rs`. On a local source they run on the loop, measured cheaper
+//!   there: `fstat` of descriptors already open, the `*at` calls that make, rename or
+//!   remove names (each on a directory the lookup already walked to), xattrs, getdents64
+//!   (io_uring has no such operation) and READDIRPLUS's lookups. Locks and FLUSH never
+//!   wait (non-blocking calls, retried with a pause on the ring).
 //! - FLUSH lets go of the closing owner's POSIX locks and answers at once (the source's
 //!   own close semantics apply at RELEASE).
 //! - A GETXATTR or LISTXATTR value goes in the transport's data buffer, which it hands
@@ -73,6 +73,7 @@ use crate::caller;
 use crate::handles::{Backed, Handles, Open};
 use crate::inodes::{Entry, Inode};
 use crate::locks::Locks;
+use crate::offload::Offload;
 use crate::sys;
 use crate::tree::{SetAttr, Time, Tree};
 
@@ -126,31 +127,37 @@ pub struct DirOptions {
     /// Which opens FUSE passthrough serves (never with `writeback`: the kernel has no
     /// passthrough beside the writeback cache).
     pub passthrough: PassthroughPolicy,
-    /// How LOOKUP walks the source's path in coroutine dispatch.
-    pub lookups: LookupPolicy,
+    /// Where metadata calls run in coroutine dispatch.
+    pub metadata: MetadataPolicy,
 }
 
-/// How LOOKUP walks the source's path in coroutine dispatch: through the loop's ring
-/// (`IORING_OP_OPENAT2`: a stalled lookup holds back only its own request) or directly
-/// (`openat(2)` on the loop).
+/// Where the metadata calls of a request run in coroutine dispatch: off the loop, so that
+/// a call the source is slow to answer holds back only its own request (LOOKUP walks the
+/// path through the loop's ring, `IORING_OP_OPENAT2`; every other metadata request runs
+/// on a helper thread while its coroutine waits on the ring, [`crate::offload`]), or on
+/// the loop (direct system calls).
 ///
 /// Measured (BENCHMARKS.md, "Lookups through the ring"): on a local ext4 source the ring
-/// costs nothing where the name is in the source's dentry cache (opened at submission)
-/// but every other name, and every name a CREATE looks up first (not there yet), goes to
-/// an io_uring worker thread: `create` ran at 0.4-1.0x and 1.0-2.9x the daemon CPU per
-/// file. A local file system answers those lookups from its page cache without waiting,
-/// so the ring buys nothing there; a network or FUSE source is where a lookup waits.
+/// costs nothing where the name is in the source's dentry cache but sends every other
+/// name, and every name a CREATE looks up first, to an io_uring worker thread: `create`
+/// ran at 0.4-1.0x with up to 2.9x the daemon CPU per file; a helper thread costs a
+/// hand-off per request too. A local file system answers from its page cache without
+/// waiting, so off the loop buys nothing there; a network or FUSE source is where a
+/// metadata call waits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LookupPolicy {
-    /// The ring where the source is a network or FUSE file system (NFS, SMB, 9p, Ceph,
-    /// AFS, Lustre, GlusterFS and the like through FUSE...), directly elsewhere.
+pub enum MetadataPolicy {
+    /// Off the loop where the source is a network or FUSE file system (NFS, SMB, 9p,
+    /// Ceph, AFS, Lustre, GlusterFS and the like through FUSE...), on it elsewhere.
     #[default]
     Auto,
-    /// Always the ring.
-    Ring,
-    /// Always directly.
-    Direct,
+    /// Always off the loop.
+    OffLoop,
+    /// Always on the loop.
+    OnLoop,
 }
+
+/// Helper threads for the metadata calls run off the loop.
+const OFFLOAD_THREADS: usize = 8;
 
 impl Default for DirOptions {
     fn default() -> Self {
@@ -161,7 +168,7 @@ impl Default for DirOptions {
             writeback: false,
             node_fds: None,
             passthrough: PassthroughPolicy::Auto,
-            lookups: LookupPolicy::Auto,
+            metadata: MetadataPolicy::Auto,
         }
     }
 }
@@ -238,8 +245,8 @@ pub struct DirFs {
     passthrough: backing::Session,
     /// Lock owners' descriptions on the source files.
     locks: Locks,
-    /// LOOKUP walks the source through the loop's ring ([`LookupPolicy`]).
-    ring_lookups: bool,
+    /// Helper threads for metadata calls off the loop ([`MetadataPolicy`]); `None`: on it.
+    offload: Option<Offload>,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -278,21 +285,25 @@ impl DirFs {
             .unwrap_or_else(|| usize::try_from(limit / 2).unwrap_or(usize::MAX));
         log::debug!("open-file limit {limit}, node descriptors kept open {node_fds}");
         let tree = Tree::new(source, options.read_only, node_fds)?;
-        let ring_lookups = match options.lookups {
-            LookupPolicy::Ring => true,
-            LookupPolicy::Direct => false,
-            LookupPolicy::Auto => {
+        let off_loop = match options.metadata {
+            MetadataPolicy::OffLoop => true,
+            MetadataPolicy::OnLoop => false,
+            MetadataPolicy::Auto => {
                 let root = tree.node(crate::inodes::ROOT)?.handle()?;
                 let remote = sys::remote_file_system(root.as_fd());
                 if let Some(kind) = remote {
-                    log::info!("the source is on {kind}: lookups go through the ring");
+                    log::info!("the source is on {kind}: metadata calls run off the loop");
                 }
                 remote.is_some()
             }
         };
+        let offload = match off_loop {
+            true => Some(Offload::new(OFFLOAD_THREADS)?),
+            false => None,
+        };
         Ok(DirFs {
             tree,
-            ring_lookups,
+            offload,
             handles: Handles::default(),
             options,
             source: source.display().to_string(),
@@ -879,12 +890,49 @@ impl DirFs {
         s: &'b mut Scratch,
         data: &'b mut [u8],
     ) -> Answer<'b> {
+        match &self.offload {
+            Some(offload) if Self::off_the_loop(&req.op) => {
+                offload.run(cx, || self.answer_here(&Ctx::Blocking, req, s, data))
+            }
+            _ => self.answer_here(cx, req, s, data),
+        }
+    }
+
+    /// Whether `op`, with metadata calls off the loop ([`MetadataPolicy`]), runs on a
+    /// helper thread: every request but those whose calls go through the ring (data,
+    /// sync, LOOKUP's path walk) or never wait (locks, FLUSH, the session's).
+    fn off_the_loop(op: &Operation<'_>) -> bool {
+        !matches!(
+            op,
+            Operation::Lookup { .. }
+                | Operation::Read { .. }
+                | Operation::Write { .. }
+                | Operation::Fsync { .. }
+                | Operation::Fsyncdir { .. }
+                | Operation::Fallocate { .. }
+                | Operation::Getlk { .. }
+                | Operation::Setlk { .. }
+                | Operation::Setlkw { .. }
+                | Operation::Flush { .. }
+                | Operation::Destroy
+                | Operation::Init { .. }
+        )
+    }
+
+    /// [`DirFs::dispatch`] on this thread, with `cx`.
+    fn answer_here<'b>(
+        &self,
+        cx: &Ctx<'_>,
+        req: &Request<'_>,
+        s: &'b mut Scratch,
+        data: &'b mut [u8],
+    ) -> Answer<'b> {
         let (unique, node, tree) = (req.unique, req.nodeid, &self.tree);
         let _acting =
             Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
         match req.op {
             Operation::Lookup { name } => {
-                let walk = if self.ring_lookups {
+                let walk = if self.offload.is_some() {
                     cx
                 } else {
                     &Ctx::Blocking

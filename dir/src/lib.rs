@@ -31,11 +31,12 @@ pub mod handles;
 pub mod inodes;
 pub mod locks;
 pub mod nodefd;
+pub mod offload;
 mod sys;
 pub mod tree;
 
 pub use dirstream::{DirEntry, DirStream, StreamStats};
-pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats, LookupPolicy, PassthroughPolicy};
+pub use fs::{Cache, DirFs, DirOptions, DirStats, ListingStats, MetadataPolicy, PassthroughPolicy};
 pub use handles::{Backed, Handles, Open};
 pub use inodes::{Entry, Inode, Inodes, ROOT};
 pub use nodefd::DescriptorStats;

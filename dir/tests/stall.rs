@@ -1,8 +1,9 @@
-//! A stalled lookup holds back nothing else on its loop: the directory export opens each
-//! name through the loop's ring (`IORING_OP_OPENAT2`), so a LOOKUP whose source is slow to
-//! answer (here a source that is itself a FUSE mount, the in-memory example of the server
-//! crate, stalling the LOOKUP of one name) waits in a kernel worker, and a lookup and a
-//! read of another file on the same single loop are answered meanwhile.
+//! A stalled metadata call holds back nothing else on its loop: on a FUSE source (here the
+//! in-memory example of the server crate, mounted, stalling the LOOKUP of one name and
+//! the MKDIR of another) the directory export runs metadata calls off the loop
+//! (`MetadataPolicy::Auto`): LOOKUP's path walk through the ring (`IORING_OP_OPENAT2`),
+//! MKDIR on a helper thread. While either waits, a lookup, an open and a read of another
+//! file on the same single loop are answered.
 //!
 //! Root and /dev/fuse needed (skips visibly, a failure under COROFUSE_TEST_NO_SKIP=1).
 
@@ -11,6 +12,7 @@
 mod memfs;
 
 use std::fs;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -60,7 +62,11 @@ impl FileSystem for SlowSource {
         data: &'b mut [u8],
     ) -> Option<Reply<'b>> {
         let slow = self.armed.load(Ordering::SeqCst)
-            && matches!(req.op, Operation::Lookup { name } if name.to_bytes() == b"slow");
+            && match req.op {
+                Operation::Lookup { name } => name.to_bytes() == b"slow",
+                Operation::Mkdir { name, .. } => name.to_bytes() == b"slow-dir",
+                _ => false,
+            };
         if slow {
             self.stalled.store(true, Ordering::SeqCst);
             std::thread::sleep(STALL); // a worker thread of this source: nothing else waits
@@ -92,6 +98,17 @@ fn target(mountpoint: &Path, name: &str) -> Target {
 
 #[test]
 fn a_stalled_lookup_holds_back_no_other_request_on_its_loop() {
+    stalled_call_holds_back_nothing(|mnt| fs::read(mnt.join("slow")).map(drop));
+}
+
+#[test]
+fn a_stalled_mkdir_holds_back_no_other_request_on_its_loop() {
+    stalled_call_holds_back_nothing(|mnt| fs::create_dir(mnt.join("slow-dir")));
+}
+
+/// Mounts the slow source and the export over it (one coroutine loop), starts `stall`
+/// (a call the source stalls) on another thread, and reads another file meanwhile.
+fn stalled_call_holds_back_nothing(stall: fn(&Path) -> std::io::Result<()>) {
     corofuse_tests::require_fuse!();
     let (source_mnt, mnt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let source = Arc::new(SlowSource {
@@ -110,7 +127,10 @@ fn a_stalled_lookup_holds_back_no_other_request_on_its_loop() {
         &threads,
     )
     .expect("mount the source");
-    fs::write(source_mnt.path().join("fast"), b"fast data").unwrap();
+    // The other file is in a directory of its own: a MKDIR holds its parent directory's
+    // lock in the kernel, on the mount as on the source, whoever serves it.
+    fs::create_dir(source_mnt.path().join("b")).unwrap();
+    fs::write(source_mnt.path().join("b/fast"), b"fast data").unwrap();
     fs::write(source_mnt.path().join("slow"), b"slow data").unwrap();
 
     let export = DirFs::new(source_mnt.path(), DirOptions::default()).expect("the export");
@@ -120,23 +140,26 @@ fn a_stalled_lookup_holds_back_no_other_request_on_its_loop() {
     };
     let mounted = Background::start(Arc::new(export), &target(mnt.path(), "export"), &one_loop)
         .expect("mount the export");
-    // Forget every cached name, on both mounts: each lookup below reaches the source.
+    // Forget every cached name, on both mounts, but `b`, held open: each lookup below
+    // reaches the source.
+    let b = fs::File::open(mnt.path().join("b")).unwrap();
     fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
     source.armed.store(true, Ordering::SeqCst);
 
-    let slow_path = mnt.path().join("slow");
-    let slow = std::thread::spawn(move || fs::read(slow_path));
+    let mnt_path = mnt.path().to_path_buf();
+    let slow = std::thread::spawn(move || stall(&mnt_path));
     while !source.stalled.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(5));
     }
     // The export's only loop has a LOOKUP stalled on the source; another name's LOOKUP,
     // its OPEN and READ are answered while it waits.
-    assert_eq!(fs::read(mnt.path().join("fast")).unwrap(), b"fast data");
+    let fast = format!("/proc/self/fd/{}/fast", b.as_raw_fd());
+    assert_eq!(fs::read(fast).unwrap(), b"fast data");
     assert!(
         !source.done.load(Ordering::SeqCst),
-        "the other file was served only after the stalled lookup ended"
+        "the other file was served only after the stalled call ended"
     );
-    assert_eq!(slow.join().unwrap().unwrap(), b"slow data");
+    slow.join().unwrap().expect("the stalled call ends well");
     assert_eq!(mounted.finish().result, Ok(()));
     assert_eq!(slow_source.finish().result, Ok(()));
 }

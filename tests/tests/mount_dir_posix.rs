@@ -172,3 +172,11 @@ fn pjdfstest_through_a_mount(mode: Dispatch, args: &[&str]) {
     );
     export.stop();
 }
+
+dispatch_tests!(mount_dir_passes_pjdfstest_with_metadata_off_the_loop[coroutine]);
+/// `--metadata off-loop` (the default on a network or FUSE source): LOOKUP through the
+/// ring, every other metadata request on a helper thread with the caller's credentials;
+/// the suite passes as with the calls on the loop.
+fn mount_dir_passes_pjdfstest_with_metadata_off_the_loop(mode: Dispatch) {
+    pjdfstest_through_a_mount(mode, &["--metadata", "off-loop"]);
+}

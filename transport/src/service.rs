@@ -12,9 +12,9 @@
 //!   so that it suspends the request's coroutine, not its loop. A system call that cannot
 //!   be put on the ring, or that costs more there than it ever waits, may run directly,
 //!   and the file system says which in its own docs: the image export runs everything
-//!   through `cx`; the directory export opens names through `cx` (`IORING_OP_OPENAT2`,
-//!   the path walk that waits on a cold or remote source) and makes the other metadata
-//!   calls directly on descriptors already open (`dir_export::fs`, "What blocks").
+//!   through `cx`; the directory export runs its data through `cx` and, on a network or
+//!   FUSE source, its metadata calls off the loop (LOOKUP through `cx`, the others on
+//!   helper threads), on a local one directly (`dir_export::fs`, "What blocks").
 //! - The reply borrows only from `scratch` and `data`, both owned by the transport for the
 //!   request's lifetime; nothing is allocated per request.
 //! - `data` is page-aligned and at least `max_write` bytes when
