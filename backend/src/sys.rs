@@ -71,3 +71,42 @@ pub(crate) fn is_tmpfs(file: &impl AsFd) -> bool {
     let rc = unsafe { libc::fstatfs(file.as_fd().as_raw_fd(), &mut st) };
     rc == 0 && st.f_type as i64 == TMPFS_MAGIC
 }
+
+/// `pwritev2(2)` of one buffer with `RWF_DSYNC`: the write and what is needed to read it
+/// back (the size) are durable on return, as after an `fdatasync` of that range alone.
+pub(crate) fn pwrite_dsync(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<usize> {
+    let off = to_off(off)?;
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: the iovec names `buf`, borrowed for the call; the fd is open for the call.
+    cvt(unsafe { libc::pwritev2(fd.as_raw_fd(), &iov, 1, off, libc::RWF_DSYNC) })
+        .map(|n| n as usize)
+}
+
+/// As [`pwrite_dsync`], through the coroutine's ring: `IORING_OP_WRITEV` with
+/// `rw_flags` `RWF_DSYNC` (Linux 5.1).
+pub(crate) fn ring_write_dsync(
+    co: &runtime::Co<'_>,
+    fd: BorrowedFd<'_>,
+    buf: &[u8],
+    off: u64,
+) -> io::Result<usize> {
+    to_off(off)?;
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let sqe = runtime::opcode::Writev::new(runtime::types::Fd(fd.as_raw_fd()), &iov, 1)
+        .offset(off)
+        .rw_flags(libc::RWF_DSYNC)
+        .build();
+    // SAFETY: `iov` and `buf` live on this coroutine's stack or are borrowed until the
+    // CQE; one SQE, one CQE, no link.
+    let res = unsafe { co.submit(sqe) }?;
+    match res {
+        r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
+        r => Ok(r as usize),
+    }
+}

@@ -4,11 +4,19 @@
 //!
 //! - **Reserve before use.** Clusters are handed out from a reservation: a batch (up to
 //!   32 MiB, at most [`BATCH`] clusters) whose refcounts were set to 1 and made durable
-//!   (`fdatasync`) before any of them is handed out. The caller writes the data, and only
-//!   then the L2 (or L1) entry that references it. So an entry on disk always points to a
-//!   cluster whose refcount on disk is already 1; a kill between leaks the batch's unused
-//!   clusters. One `fdatasync` per batch, not per allocation. What is left of the batch
-//!   goes back (refcount 0) when the backend is dropped.
+//!   before any of them is handed out. The caller writes the data, and only then the L2
+//!   (or L1) entry that references it. So an entry on disk always points to a cluster
+//!   whose refcount on disk is already 1; a kill (or a power loss) between leaks the
+//!   reservation's unused clusters. A batch at the end of the file is one run in one
+//!   refcount block, written with `RWF_DSYNC` after the file was extended over it: that
+//!   write (and the size) is durable when it returns, without writing back the image's
+//!   other dirty pages as an `fdatasync` would. Free clusters reused from below the end
+//!   are set one write each and then made durable with one `fdatasync`.
+//! - **Refill ahead.** When a request takes a cluster and leaves fewer than half a batch,
+//!   it reserves the next batch (once: one refill at a time) before going on, while the
+//!   others keep taking from what is left; so the reservation holds at most one and a half
+//!   batches, the most a kill leaks. What is left goes back (refcount 0) when the backend
+//!   is dropped.
 //! - **Free after unlink, after flush.** A cluster that an L2 entry stopped referencing
 //!   (discard, zeroing, a copy-on-write of a compressed or shared cluster) waits in
 //!   `pending` until the next flush has made the unlink durable; only then does its
@@ -24,12 +32,13 @@
 //!
 //! The allocator runs one operation at a time (its own lock, held across its I/O); data
 //! I/O never happens under it, requests that find their clusters allocated never take it,
-//! and one that takes a reserved cluster while no operation runs does not either. The
-//! batch is large (32 MiB) because a refill makes every allocating request wait for its
-//! `fdatasync`: with 1 MiB batches (16 clusters of 64 KiB) 4 KiB allocating writes at
-//! iodepth 64 ran at 3,100 IOPS; a kill leaks at most the batch's unused clusters.
+//! and one that takes a reserved cluster does not either (the reservation has its own
+//! lock, never held across I/O). The batch is large (32 MiB) so that refills are rare:
+//! with 1 MiB batches (16 clusters of 64 KiB) and an `fdatasync` each, 4 KiB allocating
+//! writes at iodepth 64 ran at 3,100 IOPS.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::range_lock::{Mode, RangeLocks, Span};
@@ -60,8 +69,6 @@ struct State {
     refcounts: Refcounts,
     /// First cluster index past everything that has a refcount (or a reservation).
     end: u64,
-    /// Reserved clusters (refcount 1 on disk, durable), handed out from the back.
-    reserved: Vec<NewCluster>,
     /// Clusters with refcount 0 below `end`.
     free: Vec<u64>,
     /// A cluster of scratch bytes for refcount runs and new blocks.
@@ -70,9 +77,13 @@ struct State {
 
 /// The allocator of one writable image.
 pub(crate) struct Allocator {
-    /// Locked under `serial`, and then held across I/O; outside it only `try_lock`ed, to
-    /// take a reserved cluster.
+    /// Locked under `serial` only, and then held across I/O.
     state: Mutex<State>,
+    /// Reserved clusters (refcount 1 on disk, durable), handed out from the back (locked
+    /// briefly, by anyone, never across I/O).
+    reserved: Mutex<Vec<NewCluster>>,
+    /// A request is reserving ahead of need.
+    refilling: AtomicBool,
     /// Clusters to drop one reference of after the next flush (locked briefly, by anyone).
     pending: Mutex<Vec<u64>>,
     /// One operation at a time (a one-span [`RangeLocks`]: waits without blocking a loop).
@@ -114,12 +125,13 @@ impl Allocator {
         let state = State {
             refcounts,
             end: end.max(1),
-            reserved: Vec::with_capacity(BATCH as usize),
             free,
             scratch,
         };
         Ok(Allocator {
             state: Mutex::new(state),
+            reserved: Mutex::new(Vec::with_capacity(BATCH as usize * 3 / 2)),
+            refilling: AtomicBool::new(false),
             pending: Mutex::default(),
             serial: RangeLocks::default(),
             cluster_bits,
@@ -128,6 +140,10 @@ impl Allocator {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reserved(&self) -> std::sync::MutexGuard<'_, Vec<NewCluster>> {
+        self.reserved.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
@@ -143,23 +159,62 @@ impl Allocator {
     /// writes it, then links it.
     pub(crate) fn cluster(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<NewCluster> {
         // The common case: a cluster of the reservation, handed out without waiting for
-        // anyone. `try_lock`, never `lock`, outside `serial`: a holder of the state may be
-        // a coroutine suspended in its I/O on this very thread.
-        let reserved = match self.state.try_lock() {
-            Ok(mut s) => s.reserved.pop(),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().reserved.pop(),
-            Err(std::sync::TryLockError::WouldBlock) => None,
+        // anyone (the reservation's lock is never held across I/O).
+        let (taken, left) = {
+            let mut r = self.reserved();
+            (r.pop(), r.len() as u64)
         };
-        if let Some(c) = reserved {
+        if let Some(c) = taken {
+            if left < self.batch() / 2 && !self.refilling.swap(true, Ordering::AcqRel) {
+                self.refill_ahead(cx, host);
+            }
             return Ok(c);
         }
         let _serial = self.serial(cx);
-        if let Some(c) = self.state().reserved.pop() {
+        if let Some(c) = self.reserved().pop() {
             return Ok(c);
         }
         self.reserve(cx, host)?;
-        let c = self.state().reserved.pop();
+        let c = self.reserved().pop();
         Ok(c.expect("reserve reserves one at least"))
+    }
+
+    /// Up to `max` clusters that follow each other in the file, as [`Allocator::cluster`]
+    /// gives one: the first's host offset and how many (one at least).
+    pub(crate) fn run(&self, cx: &Ctx<'_>, host: &Host, max: u64) -> io::Result<(u64, u64)> {
+        let first = self.cluster(cx, host)?.at;
+        let mut n = 1;
+        let mut r = self.reserved();
+        while n < max {
+            match r.last() {
+                Some(c) if c.at == first + (n << self.cluster_bits) => {
+                    r.pop();
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        Ok((first, n))
+    }
+
+    /// Clusters per batch.
+    fn batch(&self) -> u64 {
+        (BATCH_BYTES >> self.cluster_bits).clamp(1, BATCH)
+    }
+
+    /// Reserves the next batch while the reservation still has clusters to hand out; the
+    /// caller set `refilling`. A failure (ENOSPC, EIO) is left to the request that finds
+    /// the reservation empty: it tries again and returns the error.
+    fn refill_ahead(&self, cx: &Ctx<'_>, host: &Host) {
+        {
+            let _serial = self.serial(cx);
+            if (self.reserved().len() as u64) < self.batch() / 2 {
+                if let Err(e) = self.reserve(cx, host) {
+                    log::debug!("qcow2: reserving clusters ahead of need: {e}");
+                }
+            }
+        }
+        self.refilling.store(false, Ordering::Release);
     }
 
     fn new_cluster(&self, index: u64, zeroed: bool) -> NewCluster {
@@ -169,9 +224,10 @@ impl Allocator {
         }
     }
 
-    /// Fills the reservation: free clusters first, else a run at the end. Then syncs.
+    /// Adds a batch to the reservation, its refcounts durable: free clusters first, else
+    /// a run at the end. The caller holds `serial`.
     fn reserve(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<()> {
-        let want = (BATCH_BYTES >> self.cluster_bits).clamp(1, BATCH);
+        let want = self.batch();
         let mut s = self.state();
         let s = &mut *s; // no other holder: the serial lock is ours
         let mut picked = Vec::new(); // at most BATCH, once per batch
@@ -181,46 +237,52 @@ impl Allocator {
                 None => break,
             }
         }
-        if !picked.is_empty() {
+        let batch: Vec<NewCluster> = if !picked.is_empty() {
             for &c in &picked {
                 s.refcounts.set_run(cx, host, c, 1, 1, &mut s.scratch)?;
             }
-            let picked = picked.into_iter().rev();
-            s.reserved
-                .extend(picked.map(|c| self.new_cluster(c, false)));
+            host.file.flush(cx)?; // refcounts durable before anything links the clusters
+            picked
+                .into_iter()
+                .rev()
+                .map(|c| self.new_cluster(c, false))
+                .collect()
         } else {
-            self.reserve_at_end(cx, host, s, want)?;
-        }
-        host.file.flush(cx) // refcounts durable before anything links the clusters
+            self.reserve_at_end(cx, host, s, want)?
+        };
+        // Behind what is left (handed out from the back): lowest first still.
+        self.reserved().splice(0..0, batch);
+        Ok(())
     }
 
     /// Reserves up to `want` clusters from `s.end` on, making a refcount block first where
-    /// none covers `s.end`, and extends the file over them.
+    /// none covers `s.end`: extends the file over them, then writes their refcounts with
+    /// `RWF_DSYNC` (durable with the new size). Returns them, the last first.
     fn reserve_at_end(
         &self,
         cx: &Ctx<'_>,
         host: &Host,
         s: &mut State,
         want: u64,
-    ) -> io::Result<()> {
+    ) -> io::Result<Vec<NewCluster>> {
         let per_block = s.refcounts.per_block();
         if s.refcounts.block_of(s.end).is_none() {
             self.new_block(cx, host, s)?;
         }
         let first = s.end;
         let count = want.min(per_block - first % per_block);
-        s.refcounts
-            .set_run(cx, host, first, count, 1, &mut s.scratch)?;
-        s.end = first + count;
         let file_len = host.file.len();
-        let run = (first..first + count).rev();
-        s.reserved
-            .extend(run.map(|c| self.new_cluster(c, c << self.cluster_bits >= file_len)));
-        let len = s.end << self.cluster_bits;
+        let len = (first + count) << self.cluster_bits;
         if len > file_len {
             host.file.resize(cx, len)?;
         }
-        Ok(())
+        s.refcounts
+            .set_run_durable(cx, host, first, count, 1, &mut s.scratch)?;
+        s.end = first + count;
+        let run = (first..first + count).rev();
+        Ok(run
+            .map(|c| self.new_cluster(c, c << self.cluster_bits >= file_len))
+            .collect())
     }
 
     /// Makes the refcount block for the clusters from `s.end` on, at cluster `s.end`.
@@ -237,9 +299,10 @@ impl Allocator {
         s.scratch.fill(0);
         s.refcounts.set_in(&mut s.scratch, 0, c % per_block, 1);
         let at = c << self.cluster_bits;
-        host.write(cx, &s.scratch, at)?;
-        host.file.flush(cx)?; // the block before the table entry that links it
-        host.write_u64(cx, at, s.refcounts.table_offset + bi as u64 * 8)?;
+        host.write_durable(cx, &s.scratch, at)?; // the block before the entry that links it
+        let entry = at.to_be_bytes();
+        // Durable before the clusters it counts are linked.
+        host.write_durable(cx, &entry, s.refcounts.table_offset + bi as u64 * 8)?;
         s.refcounts.table[bi] = at;
         s.end = c + 1;
         Ok(())
@@ -330,7 +393,8 @@ impl Allocator {
         let _serial = self.serial(cx);
         let mut s = self.state();
         let s = &mut *s;
-        while let Some(c) = s.reserved.pop() {
+        let reserved = std::mem::take(&mut *self.reserved());
+        for c in reserved.into_iter().rev() {
             let index = c.at >> self.cluster_bits;
             s.refcounts.set_run(cx, host, index, 1, 0, &mut s.scratch)?;
             s.free.push(index);

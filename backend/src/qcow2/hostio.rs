@@ -39,6 +39,12 @@ impl Host {
         self.file.writev(cx, &[IoSlice::new(buf)], offset)
     }
 
+    /// Writes all of `buf` at `offset`, durable on return (with `RWF_DSYNC`: the rest of
+    /// the image's dirty pages are not written back with it).
+    pub(crate) fn write_durable(&self, cx: &Ctx<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_durable(cx, buf, offset)
+    }
+
     /// Writes one big-endian 64-bit table entry.
     pub(crate) fn write_u64(&self, cx: &Ctx<'_>, value: u64, offset: u64) -> io::Result<()> {
         self.write(cx, &value.to_be_bytes(), offset)

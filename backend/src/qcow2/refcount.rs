@@ -121,6 +121,34 @@ impl Refcounts {
         value: u64,
         scratch: &mut [u8],
     ) -> io::Result<()> {
+        self.set_run_as(cx, host, first, count, value, scratch, false)
+    }
+
+    /// As [`Refcounts::set_run`], the write durable on return (`RWF_DSYNC`, not an
+    /// `fdatasync` of the whole image).
+    pub(crate) fn set_run_durable(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        first: u64,
+        count: u64,
+        value: u64,
+        scratch: &mut [u8],
+    ) -> io::Result<()> {
+        self.set_run_as(cx, host, first, count, value, scratch, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_run_as(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        first: u64,
+        count: u64,
+        value: u64,
+        scratch: &mut [u8],
+        durable: bool,
+    ) -> io::Result<()> {
         let block = self
             .block_of(first)
             .expect("the caller made the refcount block");
@@ -134,7 +162,10 @@ impl Refcounts {
         for k in i..i + count {
             self.set_in(raw, start, k, value);
         }
-        host.write(cx, raw, block + start)
+        match durable {
+            true => host.write_durable(cx, raw, block + start),
+            false => host.write(cx, raw, block + start),
+        }
     }
 }
 
