@@ -245,3 +245,43 @@ fn mount_qcow2_qemu_img_convert_into_the_export(mode: Dispatch) {
     assert_check_clean(&image, "after convert");
     assert_same_as_raw(&image, &src, "after convert");
 }
+
+dispatch_tests!(mount_qcow2_discards_give_the_host_space_back [coroutine, threads]);
+/// Space given back: 8 MiB written through the export, then discarded (PUNCH_HOLE through
+/// the mount) and flushed: the image file's allocated blocks (what `du` shows) fall by
+/// about as much, the disk reads zeroes there, and `qemu-img check` finds it clean.
+fn mount_qcow2_discards_give_the_host_space_back(mode: Dispatch) {
+    use std::os::unix::fs::MetadataExt;
+    require_tool!("qemu-img");
+    let sandbox = Sandbox::new();
+    let image = sandbox.path("d.qcow2");
+    create(&image, "compat=1.1", Some("64M"));
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let file = open_rw(export.path()).unwrap();
+    let data = pattern(7, 4 * MIB, (8 * MIB) as usize);
+    file.write_all_at(&data, 4 * MIB).unwrap();
+    file.sync_all().unwrap();
+    let written = fs::metadata(&image).unwrap().blocks() * 512;
+    fallocate(
+        &file,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        4 * MIB,
+        8 * MIB,
+    )
+    .unwrap();
+    file.sync_all().unwrap();
+    let punched = fs::metadata(&image).unwrap().blocks() * 512;
+    assert!(
+        written - punched >= 7 * MIB,
+        "{mode}: {written} bytes allocated after the writes, {punched} after the discard"
+    );
+    let mut back = vec![1u8; (8 * MIB) as usize];
+    file.read_exact_at(&mut back, 4 * MIB).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "{mode}: zeroes after the discard"
+    );
+    drop(file);
+    export.stop();
+    assert_check_clean(&image, "after discards");
+}

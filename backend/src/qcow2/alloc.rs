@@ -21,7 +21,8 @@
 //!   (discard, zeroing, a copy-on-write of a compressed or shared cluster) waits in
 //!   `pending` until the next flush has made the unlink durable; only then does its
 //!   refcount drop and it may be reused. Reusing it earlier could, after a power loss,
-//!   leave the old entry pointing to someone else's data.
+//!   leave the old entry pointing to someone else's data. A cluster left with no
+//!   reference then has its host space punched, so that discards give the space back.
 //! - **Where.** Free clusters (refcount 0) below the end of the image, found by a scan of
 //!   the refcount blocks at open and added to by frees, are reused first; then clusters are
 //!   appended at the end (`end`, past everything with a refcount), and the file is extended
@@ -350,7 +351,11 @@ impl Allocator {
         std::mem::take(&mut *self.pending())
     }
 
-    /// Drops the references `pending` stands for (their unlinks are durable now).
+    /// Drops the references `pending` stands for (their unlinks are durable now). A
+    /// cluster whose last reference goes has its host space punched (`PUNCH_HOLE`, the
+    /// file's size kept), so that discards through the export give the space back, as
+    /// `du` of the image shows; a run of such clusters is one punch. A host file system
+    /// that cannot punch only keeps the space.
     pub(crate) fn apply_frees(
         &self,
         cx: &Ctx<'_>,
@@ -363,6 +368,8 @@ impl Allocator {
         let _serial = self.serial(cx);
         let mut s = self.state();
         let s = &mut *s;
+        // The run of freed clusters not punched yet: (first, count).
+        let mut run: Option<(u64, u64)> = None;
         for &c in &pending {
             let count = s.refcounts.get(cx, host, c)?;
             if count == 0 || count == s.refcounts.max() {
@@ -370,12 +377,35 @@ impl Allocator {
             }
             s.refcounts
                 .set_run(cx, host, c, 1, count - 1, &mut s.scratch)?;
-            if count == 1 && s.free.len() < MAX_FREE {
-                s.free.push(c);
+            if count == 1 {
+                if s.free.len() < MAX_FREE {
+                    s.free.push(c);
+                }
+                run = match run {
+                    Some((first, n)) if first + n == c => Some((first, n + 1)),
+                    other => {
+                        if let Some((first, n)) = other {
+                            self.punch(cx, host, first, n);
+                        }
+                        Some((c, 1))
+                    }
+                };
             }
+        }
+        if let Some((first, n)) = run {
+            self.punch(cx, host, first, n);
         }
         self.recycle(pending);
         Ok(())
+    }
+
+    /// Gives the host space of `n` free clusters from `first` back (under the serial
+    /// lock: none of them can be handed out meanwhile).
+    fn punch(&self, cx: &Ctx<'_>, host: &Host, first: u64, n: u64) {
+        let (at, len) = (first << self.cluster_bits, n << self.cluster_bits);
+        if let Err(e) = host.file.discard(cx, at, len) {
+            log::debug!("punching {len} bytes of freed clusters at {at:#x}: {e}");
+        }
     }
 
     /// Gives a drained pending list's memory back, so that frees between flushes do not
