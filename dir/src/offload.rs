@@ -16,14 +16,14 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use runtime::Ctx;
+use runtime::{Ctx, EventFd};
 
 /// Helper threads, and calls queued at most before they wait their turn (the queue's
 /// room, reserved once).
@@ -67,7 +67,7 @@ impl Shared {
 pub struct Offload {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
-    wakers: Mutex<Vec<OwnedFd>>,
+    wakers: Mutex<Vec<EventFd>>,
 }
 
 impl Offload {
@@ -124,7 +124,7 @@ impl Offload {
         }
         self.shared.ready.notify_one();
         while !done.load(Ordering::Acquire) {
-            if co.poll(&waker.as_fd(), libc::POLLIN).is_err() {
+            if co.poll(&waker, libc::POLLIN).is_err() {
                 // The wait ended without the call (the runtime cancels its I/O at
                 // shutdown): the helper still uses this stack; wait on the thread.
                 while !done.load(Ordering::Acquire) {
@@ -133,7 +133,7 @@ impl Offload {
             }
             // A count a late helper left for this eventfd's last user wakes us once for
             // nothing: drained here, then the wait goes on.
-            drain(&waker);
+            waker.drain();
         }
         self.wakers
             .lock()
@@ -145,17 +145,11 @@ impl Offload {
         }
     }
 
-    fn take_waker(&self) -> io::Result<OwnedFd> {
-        if let Some(waker) = self.wakers.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            return Ok(waker);
+    fn take_waker(&self) -> io::Result<EventFd> {
+        match self.wakers.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            Some(waker) => Ok(waker),
+            None => EventFd::new(),
         }
-        // SAFETY: eventfd(2) with valid flags; it returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 }
 
@@ -201,16 +195,7 @@ fn help(shared: &Shared) {
         // so the job's pointers are not used again (`wake` is a descriptor the owner
         // keeps open until it has drained it).
         unsafe { (*job.done).store(true, Ordering::Release) };
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to an eventfd its owner keeps open
-        // until it has seen `done` and drained it.
-        unsafe { libc::write(job.wake, one.as_ptr().cast(), 8) };
+        // The owner keeps the eventfd open until it has seen `done` and drained it.
+        let _ = runtime::signal_raw(job.wake);
     }
-}
-
-/// Reads the eventfd's count back to 0 (EAGAIN if it already was).
-fn drain(waker: &OwnedFd) {
-    let mut count = [0u8; 8];
-    // SAFETY: reads at most 8 bytes into a live 8-byte buffer from our eventfd.
-    unsafe { libc::read(waker.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
 }

@@ -37,10 +37,10 @@
 //! (the in-coroutine handle), `ops` (one method per io_uring operation), `task` (what the
 //! loop knows of one coroutine), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool`
 //! (idle workers and spare stacks), `loop_cell` (loop-owned state without `RefCell`'s
-//! counting), `config`, `counters`, `ctx` (a call's context: a coroutine's ring or blocking syscalls, the one
-//! seam every file system and backend uses), `file_io` (the blocking syscalls behind it),
-//! `histogram` (latency distributions), `affinity` (CPU
-//! pinning).
+//! counting), `config`, `counters`, `ctx` (a call's context: a coroutine's ring or
+//! blocking syscalls, the one seam every file system and backend uses), `file_io` (the
+//! blocking syscalls behind it), `eventfd` (a wake-up another thread sends a loop),
+//! `histogram` (latency distributions), `affinity` (CPU pinning).
 //!
 //! Dependencies: `corosensei` (the stack switch), `io-uring` (the ring), `libc` (the
 //! system calls) and `log`; nothing else by default. The runtime writes no reports: it
@@ -57,6 +57,7 @@ mod config;
 mod coro_store;
 mod counters;
 mod ctx;
+mod eventfd;
 mod executor;
 mod fast_paths;
 pub mod file_io;
@@ -83,6 +84,7 @@ pub use co::{Co, CoStats};
 pub use config::{Config, DEFAULT_STACK_SIZE};
 pub use counters::CounterSnapshot;
 pub use ctx::Ctx;
+pub use eventfd::{signal_raw, EventFd};
 pub use executor::Runtime;
 pub use file_io::IOV_MAX;
 pub use io_uring::{opcode, squeue, types};

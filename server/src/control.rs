@@ -6,11 +6,13 @@
 //! commands and trials instead of spinning.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use runtime::EventFd;
 
 use crate::Report;
 
@@ -24,21 +26,15 @@ pub(crate) enum Command {
 
 /// The queue of commands and the eventfd that announces them.
 pub(crate) struct Commands {
-    kick: OwnedFd,
+    kick: EventFd,
     queue: Mutex<Vec<Command>>,
     finished: AtomicBool,
 }
 
 impl Commands {
     pub(crate) fn new() -> io::Result<Commands> {
-        // SAFETY: eventfd(2) with valid flags; it returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Commands {
-            // SAFETY: a fresh descriptor that nothing else owns.
-            kick: unsafe { OwnedFd::from_raw_fd(fd) },
+            kick: EventFd::new()?,
             queue: Mutex::new(Vec::new()),
             finished: AtomicBool::new(false),
         })
@@ -49,11 +45,8 @@ impl Commands {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(command);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to an eventfd we own.
-        let n = unsafe { libc::write(self.kick.as_raw_fd(), one.as_ptr().cast(), 8) };
-        if n != 8 {
-            log::warn!("waking the serving thread: {}", io::Error::last_os_error());
+        if let Err(e) = self.kick.signal() {
+            log::warn!("waking the serving thread: {e}");
         }
     }
 
@@ -67,10 +60,7 @@ impl Commands {
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
         // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
         if unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) } > 0 {
-            let mut count = [0u8; 8];
-            // SAFETY: reads at most 8 bytes into a live 8-byte buffer from our eventfd;
-            // EAGAIN (already drained) is harmless.
-            unsafe { libc::read(self.kick.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+            self.kick.drain();
         }
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }

@@ -17,7 +17,6 @@
 //! counters.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -26,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fuse::dev::FuseDev;
-use runtime::{Co, Config, CounterSnapshot, Runtime};
+use runtime::{Co, Config, CounterSnapshot, EventFd, Runtime};
 use transport::accounting::Accounting;
 use transport::placement::{Controller, Placement};
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
@@ -49,9 +48,9 @@ struct LoopReport {
 
 /// How the main thread reaches one loop.
 struct Control {
-    /// Kicked (a write of 1) after setting a flag. Non-blocking: the loop waits for it with
-    /// a poll SQE and then drains it with read(2), so no io_uring worker thread blocks on it.
-    kick: OwnedFd,
+    /// Kicked after setting a flag. The loop waits for it with a poll SQE and then drains
+    /// it, so no io_uring worker thread blocks on it.
+    kick: EventFd,
     stop: AtomicBool,
     snapshot: AtomicBool,
     /// Set by the loop once it has acted on `stop` (only that loop touches it).
@@ -63,14 +62,8 @@ struct Control {
 
 impl Control {
     fn new() -> io::Result<Control> {
-        // SAFETY: eventfd(2) with valid flags; it returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Control {
-            // SAFETY: a fresh descriptor that nothing else owns.
-            kick: unsafe { OwnedFd::from_raw_fd(fd) },
+            kick: EventFd::new()?,
             stop: AtomicBool::new(false),
             snapshot: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -86,11 +79,8 @@ impl Control {
 
     /// Wakes the loop (which then also applies the placement's choice for it).
     fn kick(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to an eventfd we own.
-        let n = unsafe { libc::write(self.kick.as_raw_fd(), one.as_ptr().cast(), 8) };
-        if n != 8 {
-            log::warn!("kicking a loop: {}", io::Error::last_os_error());
+        if let Err(e) = self.kick.signal() {
+            log::warn!("kicking a loop: {e}");
         }
     }
 }
@@ -472,9 +462,8 @@ fn watch_control<F: FileSystem>(
     snapshots: &Sender<LoopReport>,
     placement: Option<&Placement>,
 ) {
-    let mut count = [0u8; 8];
     loop {
-        match co.poll(&control.kick.as_fd(), libc::POLLIN) {
+        match co.poll(&control.kick, libc::POLLIN) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => return,
             Err(e) => {
@@ -482,9 +471,7 @@ fn watch_control<F: FileSystem>(
                 return;
             }
         }
-        // SAFETY: reads at most 8 bytes into a live 8-byte buffer from an eventfd we own;
-        // EAGAIN (already drained) is harmless.
-        unsafe { libc::read(control.kick.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        control.kick.drain();
         match placement.map(|p| p.is_paused(index)) {
             Some(true) => served.queue.pause(co),
             Some(false) => {
