@@ -19,10 +19,7 @@ fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
 
 /// `openat(dir, name, flags | O_CLOEXEC)`.
 fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; the returned descriptor is fresh and ours.
-    let fd = cvt(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) })?;
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    runtime::file_io::openat(dir, name, flags, 0)
 }
 
 /// A handle on `name` in `dir` that opens nothing for I/O (`O_PATH`) and does not follow a
@@ -124,11 +121,7 @@ pub fn create(
     flags: libc::c_int,
     mode: u32,
 ) -> io::Result<OwnedFd> {
-    let flags = flags | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: `name` is NUL-terminated; the returned descriptor is fresh and ours.
-    let fd = cvt(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) })?;
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    runtime::file_io::openat(dir, name, flags | libc::O_CREAT | libc::O_NOFOLLOW, mode)
 }
 
 pub fn mkdir(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {

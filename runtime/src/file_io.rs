@@ -53,7 +53,7 @@ pub(crate) fn pwritev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], off: u64) -> io:
 }
 
 /// `openat(2)` of `path` relative to `dir`, `O_CLOEXEC` added.
-pub(crate) fn openat(
+pub fn openat(
     dir: BorrowedFd<'_>,
     path: &std::ffi::CStr,
     flags: c_int,

@@ -58,9 +58,6 @@ use transport::FileSystem;
 pub fn serve<F: FileSystem>(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Served {
     match Server::mount(fs, target, options) {
         Ok(server) => server.serve(),
-        Err(e) => Served {
-            result: Err(e),
-            report: Report::default(),
-        },
+        Err(e) => Served::failed(e),
     }
 }
