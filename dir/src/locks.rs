@@ -190,11 +190,6 @@ impl Locks {
             owners.retain(|&(node, _, _), &mut (_, through)| node != nodeid || through != fh);
         }
     }
-
-    /// Lock owners holding a description now.
-    pub fn owners_held(&self) -> usize {
-        self.owners().len()
-    }
 }
 
 /// Whether a non-blocking lock failed only because another holds a conflicting one.
