@@ -97,7 +97,7 @@ impl FileBackend {
     pub(crate) fn open_backing(path: &Path, opts: &OpenOptions) -> io::Result<FileBackend> {
         let opts = OpenOptions {
             writable: false,
-            ..*opts
+            ..opts.clone()
         };
         Self::open_as(path, &opts, true)
     }

@@ -185,7 +185,7 @@ impl Extent {
 }
 
 /// How to open an image.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenOptions {
     /// Open for writing (else modifications fail with `EROFS`).
     pub writable: bool,
@@ -199,6 +199,9 @@ pub struct OpenOptions {
     pub lock: bool,
     /// How to read a file image: by its magic ([`Format::Auto`]), or as forced.
     pub format: Format,
+    /// Export this internal snapshot of a qcow2 image (its ID, else its name), read-only,
+    /// instead of the active state (`qemu-nbd -l`).
+    pub snapshot: Option<String>,
 }
 
 /// The format of a file image.
@@ -222,6 +225,9 @@ pub enum Format {
 /// directory (os error 2)", "invalid image spec \"null:1X\": ...".
 pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>> {
     if let Some(size) = spec.strip_prefix("null:") {
+        if opts.snapshot.is_some() {
+            return Err(invalid_spec(spec, "the null backend has no snapshots"));
+        }
         let len = parse_size(size).map_err(|e| invalid_spec(spec, &e))?;
         return Ok(Arc::new(NullBackend::new(len, opts.writable)));
     }

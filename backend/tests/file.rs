@@ -266,6 +266,7 @@ fn read_only_refuses_changes() {
                 direct: s.direct,
                 lock: false,
                 format: backend::Format::Auto,
+                snapshot: None,
             },
         )
         .unwrap();
@@ -310,6 +311,7 @@ fn describe_names_the_file_and_mode() {
             direct: false,
             lock: false,
             format: backend::Format::Auto,
+            snapshot: None,
         },
     )
     .unwrap();

@@ -17,6 +17,7 @@ fn options(writable: bool, lock: bool) -> OpenOptions {
         direct: false,
         lock,
         format: backend::Format::Auto,
+        snapshot: None,
     }
 }
 

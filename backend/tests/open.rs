@@ -11,6 +11,7 @@ const RW: OpenOptions = OpenOptions {
     direct: false,
     lock: false,
     format: backend::Format::Auto,
+    snapshot: None,
 };
 
 fn open_err(spec: &str, opts: &OpenOptions) -> io::Error {

@@ -8,7 +8,10 @@ use std::io::IoSliceMut;
 use std::path::Path;
 
 use backend::{BlockBackend, Ctx, ExtentKind, Format, OpenOptions};
-use corofuse_tests::qcow2::{qemu_img, qemu_io, raw_contents, variants, Variant};
+use corofuse_tests::qcow2::{
+    qemu_img, qemu_io, raw_contents, snapshot_contents, variants, with_snapshots, Variant,
+    SNAPSHOT_SHAPES,
+};
 use corofuse_tests::{assert_bytes_eq, require_tool, Rng};
 
 fn open(path: &Path, opts: &OpenOptions) -> std::sync::Arc<dyn BlockBackend> {
@@ -176,13 +179,71 @@ fn qcow2_refuses_what_it_cannot_serve_in_one_line() {
 }
 
 #[test]
-fn qcow2_internal_snapshots_made_by_qemu_img_are_refused() {
-    require_tool!("qemu-img");
+fn qcow2_snapshots_read_as_qemu_img_converts_them() {
+    require_tool!("qemu-img", "qemu-io");
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("snap.qcow2");
-    let p = path.to_str().unwrap();
-    qemu_img(&["create", "-f", "qcow2", p, "1M"]);
-    qemu_img(&["snapshot", "-c", "one", p]);
-    let e = backend::open(p, &OpenOptions::default()).err().unwrap();
-    assert!(e.to_string().contains("internal snapshots (1;"), "{e}");
+    for (shape, opts) in SNAPSHOT_SHAPES {
+        let image = with_snapshots(dir.path(), shape, opts);
+        let active = open(&image, &OpenOptions::default());
+        assert!(
+            active.describe().contains("2 internal snapshots"),
+            "{}",
+            active.describe()
+        );
+        let mut rng = Rng::new(7);
+        let cx = Ctx::Blocking;
+        assert_bytes_eq(
+            &read_all(&cx, &*active, &mut rng),
+            &raw_contents(&image),
+            shape,
+        );
+        drop(active);
+        for key in ["first", "1", "second", "2"] {
+            let opts = OpenOptions {
+                snapshot: Some(key.into()),
+                ..OpenOptions::default()
+            };
+            let snap = open(&image, &opts);
+            let want = snapshot_contents(&image, key);
+            assert_eq!(
+                snap.len(),
+                want.len() as u64,
+                "{shape}: snapshot {key}: size"
+            );
+            assert!(snap.read_only());
+            let got = read_all(&cx, &*snap, &mut rng);
+            assert_bytes_eq(&got, &want, &format!("{shape}: snapshot {key}"));
+        }
+    }
+}
+
+#[test]
+fn qcow2_snapshot_not_found_or_writable_is_refused_in_one_line() {
+    require_tool!("qemu-img", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let (shape, opts) = SNAPSHOT_SHAPES[0];
+    let image = with_snapshots(dir.path(), shape, opts);
+    let p = image.to_str().unwrap();
+    let with = |key: &str, writable: bool| OpenOptions {
+        snapshot: Some(key.into()),
+        writable,
+        ..OpenOptions::default()
+    };
+    let e = backend::open(p, &with("third", false)).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("no snapshot with ID or name \"third\": it has 1 (first), 2 (second)"),
+        "{e}"
+    );
+    let e = backend::open(p, &with("first", true)).err().unwrap();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    let raw = dir.path().join("plain.raw");
+    std::fs::write(&raw, [0u8; 4096]).unwrap();
+    let e = backend::open(raw.to_str().unwrap(), &with("first", false))
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("not qcow2, so it has no snapshots"),
+        "{e}"
+    );
 }

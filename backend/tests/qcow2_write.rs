@@ -22,6 +22,7 @@ const RW: OpenOptions = OpenOptions {
     direct: false,
     lock: true,
     format: backend::Format::Auto,
+    snapshot: None,
 };
 
 fn open_rw(path: &Path) -> Arc<dyn BlockBackend> {

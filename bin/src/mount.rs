@@ -36,6 +36,12 @@ pub struct Args {
     /// only with `--format raw`
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     format: Option<Format>,
+    /// Export an internal snapshot of a qcow2 image, by its ID or else its name (as
+    /// `qemu-img snapshot -l` lists them), read-only (`qemu-nbd -l`). Without it, the
+    /// image's active state is exported; with -w, writes to clusters that snapshots share
+    /// copy them first, so the snapshots stay as they are
+    #[arg(short = 'l', long, value_name = "ID|NAME")]
+    snapshot: Option<String>,
     /// FUSE passthrough for a raw image file (Linux 6.9+, root): opens that only read go
     /// straight to the image file, at the device's speed; writable opens are served as
     /// without it (the size stays exact), their mappings passed through. Not for qcow2,
@@ -181,12 +187,16 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.growable && !args.writable {
         return Err("--growable needs --writable (-w)".into());
     }
+    if args.snapshot.is_some() && args.writable {
+        return Err("--snapshot exports the snapshot read-only: drop --writable (-w)".into());
+    }
     args.serve.options().check()?;
     let options = OpenOptions {
         writable: args.writable,
         direct: args.direct,
         lock: !args.no_lock,
         format: args.format.unwrap_or_default(),
+        snapshot: args.snapshot.clone(),
     };
     let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
     // `--inject`: the rules wrap the backend; "exporting ..." below lists them.

@@ -132,6 +132,7 @@ mod tests {
                 direct,
                 lock: false,
                 format: crate::Format::Auto,
+                snapshot: None,
             },
         )
         .unwrap();

@@ -48,7 +48,8 @@ pub(crate) fn open(
     let backing_opts = OpenOptions {
         writable: false,
         format,
-        ..*opts
+        snapshot: None, // the top image's, not the backing file's
+        ..opts.clone()
     };
     super::open_image(&path, &backing_opts, depth + 1)
 }

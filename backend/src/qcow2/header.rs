@@ -35,7 +35,7 @@ pub(crate) const REFCOUNT_TABLE_FIELD: u64 = 48;
 /// QEMU's limits: 2 MiB clusters, a 32 MiB L1 table.
 pub(crate) const MIN_CLUSTER_BITS: u32 = 9;
 pub(crate) const MAX_CLUSTER_BITS: u32 = 21;
-const MAX_L1_BYTES: u64 = 32 << 20;
+pub(crate) const MAX_L1_BYTES: u64 = 32 << 20;
 const MAX_BACKING_NAME: u32 = 1023;
 
 /// How compressed clusters are compressed (header byte 104, v3).
@@ -67,6 +67,9 @@ pub(crate) struct Header {
     pub(crate) backing_name_len: u32,
     /// The backing format extension ("raw", "qcow2"), if present.
     pub(crate) backing_format: Option<String>,
+    /// Internal snapshots, and where their table lies (`snapshot.rs`).
+    pub(crate) nb_snapshots: u32,
+    pub(crate) snapshots_offset: u64,
 }
 
 /// Big-endian fields of the first cluster, `None` past its end.
@@ -167,12 +170,6 @@ impl Header {
             let kind = if crypt == 1 { "AES" } else { "LUKS" };
             return Err(unsupported(format_args!("encryption ({kind})")));
         }
-        let snapshots = b.u32(60).ok_or_else(short)?;
-        if snapshots > 0 {
-            return Err(unsupported(format_args!(
-                "internal snapshots ({snapshots}; remove them with qemu-img snapshot -d)"
-            )));
-        }
         if refcount_order > 6 {
             return Err(invalid(format_args!("refcount_order {refcount_order}")));
         }
@@ -190,6 +187,8 @@ impl Header {
             backing_name_at: b.u64(8).ok_or_else(short)?,
             backing_name_len: b.u32(16).ok_or_else(short)?,
             backing_format: feature_names.backing_format,
+            nb_snapshots: b.u32(60).ok_or_else(short)?,
+            snapshots_offset: b.u64(64).ok_or_else(short)?,
         };
         header.check_tables()?;
         Ok(header)
@@ -334,13 +333,6 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_serve() {
-        let mut h = v3();
-        h[63] = 1; // nb_snapshots
-        assert!(
-            err(&h, false).contains("internal snapshots"),
-            "{}",
-            err(&h, false)
-        );
         let mut h = v3();
         h[35] = 2; // crypt_method
         assert!(err(&h, false).contains("encryption (LUKS)"));

@@ -194,6 +194,19 @@ impl L2Cache {
         }
     }
 
+    /// Drops the table at `table`, which the image no longer uses (its cluster may be
+    /// freed and reused): a load in flight is made stale, so that it reads again.
+    pub(crate) fn forget(&self, table: u64) {
+        let mut s = self.lock();
+        if let Some(&at) = s.index.get(&table) {
+            match s.slots[at].state {
+                State::Ready => s.empty(at),
+                State::Loading { .. } => s.slots[at].state = State::Loading { stale: true },
+                State::Empty => {}
+            }
+        }
+    }
+
     /// Tables read from the file so far.
     pub(crate) fn misses(&self) -> u64 {
         self.misses.load(std::sync::atomic::Ordering::Relaxed)

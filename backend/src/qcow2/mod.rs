@@ -62,6 +62,7 @@ mod read;
 mod refcount;
 mod reftable;
 mod resize;
+mod snapshot;
 mod write;
 mod zero;
 
@@ -94,6 +95,10 @@ pub struct Qcow2Backend {
     /// `None` when read-only.
     alloc: Option<Allocator>,
     backing: Option<Arc<dyn BlockBackend>>,
+    /// Internal snapshots in the image.
+    snapshots: usize,
+    /// The snapshot exported instead of the active state (`--snapshot`).
+    shown: Option<snapshot::Snapshot>,
     decompressor: Decompressor,
     /// Cluster-sized buffers (copy-on-write, decompressed clusters).
     bufs: BouncePool,
@@ -118,6 +123,15 @@ pub(crate) fn open_image(
         Format::Qcow2 => true,
         Format::Auto => starts_with_magic(path),
     };
+    if !qcow2 && opts.snapshot.is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "cannot open image {}: it is not qcow2, so it has no snapshots",
+                path.display()
+            ),
+        ));
+    }
     if !qcow2 {
         return Ok(Arc::new(file));
     }
@@ -154,9 +168,26 @@ impl Qcow2Backend {
         let mut first = vec![0u8; 1 << Header::cluster_bits_of(&head)?];
         host.read_padded(&cx, &mut first, 0)?;
         let h = Header::parse(&first, opts.writable)?;
-        let mut raw = vec![0u8; h.l1_size as usize * 8];
-        host.read_exact(&cx, &mut raw, h.l1_table_offset)?;
-        let l1 = l1::L1::new(&raw, h.l1_table_offset);
+        let snapshots = snapshot::read_table(&cx, &host, &h)?;
+        let (l1_offset, l1_size, size, shown) = match &opts.snapshot {
+            None => (h.l1_table_offset, h.l1_size, h.size, None),
+            Some(_) if opts.writable => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a snapshot is exported read-only (drop --writable)",
+                ))
+            }
+            // The image's size, not the snapshot's own: QEMU's `qemu-nbd -l` and `qemu-img
+            // convert -l` load the snapshot's L1 table alone, and what lies past it reads
+            // as unallocated.
+            Some(key) => {
+                let s = snapshot::find(&snapshots, key)?;
+                (s.l1_table_offset, s.l1_size, h.size, Some(s.clone()))
+            }
+        };
+        let mut raw = vec![0u8; l1_size as usize * 8];
+        host.read_exact(&cx, &mut raw, l1_offset)?;
+        let l1 = l1::L1::new(&raw, l1_offset);
         let backing = match h.backing_name_at {
             0 => None,
             _ => Some(backing::open(&cx, &host, &h, path, opts, depth)?),
@@ -182,9 +213,11 @@ impl Qcow2Backend {
         let cs = h.cluster_size() as usize;
         Ok(Qcow2Backend {
             path: path.to_owned(),
-            size: AtomicU64::new(h.size),
+            size: AtomicU64::new(size),
             l1,
-            l2: L2Cache::new(h.cluster_size(), h.l1_size),
+            l2: L2Cache::new(h.cluster_size(), l1_size),
+            snapshots: snapshots.len(),
+            shown,
             clusters: RangeLocks::default(),
             l1_locks: RangeLocks::default(),
             alloc,
@@ -328,8 +361,14 @@ impl BlockBackend for Qcow2Backend {
             cs if cs < 1024 => format!("{cs} B"),
             cs => format!("{} KiB", cs / 1024),
         };
+        let snapshots = match (&self.shown, self.snapshots) {
+            (Some(s), _) => format!(", snapshot {} ({})", s.id, s.name),
+            (None, 0) => String::new(),
+            (None, 1) => ", 1 internal snapshot".to_owned(),
+            (None, n) => format!(", {n} internal snapshots"),
+        };
         format!(
-            "qcow2:{} (v{}, {cs} clusters{backing}{ro})",
+            "qcow2:{} (v{}, {cs} clusters{backing}{snapshots}{ro})",
             self.path.display(),
             self.h.version,
         )

@@ -7,7 +7,9 @@
 //!   together (bytes 24-47: size, crypt_method, which is 0, then the two L1 fields),
 //!   synced; then the old table's clusters are freed (after the next flush). A kill before
 //!   the switch leaves the old size and table in force (the new one leaked).
-//! - Refused: shrinking (`EOPNOTSUPP`, as QEMU without `--shrink`), a size that is not a
+//! - Refused: shrinking (`EOPNOTSUPP`, as QEMU without `--shrink`), growing a v2 image
+//!   with internal snapshots (`EOPNOTSUPP`, as QEMU: its snapshot entries cannot record
+//!   the size they were taken at), a size that is not a
 //!   multiple of 512 (`EINVAL`: QEMU counts the disk in sectors), an L1 table past QEMU's
 //!   32 MiB (`EFBIG`), and growing over a backing file that is longer than the disk
 //!   (`EOPNOTSUPP`: its bytes would show through the new space, which QEMU zeroes).
@@ -48,6 +50,10 @@ impl Qcow2Backend {
         }
         if new_len < size {
             return refuse(libc::EOPNOTSUPP, "shrinking a qcow2 image is not supported");
+        }
+        if self.h.version == 2 && self.snapshots > 0 {
+            // As QEMU: a v2 snapshot entry cannot record the size it was taken at.
+            return refuse(libc::EOPNOTSUPP, "a v2 image with snapshots cannot grow");
         }
         if needed * 8 > MAX_L1_BYTES {
             return refuse(libc::EFBIG, "the L1 table would pass 32 MiB");

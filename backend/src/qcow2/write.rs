@@ -10,7 +10,15 @@
 //! KiB), where a cluster at a time took 16 of each.
 //!
 //! Order on disk for a new cluster: its refcount (reserved, durable), its data, its L2
-//! entry. For a new L2 table: its refcount, its zeroed contents, `fdatasync`, its L1 entry.
+//! entry. For a new L2 table: its refcount, its contents (zeroes, or a copy of the table
+//! snapshots share) written with `RWF_DSYNC`, its L1 entry.
+//!
+//! Internal snapshots share L2 tables and data clusters with the active state (refcount
+//! above one; the L1 or L2 entry lacks [`COPIED`]). A write never changes a shared
+//! cluster: a shared data cluster is rewritten into a new one like any other that cannot
+//! be written in place, and a shared L2 table is copied before its first entry changes
+//! ([`Qcow2Backend::l2_table_for`]), as QEMU's qcow2 driver does; the old one loses the
+//! active state's reference after the next flush.
 
 use std::io::{self, IoSlice};
 use std::sync::atomic::Ordering;
@@ -267,11 +275,17 @@ impl Qcow2Backend {
         Ok(())
     }
 
-    /// The L2 table of guest `cluster` and the entry's index in it, made if missing.
+    /// The L2 table of guest `cluster` and the entry's index in it, this image's own: made
+    /// if missing, copied first if a snapshot shares it (its L1 entry lacks [`COPIED`]).
     pub(super) fn l2_table_for(&self, cx: &Ctx<'_>, cluster: u64) -> io::Result<(u64, usize)> {
         let (l1i, l2i) = self.split(cluster);
-        let current = || self.l1.get(l1i).and_then(entry::l2_table);
-        if let Some(table) = current() {
+        let owned = || {
+            self.l1
+                .get(l1i)
+                .filter(|e| e & COPIED != 0)
+                .and_then(entry::l2_table)
+        };
+        if let Some(table) = owned() {
             return Ok((table, l2i));
         }
         let span = Span {
@@ -279,21 +293,43 @@ impl Qcow2Backend {
             end: l1i as u64 + 1,
         };
         let _l1 = self.l1_locks.lock(cx, span, Mode::Exclusive);
-        if let Some(table) = current() {
-            return Ok((table, l2i)); // made meanwhile
+        if let Some(table) = owned() {
+            return Ok((table, l2i)); // made or copied meanwhile
         }
+        let shared = self.l1.get(l1i).and_then(entry::l2_table);
         let alloc = self.check_writable()?;
         let new = alloc.cluster(cx, &self.host)?;
         let table = new.at;
-        if !new.zeroed {
-            self.write_at(cx, Source::Zeroes, self.cluster_size(), table)?;
-            self.host.file.flush(cx)?; // the table's contents before the entry that links it
+        match shared {
+            Some(old) => self.copy_l2_table(cx, old, table)?,
+            None if !new.zeroed => {
+                let mut buf = self.bufs.take();
+                buf.fill(0);
+                // The table's contents before the entry that links it.
+                self.host.write_durable(cx, &buf, table)?;
+            }
+            None => {}
         }
         let value = table | COPIED;
         // The L1 table stays put meanwhile: moving it takes every L1 entry's lock.
         let offset = self.l1.read().offset;
         self.host.write_u64(cx, value, offset + l1i as u64 * 8)?;
         self.l1.read().entries[l1i].store(value, Ordering::Release);
+        if let Some(old) = shared {
+            self.l2.forget(old);
+            // The snapshots keep it: its refcount drops by the active state's reference.
+            let c = old >> self.h.cluster_bits;
+            alloc.free_later(c..c + 1);
+        }
         Ok((table, l2i))
+    }
+
+    /// Copies the L2 table at `old`, which snapshots share, to the new cluster `new`,
+    /// durable before anything links it. The data clusters it maps keep their refcounts:
+    /// each counts the active state's reference already, whichever table carries it.
+    fn copy_l2_table(&self, cx: &Ctx<'_>, old: u64, new: u64) -> io::Result<()> {
+        let mut buf = self.bufs.take();
+        self.host.read_exact(cx, &mut buf, old)?;
+        self.host.write_durable(cx, &buf, new)
     }
 }

@@ -41,6 +41,7 @@ impl Setup {
             direct: self.direct,
             lock: false,
             format: backend::Format::Auto,
+            snapshot: None,
         };
         Arc::new(FileBackend::open(path, &opts).unwrap())
     }
