@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 
 use corofuse_tests::qcow2::{
     assert_check_clean, assert_same_as_raw, assert_virtual_size, create, qemu_img, raw_contents,
-    variants,
+    snapshot_contents, variants,
 };
 use corofuse_tests::qemu::{describe, qemu};
 use corofuse_tests::sys::{fallocate, truncate};
@@ -284,4 +284,66 @@ fn mount_qcow2_discards_give_the_host_space_back(mode: Dispatch) {
     drop(file);
     export.stop();
     assert_check_clean(&image, "after discards");
+}
+
+dispatch_tests!(mount_qcow2_snapshots [coroutine, threads]);
+/// An image with internal snapshots: `--snapshot` exports each read-only, as `qemu-img
+/// convert -l` reads it (by ID and by name); the active state takes writes that leave
+/// `qemu-img check` clean and every snapshot as it was; `-w --snapshot` and an unknown
+/// snapshot are refused in one line.
+fn mount_qcow2_snapshots(mode: Dispatch) {
+    require_tool!("qemu-img", "qemu-io");
+    let seed = Seed::choose();
+    let mut rng = seed.rng();
+    let sandbox = Sandbox::new();
+    let (shape, opts) = corofuse_tests::qcow2::SNAPSHOT_SHAPES[0];
+    let image = corofuse_tests::qcow2::with_snapshots(&sandbox.path(""), shape, opts);
+    let mnt = sandbox.mountpoint("mnt");
+    let before: Vec<Vec<u8>> = ["1", "2"]
+        .iter()
+        .map(|k| snapshot_contents(&image, k))
+        .collect();
+    for (key, want) in [("first", &before[0]), ("2", &before[1])] {
+        let export = MountedExport::start(&image, &mnt, mode, &["--snapshot", key]);
+        assert_bytes_eq(&fs::read(export.path()).unwrap(), want, key);
+        let errno = errno_of(open_rw(export.path()), "open a snapshot for writing");
+        assert!(
+            matches!(errno, libc::EROFS | libc::EACCES),
+            "opening snapshot {key} for writing: errno {errno}"
+        );
+        export.stop();
+    }
+    let mut want = raw_contents(&image);
+    let export = MountedExport::start(&image, &mnt, mode, &["-w"]);
+    let file = open_rw(export.path()).unwrap();
+    for _ in 0..40 {
+        let at = rng.below(want.len() as u64);
+        let n = (1 + rng.below(200 * KIB)).min(want.len() as u64 - at) as usize;
+        let data = pattern(rng.next_u64(), at, n);
+        file.write_all_at(&data, at).unwrap();
+        want[at as usize..at as usize + n].copy_from_slice(&data);
+    }
+    file.sync_all().unwrap();
+    drop(file);
+    export.stop();
+    assert_check_clean(&image, "after writes beside snapshots");
+    assert_bytes_eq(&raw_contents(&image), &want, "the active state");
+    for (key, want) in ["1", "2"].iter().zip(&before) {
+        assert_bytes_eq(&snapshot_contents(&image, key), want, key);
+    }
+    for (args, says) in [
+        (
+            &["--snapshot", "third"][..],
+            "no snapshot with ID or name \"third\"",
+        ),
+        (&["-w", "--snapshot", "first"][..], "read-only"),
+    ] {
+        corofuse_tests::export::assert_setup_error(
+            &sandbox,
+            image.as_os_str(),
+            &mnt,
+            args,
+            &[says],
+        );
+    }
 }

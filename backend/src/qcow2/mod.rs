@@ -21,7 +21,11 @@
 //!   zeroes, decompressed data) around the new bytes, then the L2 entry. write_zeroes and
 //!   discard set v3 zero clusters or deallocate (`zero.rs`). Flush syncs the file, then
 //!   frees the clusters unlinked before it.
-//! - Refused at open, one line naming the feature: internal snapshots, encryption, external
+//! - Internal snapshots (`snapshot.rs`): the active state is served, and clusters and L2
+//!   tables that snapshots share (refcount above one, no COPIED bit) are copied before
+//!   they change (`write.rs`); or, with [`OpenOptions::snapshot`], one snapshot's L1
+//!   table is served read-only instead. Snapshots are neither made nor deleted here.
+//! - Refused at open, one line naming the feature: encryption, external
 //!   data files, extended L2 entries, unknown incompatible features. A dirty image (lazy
 //!   refcounts not written back) or one marked corrupt opens read-only only: QEMU repairs
 //!   a dirty image's refcounts at open; corofuse does not, and points to

@@ -220,6 +220,28 @@ mod tests {
         assert!(err(e).contains("extra data"));
     }
 
+    /// Bytes of any shape parse to an entry, a need for more, or an error: never a panic.
+    #[test]
+    fn random_bytes_never_panic() {
+        let h = header();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 200) as usize;
+            let mut raw: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if len > 40 && next() % 2 == 0 {
+                raw[36..40].copy_from_slice(&((next() % 64) as u32).to_be_bytes());
+                raw[12..16].copy_from_slice(&[0, (next() % 8) as u8, 0, (next() % 8) as u8]);
+            }
+            let _ = parse_entry(&raw, &h);
+        }
+    }
+
     #[test]
     fn finds_by_id_then_by_name() {
         let s = |id: &str, name: &str| Snapshot {
