@@ -3,7 +3,7 @@
 //! never an L2 entry to a cluster whose refcount is 0.
 //!
 //! - **Reserve before use.** Clusters are handed out from a reservation: a batch (up to
-//!   32 MiB, at most [`BATCH`] clusters) whose refcounts were set to 1 and made durable
+//!   32 to 256 MiB, at most [`BATCH`] clusters) whose refcounts were set to 1 and made durable
 //!   before any of them is handed out. The caller writes the data, and only then the L2
 //!   (or L1) entry that references it. So an entry on disk always points to a cluster
 //!   whose refcount on disk is already 1; a kill (or a power loss) between leaks the
@@ -14,9 +14,15 @@
 //!   are set one write each and then made durable with one `fdatasync`.
 //! - **Refill ahead.** When a request takes a cluster and leaves fewer than half a batch,
 //!   it reserves the next batch (once: one refill at a time) before going on, while the
-//!   others keep taking from what is left; so the reservation holds at most one and a half
-//!   batches, the most a kill leaks. What is left goes back (refcount 0) when the backend
-//!   is dropped.
+//!   others keep taking from what is left. (A refill coroutine of its own, tried, would
+//!   leave the backend's drop waiting on the loop it runs on.) The reservation holds
+//!   at most one and a half batches, the most a kill leaks. What is left goes back
+//!   (refcount 0) when the backend is dropped.
+//! - **Batch size.** 32 MiB; while refills come less than a second apart (an image being
+//!   filled: `qemu-img convert`, an install), each doubles it, up to 256 MiB, so that such
+//!   a fill waits for the host's journal a few times rather than once per 32 MiB. Only
+//!   v3 images grow it: a killed daemon leaves them marked dirty and the next open
+//!   reclaims the leak; v2 images, which cannot say so, keep 32 MiB.
 //! - **Free after unlink, after flush.** A cluster that an L2 entry stopped referencing
 //!   (discard, zeroing, a copy-on-write of a compressed or shared cluster) waits in
 //!   `pending` until the next flush has made the unlink durable; only then does its
@@ -34,13 +40,14 @@
 //! The allocator runs one operation at a time (its own lock, held across its I/O); data
 //! I/O never happens under it, requests that find their clusters allocated never take it,
 //! and one that takes a reserved cluster does not either (the reservation has its own
-//! lock, never held across I/O). The batch is large (32 MiB) so that refills are rare:
-//! with 1 MiB batches (16 clusters of 64 KiB) and an `fdatasync` each, 4 KiB allocating
-//! writes at iodepth 64 ran at 3,100 IOPS.
+//! lock, never held across I/O). The batch is large so that refills are rare: with 1 MiB
+//! batches (16 clusters of 64 KiB) and an `fdatasync` each, 4 KiB allocating writes at
+//! iodepth 64 ran at 3,100 IOPS.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::range_lock::{Mode, RangeLocks, Span};
 use crate::{BlockBackend, Ctx};
@@ -51,8 +58,11 @@ use super::reftable;
 
 /// Clusters reserved at most at once.
 const BATCH: u64 = 4096;
-/// Bytes reserved at once, at most.
+/// Bytes reserved at once: to begin with, and at most (a fill, see [`Allocator::grow_batch`]).
 const BATCH_BYTES: u64 = 32 << 20;
+const MAX_BATCH_BYTES: u64 = 256 << 20;
+/// Refills closer together than this double the batch; one after a longer pause resets it.
+const FILLING: Duration = Duration::from_secs(1);
 /// Free clusters remembered from the open-time scan, at most.
 const MAX_FREE: usize = 1 << 20;
 
@@ -85,6 +95,12 @@ pub(crate) struct Allocator {
     reserved: Mutex<Vec<NewCluster>>,
     /// A request is reserving ahead of need.
     refilling: AtomicBool,
+    /// Clusters the next refill reserves (see [`Allocator::grow_batch`]).
+    batch: AtomicU64,
+    /// The most it may grow to.
+    max_batch: u64,
+    /// When the last refill began (under `serial`).
+    last_refill: Mutex<Option<Instant>>,
     /// Clusters to drop one reference of after the next flush (locked briefly, by anyone).
     pending: Mutex<Vec<u64>>,
     /// One operation at a time (a one-span [`RangeLocks`]: waits without blocking a loop).
@@ -94,12 +110,15 @@ pub(crate) struct Allocator {
 
 impl Allocator {
     /// Scans the refcount blocks for free clusters below the end of the file (`file_len`).
+    /// `fills`: the batch may grow up to [`MAX_BATCH_BYTES`] while the image fills fast
+    /// (else it stays at [`BATCH_BYTES`]).
     pub(crate) fn open(
         cx: &Ctx<'_>,
         host: &Host,
         refcounts: Refcounts,
         file_len: u64,
         cluster_bits: u32,
+        fills: bool,
     ) -> io::Result<Allocator> {
         let cluster_size = 1u64 << cluster_bits;
         let mut scratch = vec![0u8; cluster_size as usize].into_boxed_slice();
@@ -129,10 +148,15 @@ impl Allocator {
             free,
             scratch,
         };
+        let clusters = |bytes: u64| (bytes >> cluster_bits).clamp(1, BATCH);
+        let max_batch = clusters(if fills { MAX_BATCH_BYTES } else { BATCH_BYTES });
         Ok(Allocator {
             state: Mutex::new(state),
-            reserved: Mutex::new(Vec::with_capacity(BATCH as usize * 3 / 2)),
+            reserved: Mutex::new(Vec::with_capacity(max_batch as usize * 3 / 2)),
             refilling: AtomicBool::new(false),
+            batch: AtomicU64::new(clusters(BATCH_BYTES)),
+            max_batch,
+            last_refill: Mutex::new(None),
             pending: Mutex::default(),
             serial: RangeLocks::default(),
             cluster_bits,
@@ -198,24 +222,49 @@ impl Allocator {
         Ok((first, n))
     }
 
-    /// Clusters per batch.
+    /// Clusters per batch now.
     fn batch(&self) -> u64 {
-        (BATCH_BYTES >> self.cluster_bits).clamp(1, BATCH)
+        self.batch.load(Ordering::Relaxed)
     }
 
-    /// Reserves the next batch while the reservation still has clusters to hand out; the
-    /// caller set `refilling`. A failure (ENOSPC, EIO) is left to the request that finds
-    /// the reservation empty: it tries again and returns the error.
+    /// Sizes the batch for the refill beginning now (under `serial`): refills less than
+    /// [`FILLING`] apart double it, up to `max_batch`, so that an image filling fast (a
+    /// `qemu-img convert`, an install) makes its refcounts durable, and waits for the host
+    /// file system's journal, a few times instead of once per 32 MiB; a pause sets it back.
+    /// A kill leaks at most one and a half batches, which the next open reclaims where the
+    /// image can say it was left open (v3, `repair.rs`); otherwise the batch stays small.
+    fn grow_batch(&self) {
+        let now = Instant::now();
+        let mut last = self.last_refill.lock().unwrap_or_else(|e| e.into_inner());
+        let base = (BATCH_BYTES >> self.cluster_bits).clamp(1, BATCH);
+        let next = match *last {
+            Some(t) if now.duration_since(t) < FILLING => (self.batch() * 2).min(self.max_batch),
+            _ => base,
+        };
+        self.batch.store(next, Ordering::Relaxed);
+        *last = Some(now);
+    }
+
+    /// Reserves the next batch while the reservation still has clusters to hand out, if
+    /// less than half of one is left; the caller set `refilling`. A failure (ENOSPC, EIO)
+    /// is left to the request that finds the reservation empty: it tries again and
+    /// returns the error.
     fn refill_ahead(&self, cx: &Ctx<'_>, host: &Host) {
-        {
-            let _serial = self.serial(cx);
-            if (self.reserved().len() as u64) < self.batch() / 2 {
-                if let Err(e) = self.reserve(cx, host) {
-                    log::debug!("qcow2: reserving clusters ahead of need: {e}");
-                }
+        /// Clears `refilling` however the refill ends (a coroutine dropped at shutdown
+        /// unwinds through here).
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
             }
         }
-        self.refilling.store(false, Ordering::Release);
+        let _done = Done(&self.refilling);
+        let _serial = self.serial(cx);
+        if (self.reserved().len() as u64) < self.batch() / 2 {
+            if let Err(e) = self.reserve(cx, host) {
+                log::debug!("qcow2: reserving clusters ahead of need: {e}");
+            }
+        }
     }
 
     fn new_cluster(&self, index: u64, zeroed: bool) -> NewCluster {
@@ -228,10 +277,11 @@ impl Allocator {
     /// Adds a batch to the reservation, its refcounts durable: free clusters first, else
     /// a run at the end. The caller holds `serial`.
     fn reserve(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<()> {
+        self.grow_batch();
         let want = self.batch();
         let mut s = self.state();
         let s = &mut *s; // no other holder: the serial lock is ours
-        let mut picked = Vec::new(); // at most BATCH, once per batch
+        let mut picked = Vec::new(); // at most a batch, once per batch
         while (picked.len() as u64) < want {
             match s.free.pop() {
                 Some(c) => picked.push(c),

@@ -207,6 +207,7 @@ impl Qcow2Backend {
                     refcounts,
                     file_len,
                     h.cluster_bits,
+                    h.version >= 3,
                 )?)
             }
         };
