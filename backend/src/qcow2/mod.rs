@@ -19,7 +19,8 @@
 //! - Writes: in place where the cluster is allocated with refcount 1; otherwise a new
 //!   cluster ([`alloc`], crash-safe order) filled with the old contents (backing file,
 //!   zeroes, decompressed data) around the new bytes, then the L2 entry. write_zeroes and
-//!   discard set v3 zero clusters or deallocate (`zero.rs`). Flush syncs the file, then
+//!   discard set v3 zero clusters or deallocate (`zero.rs`); an L2 table of the image's
+//!   own that a request held whole and left mapping nothing is unlinked and freed. Flush syncs the file, then
 //!   frees the clusters unlinked before it.
 //! - Refused at open, one line naming the feature: encryption, external data files,
 //!   extended L2 entries, unknown incompatible features. An image marked corrupt opens
