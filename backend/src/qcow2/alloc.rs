@@ -16,7 +16,8 @@
 //!   it reserves the next batch (once: one refill at a time) before going on, while the
 //!   others keep taking from what is left; so the reservation holds at most one and a half
 //!   batches, the most a kill leaks. What is left goes back (refcount 0) when the backend
-//!   is dropped.
+//!   is dropped. What a kill leaks is reclaimed at the next writable open of a v3 image,
+//!   which the kill left with its DIRTY bit set (`repair.rs`); v2 images keep the leak.
 //! - **Free after unlink, after flush.** A cluster that an L2 entry stopped referencing
 //!   (discard, zeroing, a copy-on-write of a compressed or shared cluster) waits in
 //!   `pending` until the next flush has made the unlink durable; only then does its
