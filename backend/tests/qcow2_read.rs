@@ -169,7 +169,7 @@ fn qcow2_refuses_what_it_cannot_serve_in_one_line() {
         (&[(32, &[0, 0, 0, 1])], false, "encryption (AES)"),
         (&[(79, &[1 << 2])], false, "external data file"),
         (&[(79, &[1 << 5])], false, "incompatible feature bit 5"),
-        (&[(79, &[1])], true, "qemu-img check -r all"),
+        (&[(79, &[2])], true, "marked corrupt"),
         (&[(23, &[22])], false, "cluster_bits 22"),
     ];
     for (patch, writable, want) in cases {

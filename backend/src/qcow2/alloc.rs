@@ -21,8 +21,9 @@
 //! - **Batch size.** 32 MiB; while refills come less than a second apart (an image being
 //!   filled: `qemu-img convert`, an install), each doubles it, up to 256 MiB, so that such
 //!   a fill waits for the host's journal a few times rather than once per 32 MiB. Only
-//!   v3 images grow it: a killed daemon leaves them marked dirty and the next open
-//!   reclaims the leak; v2 images, which cannot say so, keep 32 MiB.
+//!   v3 images grow it: a killed daemon leaves them with their DIRTY bit set, and the
+//!   next writable open reclaims the leak (`repair.rs`); v2 images, which cannot say so,
+//!   keep 32 MiB and their leaks.
 //! - **Free after unlink, after flush.** A cluster that an L2 entry stopped referencing
 //!   (discard, zeroing, a copy-on-write of a compressed or shared cluster) waits in
 //!   `pending` until the next flush has made the unlink durable; only then does its

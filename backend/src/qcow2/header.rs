@@ -28,6 +28,7 @@ const EXT_FEATURE_NAMES: u32 = 0x6803_f857;
 
 /// Byte offsets of the fields the backend rewrites.
 pub(crate) const SIZE_FIELD: u64 = 24;
+pub(crate) const INCOMPATIBLE_FIELD: u64 = 72;
 pub(crate) const AUTOCLEAR_FIELD: u64 = 88;
 /// `refcount_table_offset` (8 bytes), then `refcount_table_clusters` (4).
 pub(crate) const REFCOUNT_TABLE_FIELD: u64 = 48;
@@ -58,6 +59,8 @@ pub(crate) struct Header {
     pub(crate) l1_table_offset: u64,
     pub(crate) refcount_table_offset: u64,
     pub(crate) refcount_table_clusters: u32,
+    /// Incompatible feature bits (0 for v2), [`DIRTY`] among them.
+    pub(crate) incompatible: u64,
     pub(crate) autoclear: u64,
     /// log2 of the refcount width in bits (4: 16-bit refcounts, always so in v2).
     pub(crate) refcount_order: u32,
@@ -181,6 +184,7 @@ impl Header {
             l1_table_offset: b.u64(40).ok_or_else(short)?,
             refcount_table_offset: b.u64(48).ok_or_else(short)?,
             refcount_table_clusters: b.u32(56).ok_or_else(short)?,
+            incompatible,
             autoclear,
             refcount_order,
             compression,
@@ -261,8 +265,10 @@ fn extensions(first: &[u8], mut at: usize) -> io::Result<Extensions> {
     Ok(found)
 }
 
-/// Refuses the incompatible features corofuse does not implement, and a dirty or corrupt
-/// image opened for writing.
+/// Refuses the incompatible features corofuse does not implement, and a corrupt image
+/// opened for writing. A dirty one (refcounts not written back: QEMU with lazy refcounts,
+/// or corofuse, killed) passes: opened for writing, it is repaired first (`repair.rs`), as
+/// QEMU repairs it; read-only, it is read as it is (reads need no refcounts).
 fn check_features(bits: u64, names: &[(u8, u8, String)], writable: bool) -> io::Result<()> {
     if bits & EXTERNAL_DATA_FILE != 0 {
         return Err(unsupported("an external data file"));
@@ -285,12 +291,6 @@ fn check_features(bits: u64, names: &[(u8, u8, String)], writable: bool) -> io::
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "qcow2 image is marked corrupt: repair it with qemu-img check -r all, or export it read-only",
-        ));
-    }
-    if writable && bits & DIRTY != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "qcow2 image is dirty (lazy refcounts not written back): repair it with qemu-img check -r all, or export it read-only",
         ));
     }
     Ok(())
@@ -356,9 +356,11 @@ mod tests {
     }
 
     #[test]
-    fn a_dirty_image_opens_read_only_only() {
+    fn a_dirty_image_opens_a_corrupt_one_read_only_only() {
         let mut h = v3();
         h[79] = DIRTY as u8;
+        assert_eq!(Header::parse(&h, true).unwrap().incompatible, DIRTY);
+        h[79] = CORRUPT as u8;
         assert!(Header::parse(&h, false).is_ok());
         assert!(err(&h, true).contains("qemu-img check -r all"));
     }

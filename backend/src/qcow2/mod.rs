@@ -19,19 +19,26 @@
 //! - Writes: in place where the cluster is allocated with refcount 1; otherwise a new
 //!   cluster ([`alloc`], crash-safe order) filled with the old contents (backing file,
 //!   zeroes, decompressed data) around the new bytes, then the L2 entry. write_zeroes and
-//!   discard set v3 zero clusters or deallocate (`zero.rs`). Flush syncs the file, then
-//!   frees the clusters unlinked before it.
+//!   discard set v3 zero clusters or deallocate (`zero.rs`); an L2 table of the image's
+//!   own that a request held whole and left mapping nothing is unlinked and freed. Flush
+//!   syncs the file, then frees the clusters unlinked before it.
 //! - Internal snapshots (`snapshot.rs`): the active state is served, and clusters and L2
 //!   tables that snapshots share (refcount above one, no COPIED bit) are copied before
 //!   they change (`write.rs`); or, with [`OpenOptions::snapshot`], one snapshot's L1
 //!   table is served read-only instead. Snapshots are neither made nor deleted here.
-//! - Refused at open, one line naming the feature: encryption, external
-//!   data files, extended L2 entries, unknown incompatible features. A dirty image (lazy
-//!   refcounts not written back) or one marked corrupt opens read-only only: QEMU repairs
-//!   a dirty image's refcounts at open; corofuse does not, and points to
-//!   `qemu-img check -r all`. Unknown autoclear bits (and the bitmaps bit: corofuse does
-//!   not update bitmaps) are cleared when the image is opened for writing, as the spec
-//!   requires.
+//! - Refused at open, one line naming the feature: encryption, external data files,
+//!   extended L2 entries, unknown incompatible features. An image marked corrupt opens
+//!   read-only only. A dirty image (refcounts not written back: QEMU with lazy refcounts,
+//!   or a killed corofuse) opened for writing is repaired first, as QEMU repairs it
+//!   (`repair.rs`: refcounts recounted, leaks reclaimed, OFLAG_COPIED made right, one log
+//!   line); one whose tables contradict each other is refused with the reason. Read-only,
+//!   a dirty image is read as it is. Unknown autoclear bits (and the bitmaps bit: corofuse
+//!   does not update bitmaps) are cleared when the image is opened for writing, as the
+//!   spec requires.
+//! - The DIRTY bit while writable (v3): set at open and cleared at a clean close (drop),
+//!   after the last sync, so that the clusters a killed corofuse leaks (its reservation,
+//!   up to 384 MiB: `alloc.rs`) are reclaimed at the next writable open, ours or QEMU's.
+//!   v2 images have no such bit: their leaks stay until `qemu-img check -r leaks`.
 //! - Size: `resize` grows the virtual size, moving the L1 table where it must, and
 //!   refuses what QEMU refuses (`resize.rs`): shrinking, sizes that are not whole
 //!   sectors. Growable exports work as for raw images: a write or write_zeroes past the
@@ -63,10 +70,13 @@ mod hostio;
 mod l1;
 mod l2_cache;
 mod read;
+mod rebuild;
 mod refcount;
 mod reftable;
+mod repair;
 mod resize;
 mod snapshot;
+mod tally;
 mod write;
 mod zero;
 
@@ -171,8 +181,8 @@ impl Qcow2Backend {
         host.read_padded(&cx, &mut head, 0)?;
         let mut first = vec![0u8; 1 << Header::cluster_bits_of(&head)?];
         host.read_padded(&cx, &mut first, 0)?;
-        let h = Header::parse(&first, opts.writable)?;
-        let snapshots = snapshot::read_table(&cx, &host, &h)?;
+        let mut h = Header::parse(&first, opts.writable)?;
+        let (snapshots, snapshot_bytes) = snapshot::read_table(&cx, &host, &h)?;
         let (l1_offset, l1_size, size, shown) = match &opts.snapshot {
             None => (h.l1_table_offset, h.l1_size, h.size, None),
             Some(_) if opts.writable => {
@@ -189,6 +199,14 @@ impl Qcow2Backend {
                 (s.l1_table_offset, s.l1_size, h.size, Some(s.clone()))
             }
         };
+        if opts.writable && h.autoclear != 0 {
+            host.write_u64(&cx, 0, header::AUTOCLEAR_FIELD)?;
+            host.file.flush(&cx)?;
+        }
+        if opts.writable && h.incompatible & header::DIRTY != 0 {
+            repair::repair(&cx, &host, &mut h, &snapshots, snapshot_bytes, path)?;
+            h.incompatible &= !header::DIRTY; // on disk, until a clean close
+        }
         let mut raw = vec![0u8; l1_size as usize * 8];
         host.read_exact(&cx, &mut raw, l1_offset)?;
         let l1 = l1::L1::new(&raw, l1_offset);
@@ -211,9 +229,11 @@ impl Qcow2Backend {
                 )?)
             }
         };
-        if opts.writable && h.autoclear != 0 {
-            host.write_u64(&cx, 0, header::AUTOCLEAR_FIELD)?;
-            host.file.flush(&cx)?;
+        if opts.writable && h.version == 3 {
+            // Set (or kept) until a clean close, so that the clusters a kill leaks are
+            // reclaimed at the next open, ours or QEMU's.
+            let bits = h.incompatible | header::DIRTY;
+            host.write_durable(&cx, &bits.to_be_bytes(), header::INCOMPATIBLE_FIELD)?;
         }
         let cs = h.cluster_size() as usize;
         Ok(Qcow2Backend {
@@ -389,7 +409,8 @@ impl BlockBackend for Qcow2Backend {
 
 impl Drop for Qcow2Backend {
     /// Syncs, frees what waited for a flush and returns the unused reservation, so that a
-    /// cleanly stopped export leaves no leaked clusters.
+    /// cleanly stopped export leaves no leaked clusters; then, all of that durable, clears
+    /// the DIRTY bit (v3). If any of it fails, the bit stays: the next open repairs.
     fn drop(&mut self) {
         let Some(alloc) = self.alloc.as_ref() else {
             return;
@@ -402,7 +423,15 @@ impl Drop for Qcow2Backend {
             .flush(&cx)
             .and_then(|()| alloc.apply_frees(&cx, &self.host, pending))
             .and_then(|()| alloc.release(&cx, &self.host))
-            .and_then(|()| self.host.file.flush(&cx));
+            .and_then(|()| self.host.file.flush(&cx))
+            .and_then(|()| match self.h.version {
+                3 => self.host.write_durable(
+                    &cx,
+                    &self.h.incompatible.to_be_bytes(),
+                    header::INCOMPATIBLE_FIELD,
+                ),
+                _ => Ok(()),
+            });
         if let Err(e) = done {
             log::warn!(
                 "qcow2 {}: closing: {e} (clusters may be leaked)",

@@ -32,12 +32,18 @@ impl Refcounts {
             .chunks_exact(8)
             .map(|e| u64::from_be_bytes(e.try_into().expect("8 bytes")) & !511)
             .collect();
-        Ok(Refcounts {
-            table_offset: h.refcount_table_offset,
+        Ok(Refcounts::with_table(h, h.refcount_table_offset, table))
+    }
+
+    /// The refcounts of an image with header `h` whose table, at `table_offset`, holds
+    /// `table`.
+    pub(crate) fn with_table(h: &Header, table_offset: u64, table: Vec<u64>) -> Refcounts {
+        Refcounts {
+            table_offset,
             table,
             order: h.refcount_order,
             cluster_bits: h.cluster_bits,
-        })
+        }
     }
 
     /// Refcount entries per block.

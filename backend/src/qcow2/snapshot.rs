@@ -39,10 +39,15 @@ pub(crate) struct Snapshot {
     pub(crate) disk_size: Option<u64>,
 }
 
-/// The snapshot table of the image with header `h` (empty without snapshots).
-pub(crate) fn read_table(cx: &Ctx<'_>, host: &Host, h: &Header) -> io::Result<Vec<Snapshot>> {
+/// The snapshot table of the image with header `h` (empty without snapshots), and its
+/// length in bytes.
+pub(crate) fn read_table(
+    cx: &Ctx<'_>,
+    host: &Host,
+    h: &Header,
+) -> io::Result<(Vec<Snapshot>, u64)> {
     if h.nb_snapshots == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
     if h.nb_snapshots > MAX_SNAPSHOTS {
         return Err(invalid(format_args!("{} snapshots", h.nb_snapshots)));
@@ -76,7 +81,7 @@ pub(crate) fn read_table(cx: &Ctx<'_>, host: &Host, h: &Header) -> io::Result<Ve
             return Err(invalid(format_args!("two snapshots with ID {:?}", s.id)));
         }
     }
-    Ok(snapshots)
+    Ok((snapshots, at as u64))
 }
 
 /// The entry at the start of `raw` and its length with padding, `None` if `raw` ends

@@ -9,10 +9,10 @@
 
 use std::io;
 
-use crate::range_lock::Mode;
+use crate::range_lock::{Mode, Span};
 use crate::{BlockBackend, Ctx};
 
-use super::entry::{Mapping, COPIED, ZERO};
+use super::entry::{self, Mapping, COPIED, ZERO};
 use super::write::Source;
 use super::Qcow2Backend;
 
@@ -45,6 +45,38 @@ impl Qcow2Backend {
             }
             pos = next;
         }
+        let n = self.h.l2_entries();
+        for l1i in first.div_ceil(n)..last / n {
+            self.free_emptied(cx, l1i as usize)?;
+        }
+        Ok(())
+    }
+
+    /// Unlinks and frees the L2 table of L1 entry `l1i` if it maps nothing and is the
+    /// image's own; the caller holds all its guest clusters exclusively (module docs).
+    fn free_emptied(&self, cx: &Ctx<'_>, l1i: usize) -> io::Result<()> {
+        let alloc = self.check_writable()?;
+        let span = Span {
+            start: l1i as u64,
+            end: l1i as u64 + 1,
+        };
+        let _l1 = self.l1_locks.lock(cx, span, Mode::Exclusive);
+        let owned = self.l1.get(l1i).filter(|e| e & COPIED != 0);
+        let Some(table) = owned.and_then(entry::l2_table) else {
+            return Ok(());
+        };
+        let unmapped = |e: u64| e == 0 || (e == ZERO && self.backing.is_none());
+        for l2i in 0..self.h.l2_entries() as usize {
+            if !unmapped(self.l2.get(cx, &self.host, table, l2i)?) {
+                return Ok(());
+            }
+        }
+        let offset = self.l1.read().offset;
+        self.host.write_u64(cx, 0, offset + l1i as u64 * 8)?;
+        self.l1.read().entries[l1i].store(0, std::sync::atomic::Ordering::Release);
+        self.l2.forget(table);
+        let c = table >> self.h.cluster_bits;
+        alloc.free_later(c..c + 1);
         Ok(())
     }
 
