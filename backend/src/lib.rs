@@ -50,6 +50,7 @@ mod direct;
 mod file;
 pub mod inject;
 mod iov;
+pub mod nbd;
 mod null;
 mod pool;
 mod qcow2;
@@ -60,6 +61,7 @@ mod sys;
 pub use aligned::{AlignedBuf, PAGE_ALIGN};
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
+pub use nbd::{NbdBackend, NbdOptions};
 pub use null::{parse_size, NullBackend};
 pub use qcow2::Qcow2Backend;
 /// The context every backend call runs in; it lives in the runtime, beside [`runtime::Co`].
@@ -236,6 +238,9 @@ pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>>
             spec,
             "the null backend needs a size, e.g. null:1G",
         ));
+    }
+    if nbd::is_nbd(spec) {
+        return Ok(Arc::new(nbd::open(spec, opts, &NbdOptions::default())?));
     }
     match spec.strip_prefix("file:").unwrap_or(spec) {
         "" => Err(invalid_spec(
