@@ -7,7 +7,8 @@
 //! `Send + Sync` for the threads.
 //!
 //! [`open`] turns a spec into a backend: `null:SIZE` ([`NullBackend`]) or a path to a raw
-//! image ([`FileBackend`]) or a qcow2 image ([`Qcow2Backend`], found by its magic).
+//! image ([`FileBackend`]) or a qcow2 image ([`Qcow2Backend`], found by its magic), or an
+//! NBD URI ([`NbdBackend`]: `nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`).
 //!
 //! ```
 //! use std::io::IoSliceMut;
@@ -35,7 +36,8 @@
 //!
 //! Layout: `qcow2` (QEMU's image format over a `file`: header, L2 cache, refcounts,
 //! allocation, compression, backing files, one file each); `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
-//! in `file/lock`) and `null`, one backend each; `inject` (a wrapper that fails or delays
+//! in `file/lock`), `null` and `nbd` (a client of an NBD server: URI, handshake, wire
+//! format, replies, connection), one backend each; `inject` (a wrapper that fails or delays
 //! chosen operations: `--inject`); `direct` and `pool`
 //! (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
 //! ranges, so that an O_DIRECT read-modify-write waits only for requests on its blocks);
@@ -50,6 +52,7 @@ mod direct;
 mod file;
 pub mod inject;
 mod iov;
+pub mod nbd;
 mod null;
 mod pool;
 mod qcow2;
@@ -60,6 +63,7 @@ mod sys;
 pub use aligned::{AlignedBuf, PAGE_ALIGN};
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
+pub use nbd::{NbdBackend, NbdOptions};
 pub use null::{parse_size, NullBackend};
 pub use qcow2::Qcow2Backend;
 /// The context every backend call runs in; it lives in the runtime, beside [`runtime::Co`].
@@ -236,6 +240,9 @@ pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>>
             spec,
             "the null backend needs a size, e.g. null:1G",
         ));
+    }
+    if nbd::is_nbd(spec) {
+        return Ok(Arc::new(nbd::open(spec, opts, &NbdOptions::default())?));
     }
     match spec.strip_prefix("file:").unwrap_or(spec) {
         "" => Err(invalid_spec(

@@ -18,7 +18,8 @@ use crate::signals::SignalFd;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
-    /// An image file (raw or qcow2), or null:SIZE (e.g. null:1G)
+    /// An image file (raw or qcow2), null:SIZE (e.g. null:1G), or an NBD export:
+    /// nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH
     image: String,
     /// An existing regular file (it may be the image itself)
     mountpoint: PathBuf,
@@ -70,8 +71,39 @@ pub struct Args {
     /// Example: read:EIO:1/100,write:ENOSPC:after=64M,flush:EIO:once,delay:read:2ms
     #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment)]
     inject: Option<backend::inject::Spec>,
+    /// Connections to an NBD server that advertises CAN_MULTI_CONN (one otherwise).
+    /// Default: one per event loop (or worker thread)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    nbd_connections: Option<u16>,
+    /// Requests in flight on one NBD connection at most (more wait for a free slot)
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    nbd_in_flight: u16,
     #[command(flatten)]
     pub serve: ServeArgs,
+}
+
+/// Opens the image: an NBD export with the NBD options, anything else as `backend::open`.
+fn open_image(
+    args: &Args,
+    options: &OpenOptions,
+) -> std::io::Result<Arc<dyn backend::BlockBackend>> {
+    if !backend::nbd::is_nbd(&args.image) {
+        return backend::open(&args.image, options);
+    }
+    let serve = args.serve.options();
+    let connections = match (args.nbd_connections, serve.dispatch) {
+        (Some(n), _) => usize::from(n),
+        (None, Dispatch::Threads(n)) => n,
+        (None, _) => {
+            let allowed = runtime::affinity::allowed_cpus().unwrap_or_else(|_| vec![0]);
+            serve.plan_loops(allowed).0
+        }
+    };
+    let nbd = backend::NbdOptions {
+        connections,
+        max_in_flight: usize::from(args.nbd_in_flight),
+    };
+    Ok(Arc::new(backend::nbd::open(&args.image, options, &nbd)?))
 }
 
 /// How a mount is served, for `mount` and `mount-dir` alike.
@@ -198,7 +230,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         format: args.format.unwrap_or_default(),
         snapshot: args.snapshot.clone(),
     };
-    let disk = backend::open(&args.image, &options).map_err(|e| open_error(&e))?;
+    let disk = open_image(args, &options).map_err(|e| open_error(&e))?;
     // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
     let disk = match args.inject.clone() {
         Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),

@@ -49,6 +49,7 @@ pub mod export;
 pub mod fio;
 pub mod mapping;
 pub mod mountinfo;
+pub mod nbd;
 pub mod pjdfstest;
 pub mod qcow2;
 pub mod qemu;

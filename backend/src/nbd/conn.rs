@@ -1,0 +1,595 @@
+//! One connection to an NBD server, shared by every request that uses it, in any [`Ctx`].
+//!
+//! # How a reply reaches the request waiting for it
+//! Each request takes a slot (its cookie is the slot's key and a generation), sends its
+//! command, then waits for its reply. Nothing runs in the background: **the first waiter
+//! becomes the reader**. A request that finds no reader takes the role and reads replies,
+//! whoever they are for, until its own is complete; replies for others are put in their
+//! slots and their owners woken. On leaving, it wakes one parked request, which becomes
+//! the next reader. So at iodepth 1 a request reads its own reply, with no hand-off, and a
+//! busy connection always has exactly one reader. Sending is the same: one writer at a
+//! time, the others queued in arrival order and woken in turn.
+//!
+//! Why not a reader coroutine per connection: a backend cannot start one on a loop it
+//! does not own, one parked in `recv` would hold up the runtime's shutdown, and the
+//! blocking dispatch modes would need a thread of their own. The rule above works the same
+//! for coroutines and threads, and for a connection shared by several loops (a server
+//! without `CAN_MULTI_CONN`).
+//!
+//! # Waiting
+//! All state sits behind one `std::sync::Mutex`, held for a few field updates only, never
+//! across I/O. A parked request waits on its slot's wake-up: a coroutine polls the slot's
+//! [`EventFd`] through its own ring (so the waker may be on any thread, the reader on
+//! another loop included); a thread sleeps on the condition variable. Wake-ups are not
+//! remembered by the state, so a waiter always checks its slot again after one.
+//!
+//! # Memory
+//! The slab of slots, the wake-ups and one payload buffer per slot are made for
+//! `max_in_flight` requests at open; a payload buffer grows to the largest read that
+//! another reader delivered into it and stays: no allocation per request in steady state.
+//! A request that reads its own reply reads it straight into the caller's buffers.
+//!
+//! # Failure
+//! A socket error or a protocol violation ([`ProtoError`]) ends the connection with one
+//! log line: every request in flight fails with `EIO`, and so does every later one. A
+//! request whose waiter goes away (its coroutine cancelled) leaves its slot to the reader,
+//! which frees it when the reply comes.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use runtime::EventFd;
+use slab::Slab;
+
+use super::proto::{Request, NBD_CMD_DISC};
+use super::reply::{self, Expect, Progress, ReadError, Table, Wire};
+use super::stream::Stream;
+use crate::iov::{self, WINDOW};
+use crate::Ctx;
+
+/// How long a coroutine sleeps before looking again for a free slot (all `max_in_flight`
+/// in use: a rare state, so a timer, not a queue).
+const FULL_NAP: Duration = Duration::from_micros(50);
+
+/// One command: `NBD_CMD_*`, its flags, offset and length.
+#[derive(Clone, Copy, Debug)]
+pub struct Cmd {
+    /// `NBD_CMD_*`.
+    pub kind: u16,
+    /// `NBD_CMD_FLAG_*`.
+    pub flags: u16,
+    /// Byte offset in the export.
+    pub offset: u64,
+    /// Bytes (the payload's length for a write).
+    pub len: u32,
+}
+
+impl Cmd {
+    /// A command with no range (flush).
+    pub fn bare(kind: u16) -> Cmd {
+        Cmd {
+            kind,
+            flags: 0,
+            offset: 0,
+            len: 0,
+        }
+    }
+}
+
+/// A connection after its handshake.
+pub struct Conn {
+    stream: Stream,
+    structured: bool,
+    name: String,
+    state: Mutex<State>,
+    sleepers: Condvar,
+    events: Box<[EventFd]>,
+}
+
+struct State {
+    slots: Slab<Slot>,
+    max: usize,
+    bufs: Box<[Vec<u8>]>,
+    generation: u32,
+    reader: bool,
+    writer: bool,
+    write_queue: VecDeque<usize>,
+    dead: bool,
+    /// Threads asleep on `sleepers`.
+    asleep: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for its turn to send.
+    Queued,
+    /// Given the turn to send by the last writer.
+    WriteTurn,
+    /// Sent (or being sent): a reply may come.
+    Sent,
+    /// Complete.
+    Done(Result<(), i32>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parked {
+    Ring,
+    Thread,
+}
+
+struct Slot {
+    cookie: u64,
+    expect: Expect,
+    progress: Progress,
+    phase: Phase,
+    parked: Option<Parked>,
+    /// Its waiter is gone: the reader frees the slot when the reply is complete.
+    abandoned: bool,
+    /// Another reader put (some of) its data in the slot's buffer: all of it goes there.
+    into_buf: bool,
+}
+
+impl Conn {
+    /// A connection over `stream` (handshake done) with room for `max_in_flight`
+    /// requests; `name` (the URI) is for the log.
+    pub fn new(stream: Stream, structured: bool, name: String, max: usize) -> io::Result<Conn> {
+        let events = (0..max)
+            .map(|_| EventFd::new())
+            .collect::<io::Result<_>>()?;
+        let state = State {
+            slots: Slab::with_capacity(max),
+            max,
+            bufs: (0..max).map(|_| Vec::new()).collect(),
+            generation: 0,
+            reader: false,
+            writer: false,
+            write_queue: VecDeque::with_capacity(max),
+            dead: false,
+            asleep: 0,
+        };
+        Ok(Conn {
+            stream,
+            structured,
+            name,
+            state: Mutex::new(state),
+            sleepers: Condvar::new(),
+            events,
+        })
+    }
+
+    /// Sends `cmd` with `payload` (a write's data) and waits for its reply; a read's data
+    /// lands in `dest`, which holds exactly `cmd.len` bytes. `EIO` once the connection
+    /// has ended; the server's errno for a request it failed.
+    pub fn call(
+        &self,
+        cx: &Ctx<'_>,
+        cmd: Cmd,
+        payload: &[IoSlice<'_>],
+        dest: Option<&mut [IoSliceMut<'_>]>,
+    ) -> io::Result<()> {
+        let claim = Claim {
+            conn: self,
+            key: self.acquire(cx, cmd)?,
+        };
+        self.send(cx, claim.key, cmd, payload)?;
+        self.await_reply(cx, claim.key, dest)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a free slot, waiting while all are in use.
+    fn acquire(&self, cx: &Ctx<'_>, cmd: Cmd) -> io::Result<usize> {
+        loop {
+            let mut st = self.lock();
+            if st.dead {
+                return Err(eio());
+            }
+            if st.slots.len() < st.max {
+                st.generation = st.generation.wrapping_add(1);
+                let entry = st.slots.vacant_entry();
+                let key = entry.key();
+                let cookie = (u64::from(st.generation) << 32) | key as u64;
+                st.slots.insert(Slot {
+                    cookie,
+                    expect: Expect {
+                        kind: cmd.kind,
+                        offset: cmd.offset,
+                        len: cmd.len,
+                    },
+                    progress: Progress::default(),
+                    phase: Phase::Queued,
+                    parked: None,
+                    abandoned: false,
+                    into_buf: false,
+                });
+                return Ok(key);
+            }
+            match cx {
+                Ctx::Coroutine(_) => {
+                    drop(st);
+                    cx.sleep(FULL_NAP)?;
+                }
+                Ctx::Blocking => {
+                    st.asleep += 1;
+                    st = self.sleepers.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st.asleep -= 1;
+                }
+            }
+        }
+    }
+
+    /// Waits for the turn to send, sends the command, passes the turn on.
+    fn send(&self, cx: &Ctx<'_>, key: usize, cmd: Cmd, payload: &[IoSlice<'_>]) -> io::Result<()> {
+        let mut st = self.lock();
+        if st.writer {
+            st.write_queue.push_back(key);
+            while st.slots[key].phase == Phase::Queued {
+                st = self.park(cx, key, st)?;
+            }
+            if st.slots[key].phase != Phase::WriteTurn {
+                return Err(eio()); // the connection ended meanwhile
+            }
+        } else if st.dead {
+            return Err(eio());
+        } else {
+            st.writer = true;
+        }
+        // Findable by the reader before a byte leaves: the reply may beat us back.
+        st.slots[key].phase = Phase::Sent;
+        let cookie = st.slots[key].cookie;
+        drop(st);
+        let head = Request {
+            flags: cmd.flags,
+            kind: cmd.kind,
+            cookie,
+            offset: cmd.offset,
+            len: cmd.len,
+        }
+        .encode();
+        let mut iov = [IoSlice::new(&[]); WINDOW + 1];
+        iov[0] = IoSlice::new(&head);
+        let n = payload.len().min(WINDOW);
+        iov[1..=n].copy_from_slice(&payload[..n]);
+        let sent = self.stream.write_all(cx, &mut iov[..=n]);
+        self.next_writer(&mut self.lock());
+        sent.map_err(|e| self.kill(&format!("cannot send: {e}")))
+    }
+
+    /// Gives the turn to send to the next queued request, or frees it.
+    fn next_writer(&self, st: &mut State) {
+        while let Some(key) = st.write_queue.pop_front() {
+            if let Some(slot) = st.slots.get_mut(key).filter(|s| s.phase == Phase::Queued) {
+                slot.phase = Phase::WriteTurn;
+                self.wake(st, key);
+                return;
+            }
+        }
+        st.writer = false;
+    }
+
+    /// Waits until the reply to `key` is complete, reading replies meanwhile when no one
+    /// else does; frees the slot.
+    fn await_reply(
+        &self,
+        cx: &Ctx<'_>,
+        key: usize,
+        mut dest: Option<&mut [IoSliceMut<'_>]>,
+    ) -> io::Result<()> {
+        let mut st = self.lock();
+        loop {
+            if let Phase::Done(result) = st.slots[key].phase {
+                return self.finish(st, key, result, dest);
+            }
+            if st.reader {
+                st = self.park(cx, key, st)?;
+                continue;
+            }
+            st.reader = true;
+            drop(st);
+            let role = ReaderRole(self);
+            let read = self.read_until(cx, key, dest.as_deref_mut());
+            drop(role);
+            if let Err(why) = read {
+                self.kill(&why);
+            }
+            st = self.lock();
+        }
+    }
+
+    /// Reads replies until the one for `own` is complete; `Err` says why the connection
+    /// must end.
+    fn read_until(
+        &self,
+        cx: &Ctx<'_>,
+        own: usize,
+        dest: Option<&mut [IoSliceMut<'_>]>,
+    ) -> Result<(), String> {
+        let mut wire = SocketWire {
+            stream: &self.stream,
+            cx,
+        };
+        let mut table = ConnTable {
+            conn: self,
+            own,
+            dest,
+            own_done: false,
+        };
+        while !table.own_done {
+            match reply::read_one(&mut wire, &mut table, self.structured) {
+                Ok(()) => {}
+                Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err("the server closed the connection".into())
+                }
+                Err(ReadError::Io(e)) => return Err(format!("cannot receive: {e}")),
+                Err(ReadError::Proto(e)) => return Err(format!("protocol error: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies a read's data out of the slot's buffer if another reader put it there, then
+    /// frees the slot.
+    fn finish<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+        key: usize,
+        result: Result<(), i32>,
+        dest: Option<&mut [IoSliceMut<'_>]>,
+    ) -> io::Result<()> {
+        let slot = &st.slots[key];
+        if let (Ok(()), true, Some(dest)) = (result, slot.into_buf, dest) {
+            let len = slot.expect.len as usize;
+            let buf = std::mem::take(&mut st.bufs[key]);
+            drop(st);
+            iov::scatter(dest, 0, &buf[..len]);
+            st = self.lock();
+            st.bufs[key] = buf;
+        }
+        result.map_err(io::Error::from_raw_os_error)
+    }
+
+    /// Suspends (coroutine) or sleeps (thread) until `key`'s waker signals; the caller
+    /// checks its slot again. Fails only when a coroutine's wait is cancelled.
+    fn park<'s>(
+        &'s self,
+        cx: &Ctx<'_>,
+        key: usize,
+        mut st: MutexGuard<'s, State>,
+    ) -> io::Result<MutexGuard<'s, State>> {
+        match cx {
+            Ctx::Coroutine(co) => {
+                st.slots[key].parked = Some(Parked::Ring);
+                drop(st);
+                let woken = co.poll(&self.events[key], libc::POLLIN);
+                self.events[key].drain();
+                st = self.lock();
+                st.slots[key].parked = None;
+                woken?;
+            }
+            Ctx::Blocking => {
+                st.slots[key].parked = Some(Parked::Thread);
+                st.asleep += 1;
+                st = self.sleepers.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.asleep -= 1;
+                st.slots[key].parked = None;
+            }
+        }
+        Ok(st)
+    }
+
+    /// Wakes the waiter of `key`, if it is parked.
+    fn wake(&self, st: &State, key: usize) {
+        match st.slots.get(key).and_then(|s| s.parked) {
+            Some(Parked::Ring) => {
+                let _ = self.events[key].signal();
+            }
+            Some(Parked::Thread) => self.sleepers.notify_all(),
+            None => {}
+        }
+    }
+
+    /// Ends the connection: every request in flight fails with `EIO`, one log line says why.
+    /// Returns the `EIO` for the caller to fail with.
+    fn kill(&self, why: &str) -> io::Error {
+        let mut st = self.lock();
+        if !st.dead {
+            st.dead = true;
+            log::error!(
+                "nbd: {}: {why}; connection closed, its requests fail with EIO",
+                self.name
+            );
+            let keys: Vec<usize> = st.slots.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                let slot = &mut st.slots[key];
+                if !matches!(slot.phase, Phase::Done(_)) {
+                    slot.phase = Phase::Done(Err(libc::EIO));
+                    self.wake(&st, key);
+                }
+            }
+            st.slots.retain(|_, s| !s.abandoned);
+            st.write_queue.clear();
+            self.stream.shutdown();
+        }
+        if st.asleep > 0 {
+            self.sleepers.notify_all();
+        }
+        eio()
+    }
+
+    /// Says goodbye (`NBD_CMD_DISC`, blocking) and closes, unless the connection ended.
+    pub fn disconnect(&self) {
+        if self.lock().dead {
+            return;
+        }
+        let disc = Request {
+            flags: 0,
+            kind: NBD_CMD_DISC,
+            cookie: 0,
+            offset: 0,
+            len: 0,
+        }
+        .encode();
+        let _ = self
+            .stream
+            .write_all(&Ctx::Blocking, &mut [IoSlice::new(&disc)]);
+        self.stream.shutdown();
+    }
+}
+
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
+/// A request's hold on its slot: freed on return, or left to the reader (abandoned) if its
+/// reply may still come; also on unwinding.
+struct Claim<'c> {
+    conn: &'c Conn,
+    key: usize,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let conn = self.conn;
+        let mut st = conn.lock();
+        let key = self.key;
+        match st.slots[key].phase {
+            Phase::Sent => {
+                let slot = &mut st.slots[key];
+                (slot.abandoned, slot.parked) = (true, None);
+                return;
+            }
+            Phase::Queued => st.write_queue.retain(|&k| k != key),
+            Phase::WriteTurn => {
+                st.slots[key].phase = Phase::Done(Err(libc::ECANCELED));
+                conn.next_writer(&mut st);
+            }
+            Phase::Done(_) => {}
+        }
+        st.slots.remove(key);
+        if st.asleep > 0 {
+            conn.sleepers.notify_all();
+        }
+    }
+}
+
+/// The reader role, given back (and handed to a parked request) on drop.
+struct ReaderRole<'c>(&'c Conn);
+
+impl Drop for ReaderRole<'_> {
+    fn drop(&mut self) {
+        let conn = self.0;
+        let mut st = conn.lock();
+        st.reader = false;
+        let next = st
+            .slots
+            .iter()
+            .find(|(_, s)| s.phase == Phase::Sent && s.parked.is_some())
+            .map(|(k, _)| k);
+        if let Some(key) = next {
+            conn.wake(&st, key);
+        }
+    }
+}
+
+/// The socket as a [`Wire`], in the reader's context.
+struct SocketWire<'a> {
+    stream: &'a Stream,
+    cx: &'a Ctx<'a>,
+}
+
+impl Wire for SocketWire<'_> {
+    fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        self.stream.read_exact(self.cx, buf)
+    }
+}
+
+/// The slots as the reader's [`Table`]: its own request's data goes straight to `dest`,
+/// others' to their slot's buffer.
+struct ConnTable<'c, 'd, 'b> {
+    conn: &'c Conn,
+    own: usize,
+    dest: Option<&'d mut [IoSliceMut<'b>]>,
+    own_done: bool,
+}
+
+/// The slot key in a cookie.
+fn key_of(cookie: u64) -> usize {
+    (cookie & 0xffff_ffff) as usize
+}
+
+impl ConnTable<'_, '_, '_> {
+    /// Runs `f` on the bytes `[at, at + len)` of `key`'s data: the caller's buffers for our
+    /// own request (unless some of it already went to the slot's buffer), else the slot's.
+    fn with_dest<R>(
+        &mut self,
+        key: usize,
+        at: usize,
+        len: usize,
+        f: impl FnOnce(&mut [IoSliceMut<'_>], usize) -> R,
+    ) -> R {
+        let mut st = self.conn.lock();
+        let slot = &mut st.slots[key];
+        if key == self.own && !slot.into_buf {
+            if let Some(dest) = self.dest.as_deref_mut() {
+                drop(st);
+                return f(dest, at);
+            }
+        }
+        slot.into_buf = true;
+        let need = slot.expect.len as usize;
+        let mut buf = std::mem::take(&mut st.bufs[key]);
+        drop(st);
+        if buf.len() < need {
+            buf.resize(need, 0); // grows to the high-water mark, then stays
+        }
+        let result = f(&mut [IoSliceMut::new(&mut buf[at..at + len])], 0);
+        self.conn.lock().bufs[key] = buf;
+        result
+    }
+}
+
+impl Table for ConnTable<'_, '_, '_> {
+    fn expect(&mut self, cookie: u64) -> Option<(Expect, Progress)> {
+        let st = self.conn.lock();
+        let slot = st.slots.get(key_of(cookie))?;
+        let waiting = slot.cookie == cookie && slot.phase == Phase::Sent;
+        waiting.then_some((slot.expect, slot.progress))
+    }
+
+    fn data(&mut self, cookie: u64, at: usize, len: usize, wire: &mut dyn Wire) -> io::Result<()> {
+        self.with_dest(key_of(cookie), at, len, |bufs, at| {
+            reply::read_into(wire, bufs, at, len)
+        })
+    }
+
+    fn hole(&mut self, cookie: u64, at: usize, len: usize) {
+        self.with_dest(key_of(cookie), at, len, |bufs, at| {
+            reply::zero_at(bufs, at, len)
+        })
+    }
+
+    fn progress(&mut self, cookie: u64, progress: Progress) {
+        self.conn.lock().slots[key_of(cookie)].progress = progress;
+    }
+
+    fn done(&mut self, cookie: u64, result: Result<(), i32>) {
+        let key = key_of(cookie);
+        let mut st = self.conn.lock();
+        let slot = &mut st.slots[key];
+        slot.phase = Phase::Done(result);
+        if key == self.own {
+            self.own_done = true;
+        } else if slot.abandoned {
+            st.slots.remove(key);
+            if st.asleep > 0 {
+                self.conn.sleepers.notify_all();
+            }
+        } else {
+            self.conn.wake(&st, key);
+        }
+    }
+}

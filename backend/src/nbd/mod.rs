@@ -1,0 +1,348 @@
+//! The NBD client backend: the exported disk is an export of an NBD server (qemu-nbd,
+//! nbdkit, qemu-storage-daemon, nbd-server), as QEMU's `driver=nbd` reaches it.
+//!
+//! `nbd://HOST[:PORT]/EXPORT` or `nbd+unix:///EXPORT?socket=PATH` (`uri`) is connected and
+//! negotiated at open (`handshake`: fixed newstyle, structured replies where offered,
+//! `NBD_OPT_GO` with block sizes). Then every request is one or more NBD commands on a
+//! connection (`conn`, which also says how replies reach the requests waiting for them),
+//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`.
+//!
+//! # What each operation sends
+//! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
+//!   is the server's and fixed: a write past the end fails with `ENOSPC`, a read there is
+//!   short, resize fails with `EOPNOTSUPP`.
+//! - flush: `NBD_CMD_FLUSH` where the server offers it (else nothing to do: it has no
+//!   cache to flush). With several connections (`CAN_MULTI_CONN`), a flush on one covers
+//!   the writes completed on all, as the flag promises.
+//! - write_zeroes: `NBD_CMD_WRITE_ZEROES`, with `NO_HOLE` when the caller must not unmap;
+//!   without the command, zeroes are written. `FAST_ZERO` is never asked: the trait has no
+//!   caller that would rather fail than be slow.
+//! - discard: `NBD_CMD_WRITE_ZEROES` that may unmap, not `NBD_CMD_TRIM`: the trait
+//!   promises that discarded bytes read as zeroes, and after a TRIM the protocol promises
+//!   nothing about them. Without WRITE_ZEROES, `EOPNOTSUPP`.
+//! - No `FUA`: `--direct` means "no page cache of ours", which a client with no cache
+//!   already is; O_DIRECT does not make a write durable, flush does.
+//! - block_status: all data (the server is not asked; `base:allocation` is not
+//!   negotiated), allocated bytes: the size.
+//!
+//! # Block sizes
+//! Requests are checked against the server's minimum block size: one that is not
+//! aligned to it (offset or length) fails with `EINVAL` instead of a read-modify-write,
+//! which we do not do over NBD (yet). With the defaults (minimum 1, qemu-nbd on a file,
+//! nbdkit's plugins) every request is aligned.
+//!
+//! # Connections
+//! With `CAN_MULTI_CONN`, `NbdOptions::connections` connections are opened and a thread
+//! (an event loop, or a worker) uses connection `i % n`, `i` counting threads in the
+//! order they first reach the backend; without it, one connection serves every thread.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod conn;
+mod handshake;
+#[doc(hidden)]
+pub mod proto;
+#[doc(hidden)]
+pub mod reply;
+mod stream;
+mod uri;
+
+pub use handshake::Info;
+pub use uri::{is_nbd, Address, Uri, DEFAULT_PORT};
+
+use self::conn::{Cmd, Conn};
+use self::proto::*;
+use crate::iov;
+use crate::{checked_end, BlockBackend, Ctx, Extent, OpenOptions};
+
+/// How to reach an NBD export, beyond [`OpenOptions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NbdOptions {
+    /// Connections to open where the server advertises `CAN_MULTI_CONN` (one otherwise).
+    pub connections: usize,
+    /// Requests in flight on one connection at most; more wait for a free slot.
+    pub max_in_flight: usize,
+}
+
+impl Default for NbdOptions {
+    fn default() -> Self {
+        NbdOptions {
+            connections: 1,
+            max_in_flight: 128,
+        }
+    }
+}
+
+/// An export on an NBD server.
+pub struct NbdBackend {
+    uri: Uri,
+    info: Info,
+    writable: bool,
+    conns: Box<[Conn]>,
+    /// The largest payload of one command: the server's maximum, aligned to its minimum.
+    max_payload: u32,
+}
+
+/// Opens `spec` (an NBD URI) as `opts` say; errors are one line naming the URI.
+pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdBackend> {
+    let uri = uri::parse(spec).map_err(|e| invalid(spec, &e))?;
+    if opts.snapshot.is_some() {
+        return Err(invalid(spec, "an NBD export has no snapshots here"));
+    }
+    if opts.format == crate::Format::Qcow2 {
+        return Err(invalid(spec, "qcow2 over NBD is not supported yet"));
+    }
+    let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot open {uri}: {e}"));
+    let (first, info) = connect(&uri).map_err(fail)?;
+    if opts.writable && info.flags & NBD_FLAG_READ_ONLY != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "cannot open {uri} for writing: the server exports it read-only; mount without -w"
+            ),
+        ));
+    }
+    let count = match info.flags & NBD_FLAG_CAN_MULTI_CONN {
+        0 => 1,
+        _ => nbd.connections.max(1),
+    };
+    let name = uri.to_string();
+    let max = nbd.max_in_flight.max(1);
+    let mut conns = vec![Conn::new(first, info.structured, name.clone(), max)?];
+    for _ in 1..count {
+        let (stream, more) = connect(&uri).map_err(fail)?;
+        if (more.size, more.flags) != (info.size, info.flags) {
+            return Err(fail(io::Error::other(
+                "the export changed between connections",
+            )));
+        }
+        conns.push(Conn::new(stream, more.structured, name.clone(), max)?);
+    }
+    let max_payload = info.max_block.min(u32::MAX / 2) / info.min_block * info.min_block;
+    Ok(NbdBackend {
+        uri,
+        info,
+        writable: opts.writable,
+        conns: conns.into_boxed_slice(),
+        max_payload,
+    })
+}
+
+fn connect(uri: &Uri) -> io::Result<(stream::Stream, Info)> {
+    let stream = stream::Stream::connect(&uri.address)?;
+    let info = handshake::negotiate(&stream, &uri.export)?;
+    Ok((stream, info))
+}
+
+fn invalid(spec: &str, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("invalid image spec {spec:?}: {why}"),
+    )
+}
+
+/// Counts threads in the order they first reach an NBD backend (see the module docs).
+static THREADS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD: usize = THREADS.fetch_add(1, Ordering::Relaxed);
+}
+
+impl NbdBackend {
+    /// What the handshake settled.
+    pub fn info(&self) -> Info {
+        self.info
+    }
+
+    /// Connections open to the server.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn conn(&self) -> &Conn {
+        let i = match self.conns.len() {
+            1 => 0,
+            n => THREAD.with(|t| *t) % n,
+        };
+        &self.conns[i]
+    }
+
+    fn has(&self, flag: u16) -> bool {
+        self.info.flags & flag != 0
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        match self.writable {
+            true => Ok(()),
+            false => Err(io::Error::from_raw_os_error(libc::EROFS)),
+        }
+    }
+
+    /// `EINVAL` unless `[offset, offset + len)` is aligned to the minimum block size;
+    /// `ENOSPC` if it ends past the export.
+    fn check_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let end = checked_end(offset, len)?;
+        let min = u64::from(self.info.min_block);
+        if offset % min != 0 || len % min != 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if end > self.info.size {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
+    }
+
+    /// Commands without payload over `[offset, offset + len)`, each at most 1 GiB.
+    fn ranged(&self, cx: &Ctx<'_>, kind: u16, flags: u16, offset: u64, len: u64) -> io::Result<()> {
+        const PIECE: u64 = 1 << 30;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(PIECE);
+            let cmd = Cmd {
+                kind,
+                flags,
+                offset: offset + done,
+                len: n as u32,
+            };
+            self.conn().call(cx, cmd, &[], None)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes zeroes as data, for a server without `WRITE_ZEROES`.
+    fn write_zero_data(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
+        static ZEROES: [u8; 64 << 10] = [0; 64 << 10];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(ZEROES.len() as u64) as usize;
+            self.writev(cx, &[IoSlice::new(&ZEROES[..n])], offset + done)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}
+
+impl BlockBackend for NbdBackend {
+    fn len(&self) -> u64 {
+        self.info.size
+    }
+
+    fn readv(&self, cx: &Ctx<'_>, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+        let total = iov::total(bufs) as u64;
+        checked_end(offset, total)?;
+        let n = total.min(self.info.size.saturating_sub(offset));
+        self.check_range(offset, n)?;
+        let mut done = 0;
+        while done < n {
+            let mut window = iov::empty_window_mut();
+            let want = (n - done).min(u64::from(self.max_payload)) as usize;
+            let (used, covered) = iov::window_mut(bufs, done as usize, want, &mut window);
+            let cmd = Cmd {
+                kind: NBD_CMD_READ,
+                flags: 0,
+                offset: offset + done,
+                len: covered as u32,
+            };
+            self.conn().call(cx, cmd, &[], Some(&mut window[..used]))?;
+            done += covered as u64;
+        }
+        Ok(n as usize)
+    }
+
+    fn writev(&self, cx: &Ctx<'_>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let total = iov::total(bufs) as u64;
+        self.check_range(offset, total)?;
+        let mut done = 0;
+        while done < total {
+            let mut window = iov::empty_window();
+            let want = (total - done).min(u64::from(self.max_payload)) as usize;
+            let (used, covered) = iov::window(bufs, done as usize, want, &mut window);
+            let cmd = Cmd {
+                kind: NBD_CMD_WRITE,
+                flags: 0,
+                offset: offset + done,
+                len: covered as u32,
+            };
+            self.conn().call(cx, cmd, &window[..used], None)?;
+            done += covered as u64;
+        }
+        Ok(())
+    }
+
+    fn flush(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        match self.writable && self.has(NBD_FLAG_SEND_FLUSH) {
+            true => self.conn().call(cx, Cmd::bare(NBD_CMD_FLUSH), &[], None),
+            false => Ok(()),
+        }
+    }
+
+    fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        self.check_range(offset, len)?;
+        match self.has(NBD_FLAG_SEND_WRITE_ZEROES) {
+            true => self.ranged(cx, NBD_CMD_WRITE_ZEROES, 0, offset, len),
+            false => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+        }
+    }
+
+    fn write_zeroes(&self, cx: &Ctx<'_>, offset: u64, len: u64, may_unmap: bool) -> io::Result<()> {
+        self.check_writable()?;
+        self.check_range(offset, len)?;
+        if !self.has(NBD_FLAG_SEND_WRITE_ZEROES) {
+            return self.write_zero_data(cx, offset, len);
+        }
+        let flags = if may_unmap { 0 } else { NBD_CMD_FLAG_NO_HOLE };
+        self.ranged(cx, NBD_CMD_WRITE_ZEROES, flags, offset, len)
+    }
+
+    fn resize(&self, _cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        match new_len == self.info.size {
+            true => Ok(()),
+            false => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+        }
+    }
+
+    fn block_status(&self, offset: u64) -> io::Result<Extent> {
+        match offset < self.info.size {
+            true => Ok(Extent::data(self.info.size)),
+            false => Err(io::Error::from_raw_os_error(libc::ENXIO)),
+        }
+    }
+
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(self.info.size)
+    }
+
+    fn read_only(&self) -> bool {
+        !self.writable
+    }
+
+    fn describe(&self) -> String {
+        let i = &self.info;
+        let mut parts = vec![format!(
+            "block sizes {}/{}/{}",
+            i.min_block, i.pref_block, i.max_block
+        )];
+        parts.push(match i.structured {
+            true => "structured replies".into(),
+            false => "simple replies".into(),
+        });
+        parts.push(format!("{} connection(s)", self.conns.len()));
+        if !self.writable {
+            parts.push("read-only".into());
+        }
+        format!("{} ({} bytes, {})", self.uri, i.size, parts.join(", "))
+    }
+}
+
+impl Drop for NbdBackend {
+    fn drop(&mut self) {
+        for conn in self.conns.iter() {
+            conn.disconnect();
+        }
+    }
+}

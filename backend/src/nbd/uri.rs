@@ -1,0 +1,194 @@
+//! NBD URIs, in QEMU's forms (and the NBD project's `doc/uri.md`):
+//! `nbd://HOST[:PORT]/EXPORT` (TCP, port 10809 by default; an IPv6 host in brackets) and
+//! `nbd+unix:///EXPORT?socket=PATH` (a unix socket). The export name is the rest of the
+//! path after the first `/`, percent-decoded, and may be empty. Anything else (TLS's
+//! `nbds://`, other query parameters) is refused, naming what, rather than ignored.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The default NBD port (IANA).
+pub const DEFAULT_PORT: u16 = 10809;
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    /// A TCP host (a name or an address; an IPv6 address without brackets) and port.
+    Tcp {
+        /// The host name or address.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// A unix socket path.
+    Unix(PathBuf),
+}
+
+/// A parsed NBD URI: the server and the export name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uri {
+    /// Where to connect.
+    pub address: Address,
+    /// The export's name (may be empty: the server's default export).
+    pub export: String,
+}
+
+impl fmt::Display for Uri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.address {
+            Address::Tcp { host, port } if host.contains(':') => {
+                write!(f, "nbd://[{host}]:{port}/{}", self.export)
+            }
+            Address::Tcp { host, port } => write!(f, "nbd://{host}:{port}/{}", self.export),
+            Address::Unix(path) => {
+                write!(f, "nbd+unix:///{}?socket={}", self.export, path.display())
+            }
+        }
+    }
+}
+
+/// Whether `spec` is meant as an NBD URI (then [`parse`] says what is wrong with it).
+pub fn is_nbd(spec: &str) -> bool {
+    spec.starts_with("nbd:") || spec.starts_with("nbd+") || spec.starts_with("nbds")
+}
+
+/// Parses an NBD URI; the error says what is wrong in one line.
+pub fn parse(spec: &str) -> Result<Uri, String> {
+    if let Some(rest) = spec.strip_prefix("nbd://") {
+        return parse_tcp(rest);
+    }
+    if let Some(rest) = spec.strip_prefix("nbd+unix://") {
+        return parse_unix(rest);
+    }
+    if spec.starts_with("nbds") {
+        return Err("TLS (nbds://) is not supported yet".into());
+    }
+    Err("expected nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH".into())
+}
+
+fn parse_tcp(rest: &str) -> Result<Uri, String> {
+    if rest.contains('?') {
+        return Err("nbd:// takes no query parameters".into());
+    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (host, port) = split_host_port(authority)?;
+    if host.is_empty() {
+        return Err("missing host (nbd://HOST[:PORT]/EXPORT)".into());
+    }
+    Ok(Uri {
+        address: Address::Tcp { host, port },
+        export: decode(path)?,
+    })
+}
+
+fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p.parse().map_err(|_| format!("invalid port {p:?}"))?,
+    };
+    Ok((host.to_owned(), port))
+}
+
+fn parse_unix(rest: &str) -> Result<Uri, String> {
+    let (before, query) = rest
+        .split_once('?')
+        .ok_or("nbd+unix:// needs ?socket=PATH")?;
+    let path = before
+        .strip_prefix('/')
+        .ok_or("nbd+unix:// takes no host: nbd+unix:///EXPORT?socket=PATH")?;
+    let mut socket = None;
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some(("socket", p)) if !p.is_empty() => socket = Some(PathBuf::from(decode(p)?)),
+            _ => return Err(format!("unknown or empty query parameter {param:?}")),
+        }
+    }
+    Ok(Uri {
+        address: Address::Unix(socket.ok_or("nbd+unix:// needs ?socket=PATH")?),
+        export: decode(path)?,
+    })
+}
+
+/// Percent-decoding (`%2F` is `/`).
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3).unwrap_or("");
+            let byte = u8::from_str_radix(hex, 16)
+                .map_err(|_| format!("bad percent escape in {text:?}"))?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(host: &str, port: u16, export: &str) -> Uri {
+        let host = host.to_owned();
+        Uri {
+            address: Address::Tcp { host, port },
+            export: export.to_owned(),
+        }
+    }
+
+    #[test]
+    fn forms() {
+        let good = [
+            ("nbd://localhost/disk", tcp("localhost", 10809, "disk")),
+            ("nbd://127.0.0.1:1234/a%2Fb", tcp("127.0.0.1", 1234, "a/b")),
+            ("nbd://host", tcp("host", 10809, "")),
+            ("nbd://host:7/", tcp("host", 7, "")),
+            ("nbd://[::1]:99/x", tcp("::1", 99, "x")),
+            ("nbd://[::1]/x", tcp("::1", 10809, "x")),
+        ];
+        for (text, uri) in good {
+            assert_eq!(parse(text), Ok(uri), "{text}");
+        }
+        let unix = parse("nbd+unix:///exp?socket=/run/n.sock").unwrap();
+        assert_eq!(unix.address, Address::Unix("/run/n.sock".into()));
+        assert_eq!(unix.export, "exp");
+        assert_eq!(unix.to_string(), "nbd+unix:///exp?socket=/run/n.sock");
+        assert_eq!(parse("nbd+unix:///?socket=s").unwrap().export, "");
+    }
+
+    #[test]
+    fn errors() {
+        let bad = [
+            ("nbd://", "missing host"),
+            ("nbd://h:x/e", "invalid port"),
+            ("nbd://h/e?x=1", "no query"),
+            ("nbd+unix:///e", "needs ?socket"),
+            ("nbd+unix://host/e?socket=s", "takes no host"),
+            ("nbd+unix:///e?socket=s&tls=1", "unknown or empty"),
+            ("nbds://h/e", "TLS"),
+            ("nbd:h", "expected nbd://"),
+            ("nbd://h/%zz", "bad percent"),
+        ];
+        for (text, error) in bad {
+            let got = parse(text).unwrap_err();
+            assert!(got.contains(error), "{text}: {got}");
+            assert!(is_nbd(text));
+        }
+        assert!(!is_nbd("/tmp/nbd.img") && !is_nbd("null:1G"));
+    }
+}

@@ -1,0 +1,352 @@
+//! The NBD backend against real servers, qemu-nbd and nbdkit, each started by the test on
+//! a unix socket or a loopback TCP port and stopped by PID when it ends. Each test runs in
+//! both contexts (blocking syscalls, and a coroutine on a runtime's ring) where it matters.
+
+mod util;
+
+use std::fs;
+use std::io::{IoSlice, IoSliceMut};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backend::{BlockBackend, Ctx, NbdBackend, NbdOptions, OpenOptions};
+use corofuse_tests::nbd::{NbdServer, Via};
+use corofuse_tests::qemu::qemu;
+use corofuse_tests::require_tool;
+use runtime::{Config, Runtime};
+use util::{errno, in_coroutine, pattern, read, read_split, write_split};
+
+const MIB: usize = 1 << 20;
+
+fn opts(writable: bool) -> OpenOptions {
+    OpenOptions {
+        writable,
+        ..OpenOptions::default()
+    }
+}
+
+fn open(uri: &str, writable: bool) -> Arc<NbdBackend> {
+    let nbd = NbdOptions {
+        connections: 4,
+        ..NbdOptions::default()
+    };
+    let b = backend::nbd::open(uri, &opts(writable), &nbd).unwrap_or_else(|e| panic!("{e}"));
+    Arc::new(b)
+}
+
+/// Writes, zeroes and reads through `b` as `model` changes alongside; then checks every
+/// byte of `b` against `model`.
+fn exercise(b: &dyn BlockBackend, cx: &Ctx<'_>, model: &mut [u8], seed: u8) {
+    let data = pattern(3 * MIB / 2, seed);
+    // Several iovecs, unaligned lengths.
+    write_split(b, cx, &data[..5000], &[1, 999, 4000], 12345).unwrap();
+    model[12345..17345].copy_from_slice(&data[..5000]);
+    // Larger than one FUSE request, split by nothing on our side here.
+    b.writev(cx, &[IoSlice::new(&data)], 2 * MIB as u64)
+        .unwrap();
+    model[2 * MIB..2 * MIB + data.len()].copy_from_slice(&data);
+    b.write_zeroes(cx, 2 * MIB as u64 + 4096, 8192, false)
+        .unwrap();
+    b.write_zeroes(cx, 2 * MIB as u64 + 65536, 65536, true)
+        .unwrap();
+    b.discard(cx, 3 * MIB as u64, 4096).unwrap();
+    for range in [
+        2 * MIB + 4096..2 * MIB + 12288,
+        2 * MIB + 65536..2 * MIB + 131072,
+        3 * MIB..3 * MIB + 4096,
+    ] {
+        model[range].fill(0);
+    }
+    b.flush(cx).unwrap();
+    assert_eq!(
+        read_split(b, cx, &[7, 4089, 100], 12340),
+        model[12340..16536]
+    );
+    let all = read(b, cx, model.len(), 0);
+    assert!(all == model, "the export differs from the model");
+    // A read that runs past the end is short.
+    let len = model.len() as u64;
+    assert_eq!(read(b, cx, 8192, len - 100).len(), 100);
+    assert_eq!(
+        errno(&b.writev(cx, &[IoSlice::new(&[1; 512])], len).unwrap_err()),
+        libc::ENOSPC
+    );
+}
+
+fn qemu_nbd_raw(via: Via) {
+    require_tool!("qemu-nbd");
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.raw");
+    let mut model = pattern(8 * MIB, 3);
+    fs::write(&image, &model).unwrap();
+    let server = NbdServer::qemu_nbd(&image, "raw", "disk", via, &[]);
+    let b = open(server.uri(), true);
+    assert_eq!(b.len(), model.len() as u64);
+    exercise(&*b, &Ctx::Blocking, &mut model, 10);
+    let (b2, mut model2) = (Arc::clone(&b), model.clone());
+    in_coroutine(move |cx| exercise(&*b2, cx, &mut model2, 20));
+    exercise(&*b, &Ctx::Blocking, &mut model, 20); // the same writes, for the model
+    drop(b); // NBD_CMD_DISC
+    drop(server);
+    assert!(fs::read(&image).unwrap() == model, "the image file differs");
+}
+
+#[test]
+fn nbd_qemu_nbd_raw_unix() {
+    qemu_nbd_raw(Via::Unix);
+}
+
+#[test]
+fn nbd_qemu_nbd_raw_tcp() {
+    qemu_nbd_raw(Via::Tcp);
+}
+
+/// qemu-nbd decodes a qcow2 image; what we write lands in it as QEMU would put it.
+#[test]
+fn nbd_qemu_nbd_qcow2() {
+    require_tool!("qemu-nbd", "qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, qcow2) = (dir.path().join("src.raw"), dir.path().join("disk.qcow2"));
+    let mut model = pattern(8 * MIB, 5);
+    fs::write(&raw, &model).unwrap();
+    let out = qemu(
+        "qemu-img",
+        &["convert", "-O", "qcow2", path(&raw), path(&qcow2)],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let server = NbdServer::qemu_nbd(&qcow2, "qcow2", "", Via::Unix, &[]);
+    let b = open(server.uri(), true);
+    in_coroutine({
+        let b = Arc::clone(&b);
+        let mut model = model.clone();
+        move |cx| exercise(&*b, cx, &mut model, 30)
+    });
+    exercise(&*b, &Ctx::Blocking, &mut model, 30);
+    drop(b);
+    drop(server);
+    fs::write(&raw, &model).unwrap();
+    let out = qemu(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            path(&qcow2),
+            path(&raw),
+        ],
+    );
+    assert!(out.status.success(), "qemu-img compare: {out:?}");
+    let out = qemu("qemu-img", &["check", path(&qcow2)]);
+    assert!(out.status.success(), "qemu-img check: {out:?}");
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Many coroutines at once on one loop, and threads at once, on nbdkit's memory plugin
+/// (which allows several connections): every request gets its own reply's data.
+#[test]
+fn nbd_nbdkit_memory_concurrent() {
+    require_tool!("nbdkit");
+    for via in [Via::Unix, Via::Tcp] {
+        let server = NbdServer::nbdkit(via, &["memory", "64M"]);
+        let b = open(server.uri(), true);
+        assert_eq!(b.connections(), 4, "memory advertises CAN_MULTI_CONN");
+        assert!(b.info().structured, "nbdkit offers structured replies");
+        let coroutines = Arc::clone(&b);
+        in_coroutine(move |cx| {
+            let Ctx::Coroutine(co) = cx else {
+                unreachable!()
+            };
+            let handles: Vec<_> = (0..64u8)
+                .map(|i| {
+                    let b = Arc::clone(&coroutines);
+                    co.spawn_joinable(move |co| worker(&*b, &Ctx::Coroutine(co), i))
+                        .unwrap()
+                })
+                .collect();
+            for h in handles {
+                h.join(co).unwrap();
+            }
+        });
+        let threads: Vec<_> = (64..72u8)
+            .map(|i| {
+                let b = Arc::clone(&b);
+                std::thread::spawn(move || worker(&*b, &Ctx::Blocking, i))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// Writes its own 64 KiB region in pieces and reads it back, several times.
+fn worker(b: &dyn BlockBackend, cx: &Ctx<'_>, i: u8) {
+    let base = u64::from(i) * 65536;
+    for round in 0..8u8 {
+        let data = pattern(65536, i ^ round);
+        for piece in 0..16 {
+            let at = piece * 4096;
+            b.writev(cx, &[IoSlice::new(&data[at..at + 4096])], base + at as u64)
+                .unwrap();
+        }
+        let mut back = vec![0u8; 65536];
+        let n = b
+            .readv(cx, &mut [IoSliceMut::new(&mut back)], base)
+            .unwrap();
+        assert_eq!(n, 65536);
+        assert!(back == data, "worker {i} round {round}: wrong data");
+    }
+}
+
+/// A slow server (nbdkit's delay filter, 20 ms a read) answers 32 reads sent at once in
+/// about one delay, not 32: requests are in flight together on the connection.
+#[test]
+fn nbd_nbdkit_delay_requests_in_flight() {
+    require_tool!("nbdkit");
+    let server = NbdServer::nbdkit(
+        Via::Unix,
+        &["--filter=delay", "memory", "16M", "rdelay=20ms"],
+    );
+    let b = open(server.uri(), false);
+    let started = Instant::now();
+    in_coroutine(move |cx| {
+        let Ctx::Coroutine(co) = cx else {
+            unreachable!()
+        };
+        let done = Rc::new(std::cell::Cell::new(0));
+        let handles: Vec<_> = (0..32u64)
+            .map(|i| {
+                let (b, done) = (Arc::clone(&b), Rc::clone(&done));
+                co.spawn_joinable(move |co| {
+                    let got = read(&*b, &Ctx::Coroutine(co), 4096, i * 4096);
+                    assert_eq!(got, vec![0u8; 4096]);
+                    done.set(done.get() + 1);
+                })
+                .unwrap()
+            })
+            .collect();
+        for h in handles {
+            h.join(co).unwrap();
+        }
+        assert_eq!(done.get(), 32);
+    });
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(300), "32 reads took {took:?}");
+}
+
+/// nbdkit's error filter fails reads while a trigger file exists: the client gets EIO
+/// for those, and the connection goes on serving.
+#[test]
+fn nbd_nbdkit_error_filter() {
+    require_tool!("nbdkit");
+    let dir = tempfile::tempdir().unwrap();
+    let trigger = dir.path().join("fail");
+    let file_arg = format!("error-pread-file={}", trigger.display());
+    let args = [
+        "--filter=error",
+        "memory",
+        "16M",
+        "error-pread=EIO",
+        "error-pread-rate=100%",
+        &file_arg,
+    ];
+    let server = NbdServer::nbdkit(Via::Unix, &args);
+    let b = open(server.uri(), true);
+    let check = move |cx: &Ctx<'_>| {
+        let mut buf = [0u8; 4096];
+        b.writev(cx, &[IoSlice::new(&[9; 4096])], 0).unwrap();
+        fs::write(&trigger, b"").unwrap();
+        let failed = b
+            .readv(cx, &mut [IoSliceMut::new(&mut buf)], 0)
+            .unwrap_err();
+        assert_eq!(errno(&failed), libc::EIO);
+        fs::remove_file(&trigger).unwrap();
+        assert_eq!(read(&*b, cx, 4096, 0), [9; 4096]);
+    };
+    check(&Ctx::Blocking);
+    in_coroutine(check);
+}
+
+/// A server killed under its client: requests fail with EIO (no hang), in both contexts.
+#[test]
+fn nbd_server_killed() {
+    require_tool!("nbdkit");
+    for coroutine in [false, true] {
+        let mut server = NbdServer::nbdkit(Via::Tcp, &["memory", "16M"]);
+        let b = open(server.uri(), true);
+        let mut check = move |cx: &Ctx<'_>| {
+            assert_eq!(read(&*b, cx, 4096, 0), [0; 4096]);
+            server.kill();
+            let mut buf = [0u8; 4096];
+            let e = b
+                .readv(cx, &mut [IoSliceMut::new(&mut buf)], 0)
+                .unwrap_err();
+            assert_eq!(errno(&e), libc::EIO);
+            let e = b.flush(cx).unwrap_err();
+            assert_eq!(errno(&e), libc::EIO, "and every later request");
+        };
+        match coroutine {
+            false => check(&Ctx::Blocking),
+            true => {
+                let rt = Runtime::new(Config::default()).unwrap();
+                rt.block_on(move |co| check(&Ctx::Coroutine(co))).unwrap();
+            }
+        }
+    }
+}
+
+/// The server's read-only flag: a writable open is refused in one line, a read-only one
+/// works and refuses writes with EROFS.
+#[test]
+fn nbd_read_only_export() {
+    require_tool!("qemu-nbd");
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("ro.raw");
+    fs::write(&image, pattern(MIB, 1)).unwrap();
+    let server = NbdServer::qemu_nbd(&image, "raw", "ro", Via::Unix, &["-r"]);
+    let err = backend::nbd::open(server.uri(), &opts(true), &NbdOptions::default())
+        .err()
+        .expect("a writable open of a read-only export fails");
+    assert!(
+        err.to_string()
+            .contains("exports it read-only; mount without -w"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains('\n'));
+    let b = backend::open(server.uri(), &opts(false)).unwrap();
+    assert!(b.read_only());
+    assert_eq!(read(&*b, &Ctx::Blocking, 100, 0), pattern(MIB, 1)[..100]);
+    let e = b
+        .writev(&Ctx::Blocking, &[IoSlice::new(b"x")], 0)
+        .unwrap_err();
+    assert_eq!(errno(&e), libc::EROFS);
+}
+
+/// An export name the server does not have, and a server that is not there.
+#[test]
+fn nbd_open_errors() {
+    require_tool!("qemu-nbd");
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("d.raw");
+    fs::write(&image, [0u8; 4096]).unwrap();
+    let server = NbdServer::qemu_nbd(&image, "raw", "there", Via::Unix, &[]);
+    let wrong = server.uri().replace("/there?", "/elsewhere?");
+    let err = backend::open(&wrong, &opts(false))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("no export named \"elsewhere\""), "{err}");
+    let gone = "nbd+unix:///x?socket=/nonexistent/sock";
+    let err = backend::open(gone, &opts(false)).err().unwrap().to_string();
+    assert!(
+        err.starts_with("cannot open nbd+unix:///x?socket=/nonexistent/sock: "),
+        "{err}"
+    );
+}
