@@ -532,7 +532,10 @@ fn qcow2_frees_l2_tables_that_discards_emptied() {
         assert_eq!(entries[1], 0, "{opts}: the emptied table is unlinked");
         assert_check_clean(&path, opts);
         corofuse_tests::assert_bytes_eq(&raw_contents(&path), &want, opts);
-        assert!(is_hole(&path, table), "{opts}: the table's cluster at {table:#x}");
+        assert!(
+            is_hole(&path, table),
+            "{opts}: the table's cluster at {table:#x}"
+        );
         let freed = before - blocks();
         assert!(
             freed >= (4 << 20) - (64 << 10),
