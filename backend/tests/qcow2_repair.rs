@@ -335,3 +335,20 @@ fn qcow2_is_dirty_while_open_for_writing_v3_only() {
     assert_eq!(be64(&v2, 4) >> 32, 2);
     assert_check_clean(&v2, "v2");
 }
+
+/// A refcount table that is usable but does not cover every referenced cluster (its entry
+/// for the first block unlinked): the structure is rebuilt, and the old table, referenced
+/// by nothing afterwards, is not left counted as a leak.
+#[test]
+fn qcow2_rebuild_leaves_no_leak_of_the_old_table() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let image = image_with_data(dir.path(), "uncovered.qcow2");
+    let want = raw_contents(&image);
+    poke(&image, be64(&image, 48), 0);
+    make_dirty(&image);
+    let disk = open(&image, &RW);
+    assert_bytes_eq(&read_all(&*disk), &want, "rebuilt");
+    drop(disk);
+    assert_check_clean(&image, "rebuilt from an uncovering table");
+}
