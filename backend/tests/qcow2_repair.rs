@@ -352,3 +352,46 @@ fn qcow2_rebuild_leaves_no_leak_of_the_old_table() {
     drop(disk);
     assert_check_clean(&image, "rebuilt from an uncovering table");
 }
+
+/// How a test damages an image.
+type Damaging = fn(&Path);
+
+/// Dirty images with hostile table fields are refused with an error, opened for writing:
+/// never a panic (a table whose end would pass 2^64) or an abort (a refcount table of
+/// 2^32 - 1 clusters: QEMU refuses one past 8 MiB).
+#[test]
+fn qcow2_refuses_hostile_dirty_images_without_panicking() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    // L1 tables of 8192 entries (64 KiB) from the last cluster of the address space on.
+    let cases: [(&str, Damaging); 3] = [
+        ("active L1 table at the end of the address space", |p| {
+            poke(p, 32, 0x2000); // crypt_method 0, l1_size 8192
+            poke(p, 40, 0xffff_ffff_ffff_0000);
+        }),
+        ("refcount table of 2^32 - 1 clusters", |p| {
+            poke(p, 56, (be64(p, 56) & 0xffff_ffff) | (0xffff_ffff << 32))
+        }),
+        ("snapshot L1 table at the end of the address space", |p| {
+            let entry = be64(p, 64);
+            poke(p, entry, 0xffff_ffff_ffff_0000);
+            poke(
+                p,
+                entry + 8,
+                (0x2000 << 32) | (be64(p, entry + 8) & 0xffff_ffff),
+            );
+        }),
+    ];
+    for (i, (what, damage)) in cases.into_iter().enumerate() {
+        let image = image_with_data(dir.path(), "hostile.qcow2");
+        if i == 2 {
+            qemu_img(&["snapshot", "-c", "s", image.to_str().unwrap()]);
+        }
+        damage(&image);
+        make_dirty(&image);
+        if let Ok(d) = backend::open(image.to_str().unwrap(), &RW) {
+            panic!("{what}: opened {}", d.describe());
+        }
+        fs::remove_file(&image).unwrap();
+    }
+}

@@ -137,9 +137,9 @@ pub(crate) fn repair(
     Ok(())
 }
 
-/// Host clusters `[at, at + len)` touches.
+/// Host clusters `[at, at + len)` touches (a hostile `at` saturates: past the end).
 fn clusters(h: &Header, at: u64, len: u64) -> Range<u64> {
-    (at >> h.cluster_bits)..(at + len).div_ceil(h.cluster_size())
+    (at >> h.cluster_bits)..at.saturating_add(len).div_ceil(h.cluster_size())
 }
 
 /// Adds a reference, or says what clashed as corruption.
