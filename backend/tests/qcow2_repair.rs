@@ -395,3 +395,31 @@ fn qcow2_refuses_hostile_dirty_images_without_panicking() {
         fs::remove_file(&image).unwrap();
     }
 }
+
+/// A corrupt dirty image with a persistent bitmap (the autoclear bit that says its bitmaps
+/// are consistent) is refused unchanged: the bit is kept, so QEMU keeps the bitmap.
+#[test]
+fn qcow2_refuses_a_corrupt_image_with_bitmaps_unchanged() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let image = image_with_data(dir.path(), "bitmap.qcow2");
+    qemu_img(&["bitmap", "--add", image.to_str().unwrap(), "b0"]);
+    assert_eq!(be64(&image, 88), 1, "the bitmaps autoclear bit");
+    let l2 = be64(&image, be64(&image, 40)) & 0x00ff_ffff_ffff_fe00;
+    poke(&image, l2 + 8, (1 << 63) | (1 << 40));
+    make_dirty(&image);
+    let bytes = fs::read(&image).unwrap();
+    if let Ok(d) = backend::open(image.to_str().unwrap(), &RW) {
+        panic!("opened {}", d.describe());
+    }
+    assert_eq!(be64(&image, 88), 1, "the autoclear bits were cleared");
+    assert!(fs::read(&image).unwrap() == bytes, "the image changed");
+
+    // Not corrupt: repaired, the bit cleared first (the bitmap's clusters leaks then).
+    let image = image_with_data(dir.path(), "bitmap-ok.qcow2");
+    qemu_img(&["bitmap", "--add", image.to_str().unwrap(), "b0"]);
+    make_dirty(&image);
+    drop(open(&image, &RW));
+    assert_eq!(be64(&image, 88), 0);
+    assert_check_clean(&image, "a dirty image with a bitmap");
+}

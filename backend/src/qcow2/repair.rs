@@ -79,6 +79,8 @@ fn corrupt(why: impl std::fmt::Display) -> io::Error {
 
 /// Repairs the dirty image with header `h` (whose refcount table fields change if the
 /// structure is rebuilt), snapshots `snapshots` and a snapshot table of `snapshot_bytes`.
+/// `before_writing` runs once the image is known not to be corrupt, before the first
+/// write (the caller clears the autoclear bits there: a refused image stays unchanged).
 pub(crate) fn repair(
     cx: &Ctx<'_>,
     host: &Host,
@@ -86,6 +88,7 @@ pub(crate) fn repair(
     snapshots: &[Snapshot],
     snapshot_bytes: u64,
     path: &Path,
+    before_writing: &mut dyn FnMut() -> io::Result<()>,
 ) -> io::Result<()> {
     let geometry = Refcounts::with_table(h, 0, Vec::new());
     let mut t = Tally::new(host.file.len().div_ceil(h.cluster_size()), geometry.max());
@@ -103,6 +106,7 @@ pub(crate) fn repair(
         },
         None => false,
     };
+    before_writing()?;
     let mut done = Repaired::default();
     if let Some(r) = &old {
         fix_refcounts(cx, host, h, r, &t, &mut done, usable)?;
