@@ -423,3 +423,21 @@ fn qcow2_refuses_a_corrupt_image_with_bitmaps_unchanged() {
     assert_eq!(be64(&image, 88), 0);
     assert_check_clean(&image, "a dirty image with a bitmap");
 }
+
+/// A dirty image file that a hole makes 8 TiB long (512-byte clusters: 2^34 of them) is
+/// refused or repaired, never an abort on allocation.
+#[test]
+fn qcow2_repairs_a_huge_sparse_dirty_image_without_aborting() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("sparse.qcow2");
+    create(&image, "compat=1.1,cluster_size=512", Some("1M"));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap()
+        .set_len(8 << 40)
+        .unwrap();
+    make_dirty(&image);
+    let _ = backend::open(image.to_str().unwrap(), &RW);
+}

@@ -33,7 +33,7 @@ pub(crate) fn rebuild(cx: &Ctx<'_>, host: &Host, h: &mut Header, t: &mut Tally) 
         ));
     }
     let end = start + table_clusters + blocks;
-    t.grow(end);
+    t.grow(end)?;
     t.add(start..end, Kind::Meta)
         .expect("nothing references clusters past the end of the file");
     let first_block = start + table_clusters;

@@ -91,7 +91,7 @@ pub(crate) fn repair(
     before_writing: &mut dyn FnMut() -> io::Result<()>,
 ) -> io::Result<()> {
     let geometry = Refcounts::with_table(h, 0, Vec::new());
-    let mut t = Tally::new(host.file.len().div_ceil(h.cluster_size()), geometry.max());
+    let mut t = Tally::new(host.file.len().div_ceil(h.cluster_size()), geometry.max())?;
     count_image(cx, host, h, snapshots, snapshot_bytes, &mut t)?;
     let old = Refcounts::load(cx, host, h).ok();
     let usable = match &old {
