@@ -335,3 +335,109 @@ fn qcow2_is_dirty_while_open_for_writing_v3_only() {
     assert_eq!(be64(&v2, 4) >> 32, 2);
     assert_check_clean(&v2, "v2");
 }
+
+/// A refcount table that is usable but does not cover every referenced cluster (its entry
+/// for the first block unlinked): the structure is rebuilt, and the old table, referenced
+/// by nothing afterwards, is not left counted as a leak.
+#[test]
+fn qcow2_rebuild_leaves_no_leak_of_the_old_table() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let image = image_with_data(dir.path(), "uncovered.qcow2");
+    let want = raw_contents(&image);
+    poke(&image, be64(&image, 48), 0);
+    make_dirty(&image);
+    let disk = open(&image, &RW);
+    assert_bytes_eq(&read_all(&*disk), &want, "rebuilt");
+    drop(disk);
+    assert_check_clean(&image, "rebuilt from an uncovering table");
+}
+
+/// How a test damages an image.
+type Damaging = fn(&Path);
+
+/// Dirty images with hostile table fields are refused with an error, opened for writing:
+/// never a panic (a table whose end would pass 2^64) or an abort (a refcount table of
+/// 2^32 - 1 clusters: QEMU refuses one past 8 MiB).
+#[test]
+fn qcow2_refuses_hostile_dirty_images_without_panicking() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    // L1 tables of 8192 entries (64 KiB) from the last cluster of the address space on.
+    let cases: [(&str, Damaging); 3] = [
+        ("active L1 table at the end of the address space", |p| {
+            poke(p, 32, 0x2000); // crypt_method 0, l1_size 8192
+            poke(p, 40, 0xffff_ffff_ffff_0000);
+        }),
+        ("refcount table of 2^32 - 1 clusters", |p| {
+            poke(p, 56, (be64(p, 56) & 0xffff_ffff) | (0xffff_ffff << 32))
+        }),
+        ("snapshot L1 table at the end of the address space", |p| {
+            let entry = be64(p, 64);
+            poke(p, entry, 0xffff_ffff_ffff_0000);
+            poke(
+                p,
+                entry + 8,
+                (0x2000 << 32) | (be64(p, entry + 8) & 0xffff_ffff),
+            );
+        }),
+    ];
+    for (i, (what, damage)) in cases.into_iter().enumerate() {
+        let image = image_with_data(dir.path(), "hostile.qcow2");
+        if i == 2 {
+            qemu_img(&["snapshot", "-c", "s", image.to_str().unwrap()]);
+        }
+        damage(&image);
+        make_dirty(&image);
+        if let Ok(d) = backend::open(image.to_str().unwrap(), &RW) {
+            panic!("{what}: opened {}", d.describe());
+        }
+        fs::remove_file(&image).unwrap();
+    }
+}
+
+/// A corrupt dirty image with a persistent bitmap (the autoclear bit that says its bitmaps
+/// are consistent) is refused unchanged: the bit is kept, so QEMU keeps the bitmap.
+#[test]
+fn qcow2_refuses_a_corrupt_image_with_bitmaps_unchanged() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let image = image_with_data(dir.path(), "bitmap.qcow2");
+    qemu_img(&["bitmap", "--add", image.to_str().unwrap(), "b0"]);
+    assert_eq!(be64(&image, 88), 1, "the bitmaps autoclear bit");
+    let l2 = be64(&image, be64(&image, 40)) & 0x00ff_ffff_ffff_fe00;
+    poke(&image, l2 + 8, (1 << 63) | (1 << 40));
+    make_dirty(&image);
+    let bytes = fs::read(&image).unwrap();
+    if let Ok(d) = backend::open(image.to_str().unwrap(), &RW) {
+        panic!("opened {}", d.describe());
+    }
+    assert_eq!(be64(&image, 88), 1, "the autoclear bits were cleared");
+    assert!(fs::read(&image).unwrap() == bytes, "the image changed");
+
+    // Not corrupt: repaired, the bit cleared first (the bitmap's clusters leaks then).
+    let image = image_with_data(dir.path(), "bitmap-ok.qcow2");
+    qemu_img(&["bitmap", "--add", image.to_str().unwrap(), "b0"]);
+    make_dirty(&image);
+    drop(open(&image, &RW));
+    assert_eq!(be64(&image, 88), 0);
+    assert_check_clean(&image, "a dirty image with a bitmap");
+}
+
+/// A dirty image file that a hole makes 8 TiB long (512-byte clusters: 2^34 of them) is
+/// refused or repaired, never an abort on allocation.
+#[test]
+fn qcow2_repairs_a_huge_sparse_dirty_image_without_aborting() {
+    require_tool!("qemu-img");
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("sparse.qcow2");
+    create(&image, "compat=1.1,cluster_size=512", Some("1M"));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap()
+        .set_len(8 << 40)
+        .unwrap();
+    make_dirty(&image);
+    let _ = backend::open(image.to_str().unwrap(), &RW);
+}

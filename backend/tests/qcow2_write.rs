@@ -544,3 +544,21 @@ fn qcow2_frees_l2_tables_that_discards_emptied() {
         fs::remove_file(&path).unwrap();
     }
 }
+
+/// A discard frees its clusters whatever the refcount width: with 1-bit refcounts, where a
+/// refcount of 1 is also the largest, they leaked.
+#[test]
+fn qcow2_discard_frees_with_every_refcount_width() {
+    require_tool!("qemu-img", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    for bits in [1, 2, 4, 8, 16, 32, 64] {
+        let opts = format!("compat=1.1,refcount_bits={bits}");
+        let path = create(dir.path(), &format!("r{bits}.qcow2"), &opts, "8M");
+        qcow2::qemu_io(&path, &["write -P 1 0 4M"]);
+        let disk = open_rw(&path);
+        disk.discard(&Ctx::Blocking, 0, 1 << 20).unwrap();
+        disk.flush(&Ctx::Blocking).unwrap();
+        drop(disk);
+        assert_check_clean(&path, &opts);
+    }
+}

@@ -423,8 +423,10 @@ impl Allocator {
         let mut run: Option<(u64, u64)> = None;
         for &c in &pending {
             let count = s.refcounts.get(cx, host, c)?;
-            if count == 0 || count == s.refcounts.max() {
-                continue; // already free (a damaged image), or saturated: leave it
+            // Never saturated: QEMU refuses a reference past the largest refcount, so
+            // one at the largest (1, with 1-bit refcounts) counts as many references.
+            if count == 0 {
+                continue; // already free (a damaged image): leave it
             }
             s.refcounts
                 .set_run(cx, host, c, 1, count - 1, &mut s.scratch)?;

@@ -37,6 +37,8 @@ pub(crate) const REFCOUNT_TABLE_FIELD: u64 = 48;
 pub(crate) const MIN_CLUSTER_BITS: u32 = 9;
 pub(crate) const MAX_CLUSTER_BITS: u32 = 21;
 pub(crate) const MAX_L1_BYTES: u64 = 32 << 20;
+/// QEMU's limit on the refcount table (block/qcow2.h `QCOW_MAX_REFTABLE_SIZE`).
+pub(crate) const MAX_REFTABLE_BYTES: u64 = 8 << 20;
 const MAX_BACKING_NAME: u32 = 1023;
 
 /// How compressed clusters are compressed (header byte 104, v3).
@@ -214,6 +216,12 @@ impl Header {
         }
         if self.refcount_table_clusters == 0 {
             return Err(invalid("no refcount table"));
+        }
+        if (self.refcount_table_clusters as u64) << self.cluster_bits > MAX_REFTABLE_BYTES {
+            return Err(invalid(format_args!(
+                "refcount table of {} clusters (QEMU's limit: 8 MiB)",
+                self.refcount_table_clusters
+            )));
         }
         if self.backing_name_at != 0 && self.backing_name_len > MAX_BACKING_NAME {
             return Err(invalid("backing file name longer than 1023 bytes"));

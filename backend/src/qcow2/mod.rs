@@ -199,14 +199,21 @@ impl Qcow2Backend {
                 (s.l1_table_offset, s.l1_size, h.size, Some(s.clone()))
             }
         };
-        if opts.writable && h.autoclear != 0 {
-            host.write_u64(&cx, 0, header::AUTOCLEAR_FIELD)?;
-            host.file.flush(&cx)?;
-        }
+        // Before the first write, but after a dirty image's check (which may refuse it).
+        let mut autoclear = opts.writable && h.autoclear != 0;
+        let mut clear_autoclear = || -> io::Result<()> {
+            if std::mem::take(&mut autoclear) {
+                host.write_u64(&cx, 0, header::AUTOCLEAR_FIELD)?;
+                host.file.flush(&cx)?;
+            }
+            Ok(())
+        };
         if opts.writable && h.incompatible & header::DIRTY != 0 {
-            repair::repair(&cx, &host, &mut h, &snapshots, snapshot_bytes, path)?;
+            let (s, n) = (&snapshots, snapshot_bytes);
+            repair::repair(&cx, &host, &mut h, s, n, path, &mut clear_autoclear)?;
             h.incompatible &= !header::DIRTY; // on disk, until a clean close
         }
+        clear_autoclear()?;
         let mut raw = vec![0u8; l1_size as usize * 8];
         host.read_exact(&cx, &mut raw, l1_offset)?;
         let l1 = l1::L1::new(&raw, l1_offset);

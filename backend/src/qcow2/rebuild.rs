@@ -15,7 +15,7 @@ use std::io;
 
 use crate::{BlockBackend, Ctx};
 
-use super::header::{Header, REFCOUNT_TABLE_FIELD};
+use super::header::{Header, MAX_REFTABLE_BYTES, REFCOUNT_TABLE_FIELD};
 use super::hostio::Host;
 use super::refcount::Refcounts;
 use super::tally::{Kind, Tally};
@@ -26,8 +26,14 @@ pub(crate) fn rebuild(cx: &Ctx<'_>, host: &Host, h: &mut Header, t: &mut Tally) 
     let cs = h.cluster_size();
     let start = t.len();
     let (table_clusters, blocks) = layout(start, cs, per_block(h));
+    if table_clusters * cs > MAX_REFTABLE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "qcow2 image too large for a refcount table of 8 MiB (QEMU's limit)",
+        ));
+    }
     let end = start + table_clusters + blocks;
-    t.grow(end);
+    t.grow(end)?;
     t.add(start..end, Kind::Meta)
         .expect("nothing references clusters past the end of the file");
     let first_block = start + table_clusters;

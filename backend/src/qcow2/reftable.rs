@@ -14,7 +14,7 @@ use std::io;
 
 use crate::{BlockBackend, Ctx};
 
-use super::header::REFCOUNT_TABLE_FIELD;
+use super::header::{MAX_REFTABLE_BYTES, REFCOUNT_TABLE_FIELD};
 use super::hostio::Host;
 use super::refcount::Refcounts;
 
@@ -30,7 +30,13 @@ pub(crate) fn grow(
 ) -> io::Result<std::ops::Range<u64>> {
     let cs = scratch.len() as u64;
     let old_len = r.table.len() as u64;
-    let wanted = (*end / r.per_block() + 1).max(2 * old_len);
+    // No larger than QEMU opens (nor corofuse: `header.rs`).
+    let max_entries = MAX_REFTABLE_BYTES / 8;
+    let needed = *end / r.per_block() + 1;
+    if needed > max_entries {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    }
+    let wanted = needed.max(2 * old_len).min(max_entries);
     let table_clusters = (wanted * 8).div_ceil(cs);
     let start = *end;
     let mut table = r.table.clone(); // once per growth

@@ -79,6 +79,8 @@ fn corrupt(why: impl std::fmt::Display) -> io::Error {
 
 /// Repairs the dirty image with header `h` (whose refcount table fields change if the
 /// structure is rebuilt), snapshots `snapshots` and a snapshot table of `snapshot_bytes`.
+/// `before_writing` runs once the image is known not to be corrupt, before the first
+/// write (the caller clears the autoclear bits there: a refused image stays unchanged).
 pub(crate) fn repair(
     cx: &Ctx<'_>,
     host: &Host,
@@ -86,15 +88,25 @@ pub(crate) fn repair(
     snapshots: &[Snapshot],
     snapshot_bytes: u64,
     path: &Path,
+    before_writing: &mut dyn FnMut() -> io::Result<()>,
 ) -> io::Result<()> {
     let geometry = Refcounts::with_table(h, 0, Vec::new());
-    let mut t = Tally::new(host.file.len().div_ceil(h.cluster_size()), geometry.max());
+    let mut t = Tally::new(host.file.len().div_ceil(h.cluster_size()), geometry.max())?;
     count_image(cx, host, h, snapshots, snapshot_bytes, &mut t)?;
     let old = Refcounts::load(cx, host, h).ok();
     let usable = match &old {
-        Some(r) => count_refcounts(&mut t, r, h)? && covers(r, &t),
+        Some(r) => match count_refcounts(&mut t, r, h)? {
+            Some(_) if covers(r, &t) => true,
+            Some(counted) => {
+                // Rebuilt: the old table and blocks are referenced by nothing afterwards.
+                counted.into_iter().for_each(|range| t.remove(range));
+                false
+            }
+            None => false,
+        },
         None => false,
     };
+    before_writing()?;
     let mut done = Repaired::default();
     if let Some(r) = &old {
         fix_refcounts(cx, host, h, r, &t, &mut done, usable)?;
@@ -129,9 +141,9 @@ pub(crate) fn repair(
     Ok(())
 }
 
-/// Host clusters `[at, at + len)` touches.
+/// Host clusters `[at, at + len)` touches (a hostile `at` saturates: past the end).
 fn clusters(h: &Header, at: u64, len: u64) -> Range<u64> {
-    (at >> h.cluster_bits)..(at + len).div_ceil(h.cluster_size())
+    (at >> h.cluster_bits)..at.saturating_add(len).div_ceil(h.cluster_size())
 }
 
 /// Adds a reference, or says what clashed as corruption.
@@ -209,13 +221,18 @@ fn count_l2(h: &Header, t: &mut Tally, raw: &[u8], what: &dyn Fn() -> String) ->
 }
 
 /// Counts the refcount table and blocks of `r` if they are usable (inside the file and
-/// aligned): `Ok(false)`, counting nothing, if not. One that overlaps another counted
-/// cluster is corruption: which of the two is wrong cannot be told.
-fn count_refcounts(t: &mut Tally, r: &Refcounts, h: &Header) -> io::Result<bool> {
+/// aligned), returning the ranges counted: `Ok(None)`, counting nothing, if not. One that
+/// overlaps another counted cluster is corruption: which of the two is wrong cannot be
+/// told.
+fn count_refcounts(
+    t: &mut Tally,
+    r: &Refcounts,
+    h: &Header,
+) -> io::Result<Option<Vec<Range<u64>>>> {
     let table = clusters(h, r.table_offset, r.table.len() as u64 * 8);
     let blocks = r.table.iter().filter(|&&b| b != 0);
     if blocks.clone().any(|&b| b % h.cluster_size() != 0) {
-        return Ok(false);
+        return Ok(None);
     }
     let all = std::iter::once(table).chain(blocks.map(|&b| clusters(h, b, 1)));
     let mut added = Vec::new();
@@ -225,13 +242,13 @@ fn count_refcounts(t: &mut Tally, r: &Refcounts, h: &Header) -> io::Result<bool>
             Err(clash) => {
                 added.into_iter().for_each(|r| t.remove(r));
                 return match clash {
-                    Clash::PastEnd(_) => Ok(false),
+                    Clash::PastEnd(_) => Ok(None),
                     clash => Err(corrupt(format_args!("the refcount structure: {clash}"))),
                 };
             }
         }
     }
-    Ok(true)
+    Ok(Some(added))
 }
 
 /// Whether a refcount block covers every referenced cluster.

@@ -11,6 +11,7 @@
 //! kind of metadata is referenced once.
 
 use std::fmt;
+use std::io;
 use std::ops::Range;
 
 /// What references a cluster.
@@ -69,13 +70,17 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    /// No references yet, for `clusters` clusters and refcounts up to `max`.
-    pub(crate) fn new(clusters: u64, max: u64) -> Tally {
-        Tally {
-            refs: vec![0; clusters as usize],
-            kinds: vec![Kind::Free; clusters as usize],
+    /// No references yet, for `clusters` clusters and refcounts up to `max`; an error
+    /// where memory for them cannot be had (a hostile file, sparse and huge), as QEMU's
+    /// check fails with ENOMEM, rather than an abort.
+    pub(crate) fn new(clusters: u64, max: u64) -> io::Result<Tally> {
+        let mut t = Tally {
+            refs: Vec::new(),
+            kinds: Vec::new(),
             max: max.min(u32::MAX as u64),
-        }
+        };
+        t.grow(clusters)?;
+        Ok(t)
     }
 
     /// Clusters covered.
@@ -85,9 +90,23 @@ impl Tally {
 
     /// Covers `clusters` clusters (more than before: a rebuilt refcount structure at the
     /// end of the file).
-    pub(crate) fn grow(&mut self, clusters: u64) {
+    pub(crate) fn grow(&mut self, clusters: u64) -> io::Result<()> {
+        let more = usize::try_from(clusters)
+            .ok()
+            .and_then(|n| n.checked_sub(self.refs.len()))
+            .ok_or(io::ErrorKind::OutOfMemory)?;
+        self.refs.try_reserve_exact(more).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("no memory to count the references of {clusters} clusters"),
+            )
+        })?;
+        self.kinds
+            .try_reserve_exact(more)
+            .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
         self.refs.resize(clusters as usize, 0);
         self.kinds.resize(clusters as usize, Kind::Free);
+        Ok(())
     }
 
     /// References of cluster `c` (0 past the end).
@@ -134,7 +153,7 @@ mod tests {
 
     #[test]
     fn shared_tables_and_data_count_once_per_path() {
-        let mut t = Tally::new(8, 0xffff);
+        let mut t = Tally::new(8, 0xffff).unwrap();
         t.add(0..1, Kind::Meta).unwrap(); // header
         t.add(3..4, Kind::L2).unwrap(); // active L1 -> table 3
         t.add(3..4, Kind::L2).unwrap(); // snapshot L1 -> table 3
@@ -149,7 +168,7 @@ mod tests {
 
     #[test]
     fn clashes_are_corruption() {
-        let mut t = Tally::new(4, 0xffff);
+        let mut t = Tally::new(4, 0xffff).unwrap();
         t.add(0..1, Kind::Meta).unwrap();
         t.add(2..3, Kind::L2).unwrap();
         assert_eq!(
@@ -166,14 +185,14 @@ mod tests {
             Err(Clash::Overlap(0, Kind::Meta, Kind::Meta))
         );
         assert_eq!(t.add(3..5, Kind::Data), Err(Clash::PastEnd(4)));
-        let mut one_bit = Tally::new(4, 1);
+        let mut one_bit = Tally::new(4, 1).unwrap();
         one_bit.add(1..2, Kind::Data).unwrap();
         assert_eq!(one_bit.add(1..2, Kind::Data), Err(Clash::Overflow(1)));
     }
 
     #[test]
     fn remove_undoes_add() {
-        let mut t = Tally::new(4, 0xffff);
+        let mut t = Tally::new(4, 0xffff).unwrap();
         t.add(1..3, Kind::Meta).unwrap();
         t.remove(1..3);
         t.add(1..2, Kind::Data).unwrap();
