@@ -199,12 +199,17 @@ fn storage_header(r: &Report) -> String {
         Some(t) => format!("written by this run in {t:.1} s"),
         None => "kept from an earlier run (--refill-image writes it again)".into(),
     };
+    // The nbd row alone has its limit, not the device row.
+    let device = if r.cells.iter().any(|c| c.export == ExportKind::Device) {
+        "device = the load straight on that file with O_DIRECT, no FUSE: the ceiling. \
+         vs device = IOPS / the device row's, same workload; disk (buffered) can pass \
+         1.00x where the page cache serves it.\n"
+    } else {
+        ""
+    };
     format!(
         "storage rows: {} ({} MiB, {} on {}), {history}; each run starts with it out of \
-         the page cache.\n\
-         device = the load straight on that file with O_DIRECT, no FUSE: the ceiling. \
-         vs device = IOPS / the device row's, same workload; disk (buffered) can pass \
-         1.00x where the page cache serves it.\n",
+         the page cache.\n{device}",
         s.path.display(),
         s.size >> 20,
         s.fs_type,
@@ -495,6 +500,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("vs limit = IOPS / fio nbd's"), "{text}");
+        assert!(!text.contains("device ="), "no device row: {text}");
         let lines = check_alignment(&text);
         assert!(lines[0].contains("IOPS min-max  vs limit"), "{}", lines[0]);
         assert!(
