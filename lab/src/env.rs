@@ -23,6 +23,9 @@ pub struct Environment {
     /// With the qcow2 rows: the qemu-img that made their images.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qemu_img_version: Option<String>,
+    /// With the nbd row: the qemu-nbd that served it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qemu_nbd_version: Option<String>,
 }
 
 impl Environment {
@@ -59,6 +62,7 @@ impl Environment {
             fio_version: None,
             qsd_version: None,
             qemu_img_version: None,
+            qemu_nbd_version: None,
         }
     }
 }

@@ -17,6 +17,12 @@
 //! allocated image converted from the storage image, beside `disk` (its raw export: the
 //! "vs raw" ratio), and `qcow2-alloc`, a freshly created empty image for every run, so
 //! that every write allocates (write workloads only).
+//!
+//! One more opt-in row, `nbd`, exports the storage image through NBD ([`super::nbd`]):
+//! qemu-nbd serves it on a unix socket, started for every run, and corofuse mounts
+//! `nbd+unix:///?socket=SOCK` (qsd: `driver=nbd` on the same socket). Its ceiling is not
+//! the device row but the server's own: fio's nbd engine straight at the same qemu-nbd,
+//! no FUSE ([`Server::NbdLimit`], the "vs limit" ratio).
 
 use serde::{Serialize, Serializer};
 
@@ -53,11 +59,14 @@ pub enum ExportKind {
     /// An empty qcow2 image of the same virtual size, created before every run, so that
     /// writes allocate clusters (write workloads only).
     Qcow2Alloc,
+    /// The storage image served by qemu-nbd on a unix socket (buffered, io_uring), mounted
+    /// as an NBD export (`nbd+unix:///?socket=SOCK`); fio's nbd engine is its limit.
+    Nbd,
 }
 
 impl ExportKind {
     /// Table order.
-    pub const ALL: [ExportKind; 10] = [
+    pub const ALL: [ExportKind; 11] = [
         ExportKind::Local,
         ExportKind::Null,
         ExportKind::File,
@@ -68,9 +77,11 @@ impl ExportKind {
         ExportKind::DiskDirectPt,
         ExportKind::Qcow2,
         ExportKind::Qcow2Alloc,
+        ExportKind::Nbd,
     ];
 
-    /// The rows run when `--only` names none: all but the qcow2 ones (the last two).
+    /// The rows run when `--only` names none: all but the opt-in ones (the last three:
+    /// the qcow2 rows and nbd).
     pub const DEFAULT: &'static [ExportKind] = Self::ALL.as_slice().split_at(8).0;
 
     pub fn name(self) -> &'static str {
@@ -85,6 +96,7 @@ impl ExportKind {
             ExportKind::DiskDirectPt => "disk-direct-pt",
             ExportKind::Qcow2 => "qcow2",
             ExportKind::Qcow2Alloc => "qcow2-alloc",
+            ExportKind::Nbd => "nbd",
         }
     }
 
@@ -98,8 +110,8 @@ impl ExportKind {
         self != ExportKind::Qcow2Alloc
     }
 
-    /// Whether its bytes are on real storage (`--storage-dir`): the storage image, or a
-    /// qcow2 image beside it.
+    /// Whether its bytes are on real storage (`--storage-dir`): the storage image (also
+    /// behind qemu-nbd), or a qcow2 image beside it.
     pub fn on_storage(self) -> bool {
         matches!(
             self,
@@ -110,7 +122,14 @@ impl ExportKind {
                 | ExportKind::DiskDirectPt
                 | ExportKind::Qcow2
                 | ExportKind::Qcow2Alloc
+                | ExportKind::Nbd
         )
+    }
+
+    /// Whether the device row is its ceiling: every export of the storage file itself,
+    /// not `nbd`, whose ceiling is its server's ([`Server::NbdLimit`]).
+    pub fn under_device(self) -> bool {
+        self.on_storage() && self.mounted() && self != ExportKind::Nbd
     }
 
     /// Whether corofuse exports it with FUSE passthrough (qsd has none: no qsd run).
@@ -138,7 +157,8 @@ impl ExportKind {
     }
 
     /// Who runs this row: the device and local rows have no server; the others run each
-    /// corofuse variant, and qemu-storage-daemon too with `--compare-qsd`.
+    /// corofuse variant, and qemu-storage-daemon too with `--compare-qsd`; `nbd` ends with
+    /// its limit, fio's nbd engine (left out by the plan where fio has none).
     pub fn servers(self, variants: &[Variant], compare_qsd: bool) -> Vec<Server> {
         if !self.mounted() {
             return vec![Server::Bare];
@@ -146,6 +166,9 @@ impl ExportKind {
         let mut servers: Vec<Server> = variants.iter().map(|&v| Server::Corofuse(v)).collect();
         if compare_qsd && !self.passthrough() {
             servers.push(Server::Qsd);
+        }
+        if self == ExportKind::Nbd {
+            servers.push(Server::NbdLimit);
         }
         servers
     }
@@ -159,6 +182,9 @@ pub enum Server {
     Qsd,
     /// Nobody: the load opens its target itself (the device and local rows).
     Bare,
+    /// No FUSE on the nbd row: fio's nbd engine (libnbd) speaks NBD to qemu-nbd itself,
+    /// the limit of the row's clients.
+    NbdLimit,
 }
 
 impl Server {
@@ -175,6 +201,7 @@ impl Server {
             Server::Corofuse(v) => v.label(),
             Server::Qsd => "qsd".into(),
             Server::Bare => "no FUSE".into(),
+            Server::NbdLimit => "fio nbd".into(),
         }
     }
 
@@ -229,13 +256,27 @@ mod tests {
                 "disk-pt",
                 "disk-direct-pt",
                 "qcow2",
-                "qcow2-alloc"
+                "qcow2-alloc",
+                "nbd"
             ]
         );
         assert_eq!(ExportKind::DiskPt.servers(&one, true), [Server::COROFUSE]);
         assert!(ExportKind::DEFAULT.iter().all(|e| !e.qcow2()));
         let opt_in = &ExportKind::ALL[ExportKind::DEFAULT.len()..];
-        assert!(opt_in.iter().all(|e| e.qcow2()));
+        assert!(opt_in[..2].iter().all(|e| e.qcow2()));
+        assert_eq!(opt_in[2..], [ExportKind::Nbd]);
+        assert_eq!(
+            ExportKind::Nbd.servers(&one, true),
+            [Server::COROFUSE, Server::Qsd, Server::NbdLimit],
+            "the limit after the clients"
+        );
+        assert_eq!(
+            ExportKind::Nbd.servers(&one, false),
+            [Server::COROFUSE, Server::NbdLimit]
+        );
+        assert!(ExportKind::Nbd.on_storage() && !ExportKind::Nbd.under_device());
+        assert!(ExportKind::Disk.under_device() && !ExportKind::Device.under_device());
+        assert_eq!(Server::NbdLimit.name(), "fio nbd");
         assert!(ExportKind::Qcow2.reads() && !ExportKind::Qcow2Alloc.reads());
         assert_eq!(
             ExportKind::Qcow2Alloc.servers(&one, true),

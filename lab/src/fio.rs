@@ -4,6 +4,11 @@
 //! fio runs with `--lat_percentiles=1`, so its percentiles cover submission to completion
 //! (`lat_ns`), as the built-in load's do; when a fio build reports only completion
 //! latency (`clat_ns`), those are used instead.
+//!
+//! The nbd row's limit is fio too, whatever the load of the other cells: its nbd engine
+//! (libnbd, `--ioengine=nbd --uri=...`) speaks NBD to qemu-nbd with the workload's
+//! depth in flight (iodepth 1 for the psync workloads), no FUSE and no page cache of
+//! its own ([`Target::Nbd`]). Not every fio build has the engine ([`has_nbd_engine`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -24,11 +29,29 @@ pub fn version() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// What fio drives.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// A file (a mount point, the image, /dev/zero), with the workload's engine.
+    File(&'a Path),
+    /// An NBD export by URI, with fio's nbd engine.
+    Nbd(&'a str),
+}
+
+/// Whether this machine's fio has the nbd engine (`fio --enghelp=nbd` lists its `uri`
+/// option); false without fio.
+pub fn has_nbd_engine() -> bool {
+    Command::new("fio")
+        .arg("--enghelp=nbd")
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("uri"))
+}
+
 /// Runs one workload with `jobs` fio jobs (reported as one) against the first `size`
-/// bytes of `file` for `seconds`, pinned to `cpu` if given.
+/// bytes of `target` for `seconds`, pinned to `cpu` if given.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
-    file: &Path,
+    target: Target,
     size: u64,
     w: &Workload,
     jobs: u32,
@@ -38,7 +61,7 @@ pub fn run(
     err: &Path,
 ) -> Result<LoadResult, String> {
     let mut cmd = Command::new("fio");
-    cmd.args(args(file, size, w, jobs, seconds));
+    cmd.args(args(target, size, w, jobs, seconds));
     let mut c = child::spawn_load(&mut cmd, cpu, out, err)?
         .map_err(|_| "fio is not installed: apt-get install fio".to_string())?;
     let timeout = Duration::from_secs_f64(seconds + 60.0);
@@ -53,17 +76,25 @@ pub fn run(
 }
 
 /// A character device (the local row's /dev/zero and /dev/null) refuses O_DIRECT and
-/// has no page cache: fio runs buffered there, as the built-in load does.
-fn args(file: &Path, size: u64, w: &Workload, jobs: u32, seconds: f64) -> Vec<String> {
+/// has no page cache: fio runs buffered there, as the built-in load does. An NBD target
+/// has no file and no page cache: `--uri` replaces `--filename` and `--direct`.
+fn args(target: Target, size: u64, w: &Workload, jobs: u32, seconds: f64) -> Vec<String> {
     use std::os::unix::fs::FileTypeExt;
-    let char_device = std::fs::metadata(file).is_ok_and(|m| m.file_type().is_char_device());
-    let mut a = vec![
-        "--name=corofuse-bench".into(),
-        format!("--filename={}", file.display()),
+    let mut a: Vec<String> = vec!["--name=corofuse-bench".into()];
+    match target {
+        Target::File(file) => {
+            let char_device = std::fs::metadata(file).is_ok_and(|m| m.file_type().is_char_device());
+            a.extend([
+                format!("--filename={}", file.display()),
+                format!("--direct={}", u8::from(!char_device)),
+                format!("--ioengine={}", w.engine.name()),
+            ]);
+        }
+        Target::Nbd(uri) => a.extend(["--ioengine=nbd".into(), format!("--uri={uri}")]),
+    }
+    a.extend([
         format!("--rw={}", w.rw.name()),
         format!("--bs={}", w.bs),
-        format!("--direct={}", u8::from(!char_device)),
-        format!("--ioengine={}", w.engine.name()),
         format!("--iodepth={}", w.iodepth),
         "--time_based".into(),
         format!("--runtime={}ms", (seconds * 1000.0).round() as u64),
@@ -72,7 +103,7 @@ fn args(file: &Path, size: u64, w: &Workload, jobs: u32, seconds: f64) -> Vec<St
         "--randrepeat=0".into(),
         "--lat_percentiles=1".into(),
         "--output-format=json".into(),
-    ];
+    ]);
     if jobs > 1 {
         a.push(format!("--numjobs={jobs}"));
         a.push("--group_reporting".into());
@@ -213,7 +244,13 @@ mod tests {
 
     #[test]
     fn command_line() {
-        let a = args(Path::new("/m"), 1 << 30, &WORKLOADS[4], 1, 2.5);
+        let a = args(
+            Target::File(Path::new("/m")),
+            1 << 30,
+            &WORKLOADS[4],
+            1,
+            2.5,
+        );
         for want in [
             "--rw=write",
             "--bs=1048576",
@@ -227,9 +264,38 @@ mod tests {
             assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
         }
         assert!(!a.iter().any(|x| x.starts_with("--numjobs")));
-        let a = args(Path::new("/dev/zero"), 1 << 30, &WORKLOADS[2], 2, 1.0);
+        let a = args(
+            Target::File(Path::new("/dev/zero")),
+            1 << 30,
+            &WORKLOADS[2],
+            2,
+            1.0,
+        );
         for want in ["--direct=0", "--numjobs=2", "--group_reporting"] {
             assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
         }
+        // randread-psync-qd1 on the nbd row's limit: the nbd engine at depth 1.
+        let a = args(
+            Target::Nbd("nbd+unix:///?socket=/m/nbd.sock"),
+            8 << 20,
+            &WORKLOADS[0],
+            1,
+            1.0,
+        );
+        assert_eq!(
+            a[..6],
+            [
+                "--name=corofuse-bench",
+                "--ioengine=nbd",
+                "--uri=nbd+unix:///?socket=/m/nbd.sock",
+                "--rw=randread",
+                "--bs=4096",
+                "--iodepth=1"
+            ]
+        );
+        assert!(!a
+            .iter()
+            .any(|x| x.starts_with("--filename") || x.starts_with("--direct")));
+        assert!(a.iter().any(|x| x == "--size=8388608"));
     }
 }

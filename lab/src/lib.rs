@@ -27,7 +27,8 @@
 //!   `bench load`): the load generator, with [`runtime::histogram`];
 //! - [`lab`](mod@lab): scratch directory and tmpfs image; [`storage`]: the image on real
 //!   storage (checked, filled, kept, evicted); [`fill`]: what both images hold;
-//!   [`qcow2`]: the qcow2 rows' images (qemu-img); [`daemon`]: start, stats, stop of one
+//!   [`qcow2`]: the qcow2 rows' images (qemu-img); [`nbd`]: the nbd row's qemu-nbd;
+//!   [`daemon`]: start, stats, stop of one
 //!   export daemon; [`qsd`]: qemu-storage-daemon's command line; [`fio`]: the fio
 //!   driver; [`child`], [`interrupt`], [`mountinfo`], [`affinity`]: process plumbing;
 //! - [`matrix`]: runs the cells, in the interleaved [`rounds`] that `--dir` ([`dir`]) runs
@@ -68,6 +69,7 @@ mod load;
 mod matrix;
 mod median;
 mod mountinfo;
+mod nbd;
 mod plan;
 mod qcow2;
 mod qsd;
@@ -105,7 +107,11 @@ use export::{ExportKind, STORAGE_SIZE};
     64 KiB clusters, kept beside it) exported buffered; brings disk along, its raw export \
     (vs raw = IOPS / disk's; target >= 0.80x on reads)\n  \
     qcow2-alloc   opt-in: an empty qcow2 image (qemu-img create before every run), write \
-    workloads only: allocating writes\n\
+    workloads only: allocating writes\n  \
+    nbd           opt-in: that raw image served by qemu-nbd on a unix socket (-f raw \
+    --cache=writeback --aio=io_uring --persistent --shared=0, started for every run) and \
+    mounted as nbd+unix:///?socket=SOCK (qsd: driver=nbd); beside it fio's nbd engine \
+    straight at the same qemu-nbd, no FUSE: its limit (vs limit), where fio has the engine\n\
     Each export runs on a fresh daemon; the load runs in a separate process with \
     O_DIRECT:\n  \
     randread-psync-qd1, randwrite-psync-qd1   4 KiB, one blocking I/O at a time\n  \
@@ -116,7 +122,8 @@ use export::{ExportKind, STORAGE_SIZE};
     workloads on every row; --only null,file leaves the storage rows out (~35 s). The \
     qcow2 rows (and device and disk beside them) run the five and read1m-uring-qd4 \
     (1 MiB sequential reads); qcow2-alloc its writes only: --only qcow2,qcow2-alloc \
-    --compare-qsd is 36 runs, about 2 min, and needs qemu-img.\n\n\
+    --compare-qsd is 36 runs, about 2 min, and needs qemu-img. The nbd row runs the same \
+    six: --only nbd --compare-qsd is 18 runs (about 1 min), and needs qemu-nbd.\n\n\
     The built-in load (io_uring) submits in batches: one io_uring_enter submits every \
     I/O reaped since the last and waits for iodepth/4 completions (DEFER_TASKRUN), with \
     a registered file and buffers; --jobs N runs N threads, each with its own file, \
@@ -176,12 +183,12 @@ struct LabArgs {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     trials: u32,
     /// Only these rows (repeatable or comma-separated). The rows on real storage bring
-    /// the device row along (their ceiling), qcow2 the disk row (its raw export).
-    /// Default: all but qcow2 and qcow2-alloc
+    /// the device row along (their ceiling; not nbd, whose limit is fio's nbd engine),
+    /// qcow2 the disk row (its raw export). Default: all but qcow2, qcow2-alloc and nbd
     #[arg(long, value_enum, value_delimiter = ',', value_name = "ROW")]
     only: Vec<ExportKind>,
     /// Only this workload, on every row but reads on qcow2-alloc (repeatable; default:
-    /// the five, four on the storage rows, six beside the qcow2 row)
+    /// the five, four on the storage rows, six on nbd and beside the qcow2 row)
     #[arg(long = "workload", value_name = "NAME",
           value_parser = clap::builder::PossibleValuesParser::new(workload::NAMES))]
     workloads: Vec<String>,
@@ -268,7 +275,7 @@ pub fn run(args: &Args) -> Result<(), String> {
 
 fn lab(args: &LabArgs) -> Result<(), String> {
     let started = Instant::now();
-    let plan = plan::build(args)?;
+    let mut plan = plan::build(args)?;
     let mut environment = begin()?;
     if args.fio {
         environment.fio_version = Some(fio::version()?);
@@ -278,6 +285,18 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     }
     if plan.uses_qcow2() {
         environment.qemu_img_version = Some(qcow2::version()?);
+    }
+    if plan.uses_nbd() {
+        environment.qemu_nbd_version = Some(nbd::version()?);
+        plan.nbd_limit = fio::has_nbd_engine();
+        if plan.nbd_limit {
+            environment.fio_version = Some(fio::version()?);
+        } else {
+            eprintln!(
+                "corofuse bench: warning: fio with its nbd engine was not found (fio \
+                 --enghelp=nbd): the nbd row runs without its limit"
+            );
+        }
     }
     let _uring = arm(plan.uses_uring())?;
     let storage = if plan.on_storage() {

@@ -10,7 +10,9 @@
 //! the load so that mounting and opening are not counted. Every run on the image on real
 //! storage starts with the image out of the page cache ([`storage::evict`]), the
 //! `device` row runs the load on the image itself, with no daemon, and the `local` row
-//! on /dev/zero or /dev/null ([`export::local_target`]).
+//! on /dev/zero or /dev/null ([`export::local_target`]). Every run of the `nbd` row
+//! starts qemu-nbd on the (evicted) image and stops it after the run, its clients
+//! stopped first ([`QemuNbd`]); its limit runs fio's nbd engine at that qemu-nbd.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,6 +25,7 @@ use super::daemon::{self, Daemon};
 use super::export::{self, ExportKind, Server};
 use super::lab::Lab;
 use super::load::LoadResult;
+use super::nbd::QemuNbd;
 use super::plan::Plan;
 use super::stats::{self, PerRequest};
 use super::storage::{self, Image};
@@ -55,7 +58,7 @@ pub fn run(plan: &Plan, lab: &Lab, storage: Option<&Image>) -> Result<Vec<Cell>,
     let mut groups: Vec<Vec<Cell>> = Vec::new();
     for row in &plan.rows {
         for &workload in &row.workloads {
-            let servers = row.export.servers(&plan.variants, plan.compare_qsd);
+            let servers = plan.servers(row.export);
             groups.push(
                 servers
                     .into_iter()
@@ -100,7 +103,8 @@ fn image_of<'a>(
         | ExportKind::Disk
         | ExportKind::DiskDirect
         | ExportKind::DiskPt
-        | ExportKind::DiskDirectPt => Some(
+        | ExportKind::DiskDirectPt
+        | ExportKind::Nbd => Some(
             storage
                 .map(|s| s.path.as_path())
                 .ok_or("the storage rows need the image on real storage")?,
@@ -137,6 +141,27 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
     if let Some(path) = image.filter(|_| cell.export.on_storage()) {
         storage::evict(path)?;
     }
+    // nbd: qemu-nbd on the image for this run only; declared before the daemon, so
+    // dropped after it (the daemon is stopped explicitly anyway).
+    let server = match (cell.export, image) {
+        (ExportKind::Nbd, Some(path)) => Some(QemuNbd::start(
+            path,
+            &lab.file("nbd.sock"),
+            &lab.file("qemu-nbd.log"),
+        )?),
+        _ => None,
+    };
+    if cell.server == Server::NbdLimit {
+        let uri = server
+            .as_ref()
+            .map(QemuNbd::uri)
+            .ok_or("the limit needs qemu-nbd")?;
+        return Ok(Run {
+            load: limit_load(plan, lab, &uri, size, &cell.workload)?,
+            daemon_cpu_pct: None,
+            per_request: None,
+        });
+    }
     if !cell.export.mounted() {
         let target = match cell.export {
             ExportKind::Local => Path::new(export::local_target(cell.workload.rw.writes())),
@@ -148,7 +173,7 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
             per_request: None,
         });
     }
-    let mut daemon = start(plan, lab, cell, image)?;
+    let mut daemon = start(plan, lab, cell, image, server.as_ref())?;
     if let Some(cpu) = plan.placement.and_then(|p| p.daemon) {
         affinity::pin_process(daemon.pid(), cpu)?;
     }
@@ -179,12 +204,24 @@ fn run_one(plan: &Plan, lab: &Lab, storage: Option<&Image>, cell: &Cell) -> Resu
     })
 }
 
-fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Daemon, String> {
+/// Starts the cell's daemon on `image`, or with `server` (the nbd row) on its socket.
+fn start(
+    plan: &Plan,
+    lab: &Lab,
+    cell: &Cell,
+    image: Option<&Path>,
+    server: Option<&QemuNbd>,
+) -> Result<Daemon, String> {
     let mountpoint = lab.mountpoint();
+    let image = server.map(QemuNbd::socket).or(image);
     rounds::start_daemon(lab, &mountpoint, cell.server.is_corofuse(), |paths| {
         let (cmd, name) = match cell.server {
             Server::Corofuse(variant) => {
-                let spec = image.map_or_else(|| "null:1G".into(), |p| p.display().to_string());
+                let spec = match (server, image) {
+                    (Some(s), _) => s.uri(),
+                    (None, Some(p)) => p.display().to_string(),
+                    (None, None) => "null:1G".into(),
+                };
                 let extra = corofuse_options(cell.export, variant, &plan.mount_opts);
                 let cmd = daemon::corofuse_command(&spec, paths, &extra)?;
                 (cmd, "corofuse mount")
@@ -194,7 +231,9 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
                 let cmd = qsd::command(&plan.qsd, cell.export, image, paths)?;
                 (cmd, qsd::PROGRAM)
             }
-            Server::Bare => return Err("the rows without FUSE have no daemon".into()),
+            Server::Bare | Server::NbdLimit => {
+                return Err("the rows without FUSE have no daemon".into())
+            }
         };
         Daemon::start(cmd, name, paths).map_err(|e| match cell.server {
             Server::Corofuse(v) if plan.compares_variants() || !plan.mount_opts.is_empty() => {
@@ -212,7 +251,7 @@ fn start(plan: &Plan, lab: &Lab, cell: &Cell, image: Option<&Path>) -> Result<Da
 /// The options `corofuse mount` gets for a row beyond `-w`: `--direct` for disk-direct,
 /// `--format qcow2` for the qcow2 rows (the magic would choose it too; said so that a
 /// detection mistake fails instead of exporting the container bytes), then the
-/// variant's and `--mount-opt`'s.
+/// variant's and `--mount-opt`'s (the nbd row: those only).
 fn corofuse_options(export: ExportKind, variant: Variant, mount_opts: &[String]) -> Vec<String> {
     let mut extra = Vec::new();
     if export.direct() {
@@ -229,6 +268,21 @@ fn corofuse_options(export: ExportKind, variant: Variant, mount_opts: &[String])
     extra
 }
 
+/// The nbd row's limit: fio's nbd engine at `uri`, over the export's first `size` bytes
+/// (fio whatever the load of the other cells: the built-in load speaks no NBD).
+fn limit_load(
+    plan: &Plan,
+    lab: &Lab,
+    uri: &str,
+    size: u64,
+    w: &Workload,
+) -> Result<LoadResult, String> {
+    let (out, err) = (lab.file("load.out"), lab.file("load.err"));
+    let cpu = plan.placement.map(|p| p.load);
+    let target = fio::Target::Nbd(uri);
+    fio::run(target, size, w, plan.jobs, plan.seconds, cpu, &out, &err)
+}
+
 /// Runs the load (built-in or fio, O_DIRECT) on `target`, over its first `size` bytes.
 fn load(
     plan: &Plan,
@@ -240,6 +294,7 @@ fn load(
     let (out, err) = (lab.file("load.out"), lab.file("load.err"));
     let cpu = plan.placement.map(|p| p.load);
     if plan.fio {
+        let target = fio::Target::File(target);
         return fio::run(target, size, w, plan.jobs, plan.seconds, cpu, &out, &err);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
@@ -278,6 +333,34 @@ mod tests {
     use crate::variant::Transport;
 
     #[test]
+    fn nbd_row_mounts_the_uri_of_its_qemu_nbd() {
+        let (mnt, pid, log) = (Path::new("/m/mnt"), Path::new("/m/pid"), Path::new("/m/l"));
+        let paths = daemon::Paths {
+            mountpoint: mnt,
+            pidfile: pid,
+            log,
+            stats: None,
+        };
+        let uri = crate::nbd::uri(Path::new("/m/nbd.sock"));
+        let cmd = daemon::corofuse_command(&uri, &paths, &[]).expect("command");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "mount",
+                "nbd+unix:///?socket=/m/nbd.sock",
+                "/m/mnt",
+                "--writable",
+                "--pidfile",
+                "/m/pid"
+            ]
+        );
+    }
+
+    #[test]
     fn corofuse_options_per_row() {
         let base = Variant::default();
         assert!(corofuse_options(ExportKind::Disk, base, &[]).is_empty());
@@ -292,6 +375,15 @@ mod tests {
         for e in [ExportKind::Qcow2, ExportKind::Qcow2Alloc] {
             assert_eq!(corofuse_options(e, base, &[]), ["--format", "qcow2"]);
         }
+        let q2 = Variant {
+            queues: Some(2),
+            transport: None,
+        };
+        assert_eq!(
+            corofuse_options(ExportKind::Nbd, q2, &["--poll-us".into(), "50".into()]),
+            ["--queues", "2", "--poll-us", "50"],
+            "the run's options, nothing of the row's own"
+        );
         let v = Variant {
             queues: Some(2),
             transport: Some(Transport::Dev),

@@ -3,11 +3,12 @@
 //!
 //! Why a separate step: the rules have grown past one line each (the storage rows run a
 //! shorter default list, a storage export never runs without its `device` ceiling, the
-//! `qcow2` row never without `disk`, its raw export, and `qcow2-alloc` runs writes
-//! only), and they are easier to trust with tests that need no root and no mount.
+//! `qcow2` row never without `disk`, its raw export, `qcow2-alloc` runs writes only,
+//! and `nbd` has its own limit instead of `device`), and they are easier to trust with
+//! tests that need no root and no mount.
 
 use super::affinity::Placement;
-use super::export::ExportKind;
+use super::export::{ExportKind, Server};
 use super::variant::Variant;
 use super::workload::{self, Workload};
 use super::LabArgs;
@@ -32,6 +33,9 @@ pub struct Plan {
     pub jobs: u32,
     /// `--ring-replies` is among the mount options: replies are not syscalls.
     pub ring_replies: bool,
+    /// Whether the nbd row runs its limit (fio's nbd engine): the lab clears it where
+    /// fio has no such engine.
+    pub nbd_limit: bool,
 }
 
 /// One export and its workloads.
@@ -84,12 +88,25 @@ impl Plan {
         self.rows.iter().any(|r| r.export.qcow2())
     }
 
+    /// Whether the nbd row runs (the lab then needs qemu-nbd).
+    pub fn uses_nbd(&self) -> bool {
+        self.rows.iter().any(|r| r.export == ExportKind::Nbd)
+    }
+
+    /// Who runs `export`'s cells: [`ExportKind::servers`], without the nbd limit when
+    /// fio cannot run it.
+    pub fn servers(&self, export: ExportKind) -> Vec<Server> {
+        let mut servers = export.servers(&self.variants, self.compare_qsd);
+        servers.retain(|&s| s != Server::NbdLimit || self.nbd_limit);
+        servers
+    }
+
     /// Runs in all, over every trial.
     pub fn runs(&self) -> usize {
         let per_trial: usize = self
             .rows
             .iter()
-            .map(|r| r.workloads.len() * r.export.servers(&self.variants, self.compare_qsd).len())
+            .map(|r| r.workloads.len() * self.servers(r.export).len())
             .sum();
         per_trial * self.trials
     }
@@ -132,7 +149,8 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
         .into_iter()
         .map(|export| {
             let defaults: &[&str] = match export {
-                _ if export.qcow2() => &workload::QCOW2_DEFAULT,
+                // The nbd row runs the same six: 4 KiB at qd1 and qd64, 1 MiB both ways.
+                _ if export.qcow2() || export == ExportKind::Nbd => &workload::QCOW2_DEFAULT,
                 // Beside the qcow2 row: its raw export and their ceiling run its cells.
                 ExportKind::Device | ExportKind::Disk if qcow2 => &workload::QCOW2_DEFAULT,
                 _ if export.on_storage() => &workload::STORAGE_DEFAULT,
@@ -181,6 +199,7 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
         },
         variants,
         ring_replies: mount_opts.iter().any(|o| o == "--ring-replies"),
+        nbd_limit: true,
         mount_opts,
         placement: args.cpus.map(Placement::choose).transpose()?,
         fio: args.fio,
@@ -189,15 +208,15 @@ pub fn build(args: &LabArgs) -> Result<Plan, String> {
 }
 
 /// The rows for `--only`, in table order: [`ExportKind::DEFAULT`] when none is named
-/// (the qcow2 rows are opt-in), the `device` row whenever an export on real storage runs
-/// (their ratios divide by it), the `disk` row whenever `qcow2` runs (its "vs raw"
-/// divides by it). The `local` row (the load's own ceiling) runs by default and when
+/// (the qcow2 and nbd rows are opt-in), the `device` row whenever an export of the file
+/// on real storage runs (their ratios divide by it; not `nbd`, whose limit is its
+/// server's), the `disk` row whenever `qcow2` runs (its "vs raw" divides by it). The `local` row (the load's own ceiling) runs by default and when
 /// named: `--only local,null`.
 pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
     if only.is_empty() {
         return ExportKind::DEFAULT.to_vec();
     }
-    let needs_device = only.iter().any(|e| e.on_storage() && e.mounted());
+    let needs_device = only.iter().any(|e| e.under_device());
     let needs_disk = only.contains(&ExportKind::Qcow2);
     ExportKind::ALL
         .into_iter()
@@ -212,7 +231,6 @@ pub fn exports(only: &[ExportKind]) -> Vec<ExportKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::Server;
     use crate::parse_lab as parse;
     use crate::storage;
     use std::path::Path;
@@ -339,6 +357,37 @@ mod tests {
         let tiny = plan(&["--only", "qcow2", "--storage-mib", "8"]);
         assert_eq!(tiny.storage_size, 8 << 20);
         assert!(parse(&["--storage-mib", "0"]).is_err());
+    }
+
+    #[test]
+    fn nbd_row_is_opt_in_runs_six_workloads_and_ends_with_its_limit() {
+        assert!(!plan(&[]).uses_nbd(), "not in the default run");
+        let mut p = plan(&["--only", "nbd", "--compare-qsd"]);
+        assert_eq!(
+            names(&p),
+            [("nbd", workload::QCOW2_DEFAULT.to_vec())],
+            "no device row: its ceiling is the server's"
+        );
+        assert!(p.uses_nbd() && p.on_storage() && !p.uses_qcow2());
+        assert_eq!(
+            p.servers(ExportKind::Nbd),
+            [Server::COROFUSE, Server::Qsd, Server::NbdLimit]
+        );
+        assert_eq!(p.runs(), 6 * 3);
+        p.nbd_limit = false;
+        assert_eq!(
+            p.servers(ExportKind::Nbd),
+            [Server::COROFUSE, Server::Qsd],
+            "fio without its nbd engine"
+        );
+        assert_eq!(p.runs(), 6 * 2);
+        let rows = |args: &[&str]| -> Vec<&str> {
+            plan(args).rows.iter().map(|r| r.export.name()).collect()
+        };
+        assert_eq!(rows(&["--only", "nbd,disk"]), ["device", "disk", "nbd"]);
+        let one = plan(&["--only", "nbd", "--workload", "randread-uring-qd64"]);
+        assert_eq!(names(&one), [("nbd", vec!["randread-uring-qd64"])]);
+        assert_eq!(one.runs(), 2);
     }
 
     #[test]

@@ -6,7 +6,11 @@
 //! path to a raw image. The cache mode matches corofuse's export of the same row: the
 //! default (page cache) for `file` and `disk`, `cache.direct=on` (O_DIRECT) for
 //! `disk-direct`, as `corofuse mount --direct`. The qcow2 rows stack QEMU's `qcow2`
-//! driver on the same `file` node (buffered, as `disk`), and export the qcow2 node. qsd
+//! driver on the same `file` node (buffered, as `disk`), and export the qcow2 node. The
+//! nbd row gives qsd QEMU's NBD client, `driver=nbd` with `server.type=unix` on the
+//! socket of the qemu-nbd that corofuse mounts on its runs ([`super::nbd`]): one
+//! connection (QEMU's client has no multi-conn), the export name left to the server's
+//! default, as corofuse's `nbd+unix:///?socket=SOCK`. qsd
 //! writes no statistics, so its per-request columns are "-"; the `device` row has no
 //! qsd run.
 
@@ -47,7 +51,7 @@ pub fn version(qsd: &Qsd) -> Result<String, String> {
 }
 
 /// The `--blockdev` arguments for an export, the exported node (`f`) last; none for the
-/// rows without FUSE.
+/// rows without FUSE. `image` is the image, or for the nbd row qemu-nbd's socket.
 pub fn blockdevs(export: ExportKind, image: &Path) -> Vec<String> {
     let file = |node: &str| {
         format!(
@@ -65,6 +69,10 @@ pub fn blockdevs(export: ExportKind, image: &Path) -> Vec<String> {
             file("file"),
             "node-name=f,driver=qcow2,file=file".to_string(),
         ],
+        ExportKind::Nbd => vec![format!(
+            "node-name=f,driver=nbd,server.type=unix,server.path={}",
+            escape(image)
+        )],
         ExportKind::Device | ExportKind::Local | ExportKind::DiskPt | ExportKind::DiskDirectPt => {
             Vec::new()
         }
@@ -148,6 +156,11 @@ mod tests {
             );
         }
         assert!(b(ExportKind::Device, "/var/tmp/i.raw").is_empty());
+        assert_eq!(
+            b(ExportKind::Nbd, "/dev/shm/l/nbd.sock"),
+            ["node-name=f,driver=nbd,server.type=unix,server.path=/dev/shm/l/nbd.sock"],
+            "QEMU's NBD client on qemu-nbd's socket, its default export"
+        );
     }
 
     #[test]

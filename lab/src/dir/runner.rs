@@ -193,7 +193,7 @@ fn fio_on(
     let cpu0 = daemon.and_then(Daemon::cpu_seconds);
     let (out, err) = (lab.file("fio.out"), lab.file("fio.err"));
     let r = fio::run(
-        target,
+        fio::Target::File(target),
         plan.file_size,
         &f.workload,
         f.jobs,

@@ -1,6 +1,7 @@
 //! The lab's results: medians per cell, ratios against qsd, against the device row
 //! (the ceiling of the rows on real storage) and, for the qcow2 rows, against the disk
-//! row (the raw export of the same data), and the three renderings (aligned table on
+//! row (the raw export of the same data), for the nbd row against its limit (fio's nbd
+//! engine at the same qemu-nbd), and the three renderings (aligned table on
 //! stdout, one JSON document with `--json`, a bar chart with `--svg`).
 //!
 //! Why one [`Report`] value for all three: they must agree, and the JSON one is the
@@ -88,6 +89,10 @@ pub struct CellReport {
     /// and server: set on the qcow2 rows when the disk row ran that cell. Issue 12's
     /// target for allocated reads is >= 0.8.
     pub vs_raw: Option<f64>,
+    /// IOPS over the nbd row's limit (fio's nbd engine at the same qemu-nbd) for the same
+    /// workload: set on the nbd row's FUSE cells when the limit ran. Issue 24's target
+    /// for corofuse is >= 0.9.
+    pub vs_limit: Option<f64>,
     /// With several corofuse variants: IOPS over the first variant's, same cell.
     pub vs_base: Option<f64>,
     /// With several corofuse variants: this one had the most IOPS in its cell.
@@ -125,6 +130,7 @@ impl Report {
                 vs_qsd: None,
                 vs_device: None,
                 vs_raw: None,
+                vs_limit: None,
                 vs_base: None,
                 best: false,
                 runs: c.runs,
@@ -144,6 +150,7 @@ impl Report {
             out[i].vs_qsd = ratios;
             out[i].vs_device = vs_device(&out, &out[i]);
             out[i].vs_raw = vs_raw(&out, &out[i]);
+            out[i].vs_limit = vs_limit(&out, &out[i]);
         }
         if compare_variants {
             mark_variants(&mut out);
@@ -161,7 +168,7 @@ impl Report {
 /// `cell`'s IOPS over those of the device row for the same workload, for an export of
 /// the image on real storage (NaN when the device row did no I/O).
 fn vs_device(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
-    if !(cell.export.on_storage() && cell.export.mounted()) {
+    if !cell.export.under_device() {
         return None;
     }
     let device = cells
@@ -180,6 +187,18 @@ fn vs_raw(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
         d.export == ExportKind::Disk && d.workload == cell.workload && d.server == cell.server
     })?;
     Some(ratios(&cell.median, &raw.median).iops)
+}
+
+/// `cell`'s IOPS over those of the nbd row's limit for the same workload, for the nbd
+/// row's FUSE cells (NaN when the limit did no I/O).
+fn vs_limit(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
+    if cell.export != ExportKind::Nbd || cell.server == Server::NbdLimit {
+        return None;
+    }
+    let limit = cells.iter().find(|d| {
+        d.export == ExportKind::Nbd && d.workload == cell.workload && d.server == Server::NbdLimit
+    })?;
+    Some(ratios(&cell.median, &limit.median).iops)
 }
 
 /// Sets `vs_base` (over the first variant of the same cell) and `best` on every corofuse
@@ -301,6 +320,11 @@ pub(crate) mod sample {
         with_exports(compare, &exports)
     }
 
+    /// nbd only: corofuse (27k IOPS), qsd (13.5k) and its limit, fio nbd (30k).
+    pub fn with_nbd(compare: bool) -> Report {
+        with_exports(compare, &[ExportKind::Nbd])
+    }
+
     /// null only, with the variants q1 (120k IOPS) and q2 (180k), and qsd.
     pub fn with_variants() -> Report {
         let variants = Variant::all(&[1, 2], &[]);
@@ -325,6 +349,7 @@ pub(crate) mod sample {
                     ExportKind::DiskPt | ExportKind::DiskDirectPt => 38_000.0,
                     ExportKind::Qcow2 => 24_000.0,
                     ExportKind::Qcow2Alloc => 6_000.0,
+                    ExportKind::Nbd => 27_000.0,
                 };
                 if !export.mounted() {
                     cells.push(Cell {
@@ -355,6 +380,14 @@ pub(crate) mod sample {
                         workload: *w,
                         server: Server::Qsd,
                         runs: vec![run(base / 2.0, false); 3],
+                    });
+                }
+                if export == ExportKind::Nbd {
+                    cells.push(Cell {
+                        export,
+                        workload: *w,
+                        server: Server::NbdLimit,
+                        runs: vec![run(30_000.0, false); 3],
                     });
                 }
             }
@@ -512,6 +545,33 @@ mod tests {
             .any(|c| c["export"] == "qcow2" && c["vs_raw"] == 0.8));
         let plain = sample::with_storage(true);
         assert!(plain.cells.iter().all(|c| c.vs_raw.is_none()));
+    }
+
+    #[test]
+    fn nbd_row_is_divided_by_its_limit_not_the_device() {
+        let r = sample::with_nbd(true);
+        let find = |s: Server| first_read(&r, ExportKind::Nbd, s);
+        let c = find(Server::COROFUSE);
+        assert_eq!(c.vs_limit, Some(0.9));
+        assert_eq!(c.vs_device, None);
+        assert_eq!(c.vs_qsd.expect("qsd ran").iops, 2.0);
+        assert_eq!(find(Server::Qsd).vs_limit, Some(0.45));
+        let limit = find(Server::NbdLimit);
+        assert!(limit.vs_limit.is_none() && limit.vs_qsd.is_none());
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert!(json["cells"]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .any(|c| c["server"] == "fio nbd" && c["export"] == "nbd"));
+        let plain = sample::with_storage(true);
+        assert!(plain.cells.iter().all(|c| c.vs_limit.is_none()));
+        let clients: Vec<_> = r
+            .cells
+            .into_iter()
+            .filter(|c| c.server != Server::NbdLimit)
+            .collect();
+        assert_eq!(vs_limit(&clients, &clients[0]), None, "no limit ran");
     }
 
     #[test]

@@ -36,6 +36,9 @@ fn colour(export: ExportKind, server: Server) -> &'static str {
         (ExportKind::Qcow2, Server::Qsd) => "#97d6d6",
         (ExportKind::Qcow2Alloc, Server::Corofuse(_)) => "#a83246",
         (ExportKind::Qcow2Alloc, Server::Qsd) => "#eaa4b0",
+        (ExportKind::Nbd, Server::Corofuse(_)) => "#8a6d1f",
+        (ExportKind::Nbd, Server::Qsd) => "#e3cf8f",
+        (ExportKind::Nbd, Server::NbdLimit) => "#555555",
         // The device row, and pairs the lab never runs.
         _ => "#888888",
     }

@@ -4,12 +4,13 @@
 //! right-aligned numbers so that magnitudes line up, and values a server does not report
 //! are "-" rather than a misleading zero. With the rows on real storage, a "vs device"
 //! column puts each export's IOPS beside its ceiling; with the qcow2 rows, a "vs raw"
-//! column puts them beside the disk row's (the raw export of the same data).
+//! column puts them beside the disk row's (the raw export of the same data); with the
+//! nbd row, a "vs limit" column puts its clients beside fio's nbd engine.
 
 use comfy_table::{presets::NOTHING, CellAlignment};
 
 use super::{CellReport, Report};
-use crate::export::ExportKind;
+use crate::export::{ExportKind, Server};
 
 /// Column-aligned text, two spaces between columns and no borders (comfy-table): the first
 /// `left` columns are left-aligned, the rest right-aligned; no header line when there are
@@ -125,6 +126,28 @@ fn header(r: &Report) -> String {
         variants_header(r),
         storage_header(r)
     ) + &qcow2_header(r)
+        + &nbd_header(r)
+}
+
+/// What the nbd row ran, and how to read "vs limit"; or that it had no limit.
+fn nbd_header(r: &Report) -> String {
+    if !r.cells.iter().any(|c| c.export == ExportKind::Nbd) {
+        return String::new();
+    }
+    let limit = if r.cells.iter().any(|c| c.server == Server::NbdLimit) {
+        "fio nbd = fio's nbd engine (libnbd) straight at the same qemu-nbd, the workload's \
+         iodepth in flight, no FUSE: the limit. vs limit = IOPS / fio nbd's, same workload; \
+         the target for corofuse is >= 0.90x."
+    } else {
+        "No limit: this machine's fio has no nbd engine (fio --enghelp=nbd), so the row \
+         ran without one."
+    };
+    format!(
+        "nbd = the storage image served by qemu-nbd (-f raw --cache=writeback --aio=io_uring \
+         --persistent --shared=0, started for every run) on a unix socket, mounted by \
+         corofuse mount -w nbd+unix:///?socket=SOCK and by qsd's driver=nbd \
+         (server.type=unix, one connection). {limit}\n"
+    )
 }
 
 /// What the qcow2 rows ran on, and how to read "vs raw".
@@ -176,12 +199,17 @@ fn storage_header(r: &Report) -> String {
         Some(t) => format!("written by this run in {t:.1} s"),
         None => "kept from an earlier run (--refill-image writes it again)".into(),
     };
+    // The nbd row alone has its limit, not the device row.
+    let device = if r.cells.iter().any(|c| c.export == ExportKind::Device) {
+        "device = the load straight on that file with O_DIRECT, no FUSE: the ceiling. \
+         vs device = IOPS / the device row's, same workload; disk (buffered) can pass \
+         1.00x where the page cache serves it.\n"
+    } else {
+        ""
+    };
     format!(
         "storage rows: {} ({} MiB, {} on {}), {history}; each run starts with it out of \
-         the page cache.\n\
-         device = the load straight on that file with O_DIRECT, no FUSE: the ceiling. \
-         vs device = IOPS / the device row's, same workload; disk (buffered) can pass \
-         1.00x where the page cache serves it.\n",
+         the page cache.\n{device}",
         s.path.display(),
         s.size >> 20,
         s.fs_type,
@@ -191,7 +219,7 @@ fn storage_header(r: &Report) -> String {
 
 /// Every column the table can have; [`table`] leaves out the optional ones (server, IOPS
 /// min-max and the ratios) that say nothing in a run.
-const HEADERS: [&str; 19] = [
+const HEADERS: [&str; 20] = [
     "export",
     "workload",
     "server",
@@ -199,6 +227,7 @@ const HEADERS: [&str; 19] = [
     "IOPS min-max",
     "vs device",
     "vs raw",
+    "vs limit",
     "vs base",
     "MB/s",
     "mean us",
@@ -223,8 +252,9 @@ fn table(r: &Report) -> Table {
         server,
         true,
         r.options.trials > 1,
-        r.cells.iter().any(|c| c.export.on_storage()),
+        (r.cells.iter()).any(|c| c.export.on_storage() && c.export != ExportKind::Nbd),
         r.cells.iter().any(|c| c.export.qcow2()),
+        r.cells.iter().any(|c| c.export == ExportKind::Nbd),
         variants,
     ];
     let keep = |row: Vec<String>| -> Vec<String> {
@@ -248,7 +278,7 @@ fn table(r: &Report) -> Table {
             .find_map(|c| c.vs_qsd);
         if let Some(v) = vs_qsd {
             let label = if variants { "best/qsd" } else { "corofuse/qsd" };
-            let mut ratio_row = vec![String::new(); 8];
+            let mut ratio_row = vec![String::new(); 9];
             (ratio_row[2], ratio_row[3]) = (label.into(), ratio(v.iops));
             ratio_row.extend([ratio(v.mb_s), ratio(v.mean_us), ratio(v.p99_us)]);
             rows.push(keep(ratio_row));
@@ -272,7 +302,13 @@ fn row(c: &CellReport) -> Vec<String> {
     let vs_device = match (c.export, c.vs_device) {
         (ExportKind::Device, _) => "ceiling".into(),
         (_, Some(v)) => ratio(v),
-        (e, None) if e.on_storage() => "-".into(),
+        (e, None) if e.under_device() => "-".into(),
+        _ => String::new(),
+    };
+    let vs_limit = match (c.export, c.server, c.vs_limit) {
+        (ExportKind::Nbd, Server::NbdLimit, _) => "limit".into(),
+        (ExportKind::Nbd, _, Some(v)) => ratio(v),
+        (ExportKind::Nbd, _, None) => "-".into(),
         _ => String::new(),
     };
     let vs_raw = match (c.export.qcow2(), c.vs_raw) {
@@ -288,6 +324,7 @@ fn row(c: &CellReport) -> Vec<String> {
         format!("{:.0}-{:.0}", m.iops_min, m.iops_max),
         vs_device,
         vs_raw,
+        vs_limit,
         c.vs_base.map(ratio).unwrap_or_default(),
         num(m.mb_s),
         num(m.mean_us),
@@ -453,6 +490,46 @@ mod tests {
         // 3 workloads: null, file, disk and disk-direct with corofuse, qsd and a ratio
         // row each, local and device with one row.
         assert_eq!(lines.len(), 1 + 4 * 3 * 3 + 3 + 3);
+    }
+
+    #[test]
+    fn renders_the_nbd_row_beside_its_limit() {
+        let text = render(&sample::with_nbd(true));
+        assert!(
+            text.contains("qemu-nbd (-f raw --cache=writeback"),
+            "{text}"
+        );
+        assert!(text.contains("vs limit = IOPS / fio nbd's"), "{text}");
+        assert!(!text.contains("device ="), "no device row: {text}");
+        let lines = check_alignment(&text);
+        assert!(lines[0].contains("IOPS min-max  vs limit"), "{}", lines[0]);
+        assert!(
+            !lines[0].contains("vs device"),
+            "no device row: {}",
+            lines[0]
+        );
+        let find = |server: &str| line_of(&lines, "nbd", server, &text);
+        let c: Vec<&str> = find("corofuse").split_whitespace().collect();
+        // nbd, the 4-word label, server, IOPS, IOPS min-max, vs limit.
+        assert_eq!(c[5..9], ["corofuse", "27000", "24300-29700", "0.90x"]);
+        assert!(find("qsd").contains("0.45x"));
+        let limit: Vec<&str> = find("fio nbd").split_whitespace().collect();
+        assert_eq!(
+            limit[5..10],
+            ["fio", "nbd", "30000", "30000-30000", "limit"]
+        );
+        // 3 workloads: corofuse, qsd, the ratio row and the limit each.
+        assert_eq!(lines.len(), 1 + 3 * 4);
+        let mut r = sample::with_nbd(false);
+        // As Report::new leaves them without a limit cell (report::tests checks it).
+        r.cells.retain(|c| c.server != Server::NbdLimit);
+        r.cells.iter_mut().for_each(|c| c.vs_limit = None);
+        let text = render(&r);
+        assert!(
+            text.contains("No limit: this machine's fio has no nbd engine"),
+            "{text}"
+        );
+        assert!(!text.contains("0.90x"), "{text}");
     }
 
     #[test]
