@@ -45,6 +45,7 @@ mod handshake;
 pub mod proto;
 #[doc(hidden)]
 pub mod reply;
+mod rx;
 mod stream;
 mod uri;
 
