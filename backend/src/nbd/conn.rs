@@ -52,8 +52,8 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use runtime::{EventFd, LocalWaker};
 use slab::Slab;
@@ -62,12 +62,30 @@ use super::proto::{Request, NBD_CMD_DISC, REQUEST_LEN};
 use super::reply::{self, Expect, Progress, ReadError, Table, Wire};
 use super::rx::{self, BufWire, RxBuf};
 use super::stream::Stream;
+use super::{Info, Uri};
 use crate::iov::{self, WINDOW};
 use crate::Ctx;
 
 /// How long a coroutine sleeps before looking again for a free slot (all `max_in_flight`
 /// in use: a rare state, so a timer, not a queue).
 const FULL_NAP: Duration = Duration::from_micros(50);
+
+/// How often a request waiting for a lost connection looks again, and how soon after a
+/// failed attempt the next one is made.
+const RECONNECT_NAP: Duration = Duration::from_millis(20);
+const RETRY_AFTER: Duration = Duration::from_millis(100);
+
+/// What a connection needs to be made again when it is lost (`--reconnect-delay`).
+#[derive(Clone, Debug)]
+pub struct Redial {
+    /// Where the server is.
+    pub uri: Uri,
+    /// What the first handshake settled: a new connection must agree on the size, the
+    /// flags and the reply kind.
+    pub info: Info,
+    /// How long requests wait for a new connection before failing with `EIO`.
+    pub delay: Duration,
+}
 
 /// A write's payload up to this size is copied into the send queue when the writer is
 /// busy; a larger one waits for its turn to send from the caller's buffers.
@@ -100,8 +118,8 @@ impl Cmd {
 
 /// A connection after its handshake.
 pub struct Conn {
-    stream: Stream,
     structured: bool,
+    redial: Option<Redial>,
     name: String,
     state: Mutex<State>,
     sleepers: Condvar,
@@ -109,6 +127,16 @@ pub struct Conn {
 }
 
 struct State {
+    /// The socket; replaced when a lost connection is made again.
+    stream: Arc<Stream>,
+    /// Counts the sockets: a failure of an old one does not end a new one.
+    epoch: u64,
+    /// Since when the connection is lost (requests wait for a new one).
+    lost: Option<Instant>,
+    /// A request is making a new connection.
+    reconnecting: bool,
+    /// No attempt before this.
+    next_try: Instant,
     slots: Slab<Slot>,
     max: usize,
     bufs: Box<[Vec<u8>]>,
@@ -141,6 +169,8 @@ enum Phase {
     WriteTurn,
     /// Sent, queued to send, or being sent: a reply may come.
     Sent,
+    /// The connection was lost before its reply came: to be sent again on a new one.
+    Lost,
     /// Complete.
     Done(Result<(), i32>),
 }
@@ -176,12 +206,23 @@ fn loop_of(cx: &Ctx<'_>) -> Option<u64> {
 
 impl Conn {
     /// A connection over `stream` (handshake done) with room for `max_in_flight`
-    /// requests; `name` (the URI) is for the log.
-    pub fn new(stream: Stream, structured: bool, name: String, max: usize) -> io::Result<Conn> {
+    /// requests; `name` (the URI) is for the log; made again when lost if `redial` says.
+    pub fn new(
+        stream: Stream,
+        structured: bool,
+        name: String,
+        max: usize,
+        redial: Option<Redial>,
+    ) -> io::Result<Conn> {
         let events = (0..max)
             .map(|_| EventFd::new())
             .collect::<io::Result<_>>()?;
         let state = State {
+            stream: Arc::new(stream),
+            epoch: 0,
+            lost: None,
+            reconnecting: false,
+            next_try: Instant::now(),
             slots: Slab::with_capacity(max),
             max,
             bufs: (0..max).map(|_| Vec::new()).collect(),
@@ -198,8 +239,8 @@ impl Conn {
             asleep: 0,
         };
         Ok(Conn {
-            stream,
             structured,
+            redial,
             name,
             state: Mutex::new(state),
             sleepers: Condvar::new(),
@@ -222,8 +263,16 @@ impl Conn {
             key: self.acquire(cx, cmd)?,
             cx,
         };
-        self.send(cx, claim.key, cmd, payload)?;
-        self.await_reply(cx, claim.key, dest)
+        let mut dest = dest;
+        loop {
+            let done = self
+                .send(cx, claim.key, cmd, payload)
+                .and_then(|()| self.await_reply(cx, claim.key, dest.as_deref_mut()));
+            match done {
+                Err(e) if is_lost(&e) => self.await_reconnect(cx, claim.key)?,
+                done => return done,
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -278,6 +327,9 @@ impl Conn {
         if st.dead {
             return Err(eio());
         }
+        if st.lost.is_some() {
+            return Err(lost());
+        }
         let head = Request {
             flags: cmd.flags,
             kind: cmd.kind,
@@ -300,25 +352,34 @@ impl Conn {
             while st.slots[key].phase == Phase::Queued {
                 st = self.park(cx, key, st, false)?;
             }
-            if st.slots[key].phase != Phase::WriteTurn {
-                return Err(eio()); // the connection ended meanwhile
+            match st.slots[key].phase {
+                Phase::WriteTurn => {}
+                Phase::Lost => return Err(lost()),
+                _ => return Err(eio()), // the connection ended meanwhile
             }
         } else {
             st.writer = true;
         }
         st.slots[key].phase = Phase::Sent;
+        let (stream, epoch) = (Arc::clone(&st.stream), st.epoch);
         drop(st);
         let mut iov = [IoSlice::new(&[]); WINDOW + 1];
         iov[0] = IoSlice::new(&head);
         let n = payload.len().min(WINDOW);
         iov[1..=n].copy_from_slice(&payload[..n]);
-        let sent = self.stream.write_all(cx, &mut iov[..=n]);
-        let sent = sent.and_then(|()| self.send_queued(cx));
-        sent.map_err(|e| self.kill(cx, &format!("cannot send: {e}")))
+        let sent = stream.write_all(cx, &mut iov[..=n]);
+        let sent = sent.and_then(|()| self.send_queued(cx, &stream));
+        sent.map_err(|e| {
+            let e = self.fail(cx, epoch, &format!("cannot send: {e}"), true);
+            // After `fail`: no one sends on this socket again, and no new one is made
+            // while we hold the role.
+            self.next_writer(&mut self.lock());
+            e
+        })
     }
 
     /// Sends what others queued meanwhile, round after round, then passes the turn on.
-    fn send_queued(&self, cx: &Ctx<'_>) -> io::Result<()> {
+    fn send_queued(&self, cx: &Ctx<'_>, stream: &Stream) -> io::Result<()> {
         loop {
             let mut st = self.lock();
             if st.txq.is_empty() {
@@ -328,7 +389,7 @@ impl Conn {
             let mut batch = std::mem::take(&mut st.tx_spare);
             std::mem::swap(&mut batch, &mut st.txq);
             drop(st);
-            let sent = self.stream.write_all(cx, &mut [IoSlice::new(&batch)]);
+            let sent = stream.write_all(cx, &mut [IoSlice::new(&batch)]);
             batch.clear();
             self.lock().tx_spare = batch;
             sent?;
@@ -337,6 +398,9 @@ impl Conn {
 
     /// Gives the turn to send to the next queued request, or frees it.
     fn next_writer(&self, st: &mut State) {
+        if st.lost.is_some() {
+            st.write_queue.clear(); // they were told (`lose`)
+        }
         while let Some(key) = st.write_queue.pop_front() {
             if let Some(slot) = st.slots.get_mut(key).filter(|s| s.phase == Phase::Queued) {
                 slot.phase = Phase::WriteTurn;
@@ -357,11 +421,14 @@ impl Conn {
     ) -> io::Result<()> {
         let mut st = self.lock();
         loop {
-            if let Phase::Done(result) = st.slots[key].phase {
-                if st.handed == Some(key) {
-                    self.pass_reader(cx, &mut st);
-                }
-                return self.finish(st, key, result, dest);
+            let phase = st.slots[key].phase;
+            if matches!(phase, Phase::Done(_) | Phase::Lost) && st.handed == Some(key) {
+                self.pass_reader(cx, &mut st);
+            }
+            match phase {
+                Phase::Done(result) => return self.finish(st, key, result, dest),
+                Phase::Lost => return Err(lost()),
+                _ => {}
             }
             if st.reader && st.handed != Some(key) {
                 st = self.park(cx, key, st, true)?;
@@ -369,11 +436,12 @@ impl Conn {
             }
             (st.reader, st.reader_loop, st.handed) = (true, loop_of(cx), None);
             let rx = std::mem::take(&mut st.rx);
+            let (stream, epoch) = (Arc::clone(&st.stream), st.epoch);
             drop(st);
             let mut role = ReaderRole { conn: self, cx, rx };
-            let read = self.read_until(cx, key, dest.as_deref_mut(), &mut role.rx);
-            if let Err(why) = read {
-                self.kill(cx, &why);
+            let read = self.read_until(cx, &stream, key, dest.as_deref_mut(), &mut role.rx);
+            if let Err((why, io)) = read {
+                self.fail(cx, epoch, &why, io);
             }
             drop(role);
             st = self.lock();
@@ -381,14 +449,16 @@ impl Conn {
     }
 
     /// Reads replies until the one for `own` is complete and no whole reply is left in
-    /// the receive buffer; `Err` says why the connection must end.
+    /// the receive buffer; `Err` says why the connection must end, and whether the socket
+    /// failed (rather than the server breaking the protocol).
     fn read_until(
         &self,
         cx: &Ctx<'_>,
+        stream: &Stream,
         own: usize,
         dest: Option<&mut [IoSliceMut<'_>]>,
         rx: &mut RxBuf,
-    ) -> Result<(), String> {
+    ) -> Result<(), (String, bool)> {
         let mut table = ConnTable {
             conn: self,
             cx,
@@ -403,16 +473,16 @@ impl Conn {
             }
             let mut wire = BufWire {
                 rx: &mut *rx,
-                stream: &self.stream,
+                stream,
                 cx,
             };
             match reply::read_one(&mut wire, &mut table, self.structured) {
                 Ok(()) => {}
                 Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                    return Err("the server closed the connection".into())
+                    return Err(("the server closed the connection".into(), true))
                 }
-                Err(ReadError::Io(e)) => return Err(format!("cannot receive: {e}")),
-                Err(ReadError::Proto(e)) => return Err(format!("protocol error: {e}")),
+                Err(ReadError::Io(e)) => return Err((format!("cannot receive: {e}"), true)),
+                Err(ReadError::Proto(e)) => return Err((format!("protocol error: {e}"), false)),
             }
         }
     }
@@ -424,7 +494,7 @@ impl Conn {
         let here = loop_of(cx);
         let local =
             |p: &Option<Parked>| matches!(p, Some(Parked::Local(w)) if Some(w.loop_id()) == here);
-        if st.dead {
+        if st.dead || st.lost.is_some() {
             let keys: Vec<usize> = st
                 .slots
                 .iter()
@@ -532,6 +602,127 @@ impl Conn {
         }
     }
 
+    /// The socket of `epoch` failed (`io`) or the server broke the protocol: the
+    /// connection is lost, to be made again, if `--reconnect-delay` allows and the socket
+    /// failed; otherwise it ends ([`Conn::kill`]). Returns the error to fail with.
+    fn fail(&self, cx: &Ctx<'_>, epoch: u64, why: &str, io: bool) -> io::Error {
+        if self.redial.is_some() {
+            let st = self.lock();
+            if !st.dead && (st.epoch != epoch || st.lost.is_some()) {
+                // An old socket: a reader still parsing what it buffered finds the
+                // requests it answers gone to be sent again. Not the new socket's fault.
+                return lost();
+            }
+        }
+        match (&self.redial, io) {
+            (Some(redial), true) => self.lose(cx, epoch, why, redial),
+            _ => self.kill(cx, why),
+        }
+    }
+
+    /// Marks the connection lost: every request in flight is told to send again once a
+    /// new connection is up (one log line); requests whose waiter is gone are dropped.
+    fn lose(&self, cx: &Ctx<'_>, epoch: u64, why: &str, redial: &Redial) -> io::Error {
+        let mut st = self.lock();
+        if st.dead {
+            return eio();
+        }
+        if st.epoch != epoch || st.lost.is_some() {
+            return lost(); // told already
+        }
+        log::warn!(
+            "nbd: {}: {why}; reconnecting (requests wait up to {:?})",
+            self.name,
+            redial.delay
+        );
+        st.lost = Some(Instant::now());
+        st.stream.shutdown();
+        let keys: Vec<usize> = st.slots.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            let slot = &mut st.slots[key];
+            if matches!(slot.phase, Phase::Done(_)) {
+                continue;
+            }
+            if slot.abandoned {
+                st.slots.remove(key);
+                continue;
+            }
+            slot.phase = Phase::Lost;
+            self.wake(Some(cx), &st, key);
+        }
+        st.write_queue.clear();
+        st.txq.clear();
+        if st.asleep > 0 {
+            self.sleepers.notify_all();
+        }
+        lost()
+    }
+
+    /// Waits until the connection is made again (making it, when no one else is) and
+    /// readies `key` to be sent again: `EIO` once `--reconnect-delay` has passed.
+    fn await_reconnect(&self, cx: &Ctx<'_>, key: usize) -> io::Result<()> {
+        let redial = self.redial.as_ref().ok_or_else(eio)?;
+        loop {
+            let mut st = self.lock();
+            if st.dead {
+                return Err(eio());
+            }
+            let Some(since) = st.lost else {
+                st.generation = st.generation.wrapping_add(1);
+                let cookie = (u64::from(st.generation) << 32) | key as u64;
+                let slot = &mut st.slots[key];
+                (slot.cookie, slot.phase) = (cookie, Phase::Queued);
+                (slot.progress, slot.into_buf) = (Progress::default(), false);
+                return Ok(());
+            };
+            if since.elapsed() >= redial.delay {
+                drop(st);
+                let why = format!("not reconnected within {:?}", redial.delay);
+                return Err(self.kill(cx, &why));
+            }
+            let idle = !st.reader && !st.writer && !st.reconnecting;
+            if idle && Instant::now() >= st.next_try {
+                st.reconnecting = true;
+                drop(st);
+                self.redial(redial);
+                continue;
+            }
+            drop(st);
+            cx.sleep(RECONNECT_NAP)?;
+        }
+    }
+
+    /// One attempt at a new connection (blocking: connect and handshake); installs it if
+    /// the export is the same.
+    fn redial(&self, redial: &Redial) {
+        let made = super::connect(&redial.uri).and_then(|(stream, info)| {
+            let same = |i: &Info| (i.size, i.flags, i.structured);
+            match same(&info) == same(&redial.info) {
+                true => Ok(stream),
+                false => Err(io::Error::other(format!(
+                    "the export changed (size {} bytes, flags {:#x})",
+                    info.size, info.flags
+                ))),
+            }
+        });
+        let mut st = self.lock();
+        st.reconnecting = false;
+        match made {
+            Ok(stream) => {
+                log::info!("nbd: {}: reconnected", self.name);
+                st.stream = Arc::new(stream);
+                st.epoch += 1;
+                st.lost = None;
+                st.rx.clear();
+                st.txq.clear();
+            }
+            Err(e) => {
+                log::debug!("nbd: {}: reconnecting: {e}", self.name);
+                st.next_try = Instant::now() + RETRY_AFTER;
+            }
+        }
+    }
+
     /// Ends the connection: every request in flight fails with `EIO`, one log line says why.
     /// Returns the `EIO` for the caller to fail with.
     fn kill(&self, cx: &Ctx<'_>, why: &str) -> io::Error {
@@ -553,7 +744,7 @@ impl Conn {
             st.slots.retain(|_, s| !s.abandoned);
             st.write_queue.clear();
             st.txq.clear();
-            self.stream.shutdown();
+            st.stream.shutdown();
         }
         if st.asleep > 0 {
             self.sleepers.notify_all();
@@ -563,9 +754,13 @@ impl Conn {
 
     /// Says goodbye (`NBD_CMD_DISC`, blocking) and closes, unless the connection ended.
     pub fn disconnect(&self) {
-        if self.lock().dead {
-            return;
-        }
+        let stream = {
+            let st = self.lock();
+            if st.dead || st.lost.is_some() {
+                return;
+            }
+            Arc::clone(&st.stream)
+        };
         let disc = Request {
             flags: 0,
             kind: NBD_CMD_DISC,
@@ -574,15 +769,22 @@ impl Conn {
             len: 0,
         }
         .encode();
-        let _ = self
-            .stream
-            .write_all(&Ctx::Blocking, &mut [IoSlice::new(&disc)]);
-        self.stream.shutdown();
+        let _ = stream.write_all(&Ctx::Blocking, &mut [IoSlice::new(&disc)]);
+        stream.shutdown();
     }
 }
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
+}
+
+/// The connection was lost, and the request is to be sent again: never reaches a caller.
+fn lost() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOTCONN)
+}
+
+fn is_lost(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// A request's hold on its slot: freed on return, or left to the reader (abandoned) if its
@@ -612,7 +814,7 @@ impl Drop for Claim<'_, '_> {
                 st.slots[key].phase = Phase::Done(Err(libc::ECANCELED));
                 conn.next_writer(&mut st);
             }
-            Phase::Done(_) => {}
+            Phase::Done(_) | Phase::Lost => {}
         }
         st.slots.remove(key);
         if st.asleep > 0 {

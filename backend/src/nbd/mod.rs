@@ -38,6 +38,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 mod conn;
 mod handshake;
@@ -52,7 +53,7 @@ mod uri;
 pub use handshake::Info;
 pub use uri::{is_nbd, Address, Uri, DEFAULT_PORT};
 
-use self::conn::{Cmd, Conn};
+use self::conn::{Cmd, Conn, Redial};
 use self::proto::*;
 use crate::iov;
 use crate::{checked_end, BlockBackend, Ctx, Extent, OpenOptions};
@@ -64,6 +65,9 @@ pub struct NbdOptions {
     pub connections: usize,
     /// Requests in flight on one connection at most; more wait for a free slot.
     pub max_in_flight: usize,
+    /// How long requests wait while a lost connection is made again (QEMU's
+    /// `reconnect-delay`); zero: a lost connection ends, its requests fail with `EIO`.
+    pub reconnect_delay: Duration,
 }
 
 impl Default for NbdOptions {
@@ -71,6 +75,7 @@ impl Default for NbdOptions {
         NbdOptions {
             connections: 1,
             max_in_flight: 128,
+            reconnect_delay: Duration::ZERO,
         }
     }
 }
@@ -110,7 +115,14 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
     };
     let name = uri.to_string();
     let max = nbd.max_in_flight.max(1);
-    let mut conns = vec![Conn::new(first, info.structured, name.clone(), max)?];
+    let redial = (!nbd.reconnect_delay.is_zero()).then(|| Redial {
+        uri: uri.clone(),
+        info,
+        delay: nbd.reconnect_delay,
+    });
+    let conn =
+        |stream, structured| Conn::new(stream, structured, name.clone(), max, redial.clone());
+    let mut conns = vec![conn(first, info.structured)?];
     for _ in 1..count {
         let (stream, more) = connect(&uri).map_err(fail)?;
         if (more.size, more.flags) != (info.size, info.flags) {
@@ -118,7 +130,7 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
                 "the export changed between connections",
             )));
         }
-        conns.push(Conn::new(stream, more.structured, name.clone(), max)?);
+        conns.push(conn(stream, more.structured)?);
     }
     let max_payload = info.max_block.min(u32::MAX / 2) / info.min_block * info.min_block;
     Ok(NbdBackend {

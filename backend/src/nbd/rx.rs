@@ -41,6 +41,11 @@ impl RxBuf {
         &self.buf[self.start..self.end]
     }
 
+    /// Forgets the bytes not parsed yet (a new connection starts afresh).
+    pub fn clear(&mut self) {
+        (self.start, self.end) = (0, 0);
+    }
+
     /// Copies up to `dst.len()` buffered bytes into `dst`; returns how many.
     fn take(&mut self, dst: &mut [u8]) -> usize {
         let n = dst.len().min(self.end - self.start);
