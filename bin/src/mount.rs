@@ -109,7 +109,7 @@ fn open_image(
         max_in_flight: usize::from(args.nbd_in_flight),
         reconnect_delay: std::time::Duration::from_secs(u64::from(args.reconnect_delay)),
     };
-    Ok(Arc::new(backend::nbd::open(&args.image, options, &nbd)?))
+    backend::nbd::open_image(&args.image, options, &nbd)
 }
 
 /// How a mount is served, for `mount` and `mount-dir` alike.

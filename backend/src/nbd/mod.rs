@@ -10,7 +10,8 @@
 //! # What each operation sends
 //! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
 //!   is the server's and fixed: a write past the end fails with `ENOSPC`, a read there is
-//!   short, resize fails with `EOPNOTSUPP`.
+//!   short; resize fails: growing with `ENOSPC` (no space past the end), shrinking with
+//!   `EOPNOTSUPP`.
 //! - flush: `NBD_CMD_FLUSH` where the server offers it (else nothing to do: it has no
 //!   cache to flush). With several connections (`CAN_MULTI_CONN`), a flush on one covers
 //!   the writes completed on all, as the flag promises.
@@ -93,11 +94,8 @@ pub struct NbdBackend {
 /// Opens `spec` (an NBD URI) as `opts` say; errors are one line naming the URI.
 pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdBackend> {
     let uri = uri::parse(spec).map_err(|e| invalid(spec, &e))?;
-    if opts.snapshot.is_some() {
-        return Err(invalid(spec, "an NBD export has no snapshots here"));
-    }
-    if opts.format == crate::Format::Qcow2 {
-        return Err(invalid(spec, "qcow2 over NBD is not supported yet"));
+    if opts.snapshot.is_some() && opts.format != crate::Format::Qcow2 {
+        return Err(invalid(spec, "a raw NBD export has no snapshots"));
     }
     let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot open {uri}: {e}"));
     let (first, info) = connect(&uri).map_err(fail)?;
@@ -140,6 +138,21 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
         conns: conns.into_boxed_slice(),
         max_payload,
     })
+}
+
+/// Opens `spec` as [`open`] does, as a disk image in `opts.format`: raw (the default, also
+/// for [`Format::Auto`](crate::Format::Auto): an export's bytes are not probed, as a guest
+/// could write a qcow2 header into a raw disk) or qcow2, the qcow2 layer over the export.
+pub fn open_image(
+    spec: &str,
+    opts: &OpenOptions,
+    nbd: &NbdOptions,
+) -> io::Result<std::sync::Arc<dyn BlockBackend>> {
+    let export = std::sync::Arc::new(open(spec, opts, nbd)?);
+    match opts.format {
+        crate::Format::Qcow2 => crate::qcow2::open_on_backend(export, spec, opts),
+        _ => Ok(export),
+    }
 }
 
 fn connect(uri: &Uri) -> io::Result<(stream::Stream, Info)> {
@@ -313,9 +326,11 @@ impl BlockBackend for NbdBackend {
 
     fn resize(&self, _cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
         self.check_writable()?;
-        match new_len == self.info.size {
-            true => Ok(()),
-            false => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+        match new_len.cmp(&self.info.size) {
+            std::cmp::Ordering::Equal => Ok(()),
+            // The export cannot grow: no space past its end (a qcow2 image over it).
+            std::cmp::Ordering::Greater => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            std::cmp::Ordering::Less => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
         }
     }
 

@@ -12,7 +12,7 @@
 
 use std::io;
 
-use crate::{BlockBackend, Ctx};
+use crate::Ctx;
 
 use super::header::REFCOUNT_TABLE_FIELD;
 use super::hostio::Host;
