@@ -339,6 +339,10 @@ impl BlockBackend for FileBackend {
         self.len.load(Ordering::Acquire)
     }
 
+    fn write_durable(&self, cx: &Ctx<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        FileBackend::write_durable(self, cx, buf, offset)
+    }
+
     fn readv(&self, cx: &Ctx<'_>, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
         let total = iov::total(bufs);
         checked_end(offset, total as u64)?;

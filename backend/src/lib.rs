@@ -103,6 +103,15 @@ pub trait BlockBackend: Send + Sync {
     /// Sets the size; growing adds a hole that reads as zeroes.
     fn resize(&self, cx: &Ctx<'_>, new_len: u64) -> io::Result<()>;
 
+    /// Writes all of `buf` at `offset`, durable on return: for small metadata writes that
+    /// must reach stable storage before something links them (qcow2 refcounts). By
+    /// default a write and a [`flush`](BlockBackend::flush); a file makes it one
+    /// `RWF_DSYNC` write.
+    fn write_durable(&self, cx: &Ctx<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.writev(cx, &[IoSlice::new(buf)], offset)?;
+        self.flush(cx)
+    }
+
     /// What `offset` lies in (data or hole) and where that run ends (at most [`len`]), for
     /// `SEEK_DATA`/`SEEK_HOLE`. `ENXIO` at or past the end, like `lseek`.
     ///
@@ -242,7 +251,7 @@ pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>>
         ));
     }
     if nbd::is_nbd(spec) {
-        return Ok(Arc::new(nbd::open(spec, opts, &NbdOptions::default())?));
+        return nbd::open_image(spec, opts, &NbdOptions::default());
     }
     match spec.strip_prefix("file:").unwrap_or(spec) {
         "" => Err(invalid_spec(

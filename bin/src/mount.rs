@@ -78,6 +78,11 @@ pub struct Args {
     /// Requests in flight on one NBD connection at most (more wait for a free slot)
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096))]
     nbd_in_flight: u16,
+    /// When the NBD server goes away, requests wait up to S seconds while the connection
+    /// is made again (the handshake redone, the export's size checked), and those in
+    /// flight are sent again; then they fail with EIO. 0 (default): fail at once
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    reconnect_delay: u32,
     #[command(flatten)]
     pub serve: ServeArgs,
 }
@@ -102,8 +107,9 @@ fn open_image(
     let nbd = backend::NbdOptions {
         connections,
         max_in_flight: usize::from(args.nbd_in_flight),
+        reconnect_delay: std::time::Duration::from_secs(u64::from(args.reconnect_delay)),
     };
-    Ok(Arc::new(backend::nbd::open(&args.image, options, &nbd)?))
+    backend::nbd::open_image(&args.image, options, &nbd)
 }
 
 /// How a mount is served, for `mount` and `mount-dir` alike.

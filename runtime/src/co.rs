@@ -34,6 +34,24 @@ pub struct Co<'a> {
     io_wait_ns: Cell<u64>,
 }
 
+/// A coroutine that waits in [`Co::wait_woken`], as another coroutine of the same loop
+/// wakes it ([`Co::wake_local`]). Plain data (`Send`): it may sit in state shared with other
+/// threads, which cannot wake it but can tell, by [`LocalWaker::loop_id`], that it is not
+/// theirs to wake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalWaker {
+    loop_id: u64,
+    key: usize,
+    id: TaskId,
+}
+
+impl LocalWaker {
+    /// The loop the coroutine runs on ([`Co::loop_id`]).
+    pub fn loop_id(&self) -> u64 {
+        self.loop_id
+    }
+}
+
 /// What [`Co::on_first_suspend`] runs.
 pub(crate) type SuspendHook<'h> = dyn Fn(&Co<'_>) + 'h;
 
@@ -87,6 +105,38 @@ impl<'a> Co<'a> {
     /// This coroutine's identity.
     pub fn id(&self) -> TaskId {
         self.id.get()
+    }
+
+    /// This coroutine's loop: unique among the loops of the process, never reused.
+    pub fn loop_id(&self) -> u64 {
+        self.inner.loop_id
+    }
+
+    /// What another coroutine of this loop calls [`Co::wake_local`] with to end this one's
+    /// [`Co::wait_woken`].
+    pub fn local_waker(&self) -> LocalWaker {
+        LocalWaker {
+            loop_id: self.inner.loop_id,
+            key: self.key,
+            id: self.id(),
+        }
+    }
+
+    /// Suspends until a coroutine of this loop wakes us with [`Co::wake_local`] (a
+    /// [`crate::WaitQueue`] without the queue: the caller keeps its [`LocalWaker`] where the
+    /// waker finds it). Wake-ups are not remembered: check the condition in a loop, and
+    /// publish the waker before calling. At shutdown the coroutine is never woken; it is
+    /// unwound (the shutdown contract).
+    #[inline]
+    pub fn wait_woken(&self) {
+        self.park(Park::Wait);
+    }
+
+    /// Makes the coroutine `waker` names ready, if it runs on this loop and waits in
+    /// [`Co::wait_woken`] (or on a wait queue); returns whether it did. A waker of another
+    /// loop, of a coroutine that is gone or of one that is not waiting is left alone: `false`.
+    pub fn wake_local(&self, waker: LocalWaker) -> bool {
+        waker.loop_id == self.inner.loop_id && self.inner.wake(waker.key, waker.id)
     }
 
     /// Starts the next job of the same worker: its identity, and counters from zero.

@@ -52,7 +52,12 @@ pub(crate) struct Inner {
     poll: AdaptivePoll,
     account: bool,
     reaped_at: Cell<Option<Instant>>,
+    /// This loop's identity among every loop of the process ([`Co::loop_id`]).
+    pub(crate) loop_id: u64,
 }
+
+/// Hands out loop identities: never reused, unlike the `Inner`'s address.
+static LOOP_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A single-threaded event loop running stackful coroutines over one io_uring.
 ///
@@ -94,6 +99,7 @@ impl Runtime {
             poll: AdaptivePoll::new(config.poll_ns),
             account: config.account,
             reaped_at: Cell::new(None),
+            loop_id: LOOP_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         Ok(Runtime {
             inner: Rc::new(inner),

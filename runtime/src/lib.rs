@@ -80,7 +80,7 @@ mod sync;
 mod task;
 mod worker;
 
-pub use co::{Co, CoStats};
+pub use co::{Co, CoStats, LocalWaker};
 pub use config::{Config, DEFAULT_STACK_SIZE};
 pub use counters::CounterSnapshot;
 pub use ctx::Ctx;

@@ -52,6 +52,38 @@ fn spawned_coroutine_runs_after_its_parent_suspends() {
 }
 
 #[test]
+fn local_waker_wakes_on_its_own_loop_only() {
+    let other = rt();
+    let rt = rt();
+    let foreign = other.block_on(|co| co.local_waker()).unwrap();
+    let slot = Rc::new(RefCell::new(None));
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let (s, l) = (slot.clone(), log.clone());
+    rt.spawn(move |co| {
+        *s.borrow_mut() = Some(co.local_waker());
+        co.wait_woken();
+        l.borrow_mut().push("woken");
+    })
+    .unwrap();
+    let l = log.clone();
+    rt.spawn(move |co| {
+        let waker = slot.borrow_mut().take().expect("the waiter ran first");
+        assert_eq!(waker.loop_id(), co.loop_id());
+        assert_ne!(foreign.loop_id(), co.loop_id());
+        assert!(
+            !co.wake_local(foreign),
+            "another loop's coroutine is not ours"
+        );
+        l.borrow_mut().push("waking");
+        assert!(co.wake_local(waker));
+        assert!(!co.wake_local(waker), "already ready: not woken twice");
+    })
+    .unwrap();
+    rt.run().unwrap();
+    assert_eq!(*log.borrow(), ["waking", "woken"]);
+}
+
+#[test]
 fn wait_queue_wakes_in_fifo_order() {
     let rt = rt();
     let queue = Rc::new(WaitQueue::new());

@@ -34,6 +34,8 @@ pub struct NbdServer {
     scratch: TempDir,
     uri: String,
     tool: &'static str,
+    /// The command line, to start the same server again ([`NbdServer::restart`]).
+    argv: Vec<std::ffi::OsString>,
 }
 
 impl NbdServer {
@@ -89,24 +91,28 @@ impl NbdServer {
             }
         };
         finish(&mut command, &pidfile, listen);
-        let stderr = File::create(scratch.path().join("stderr")).expect("stderr file");
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
-        unsafe { command.pre_exec(sys::term_with_parent) };
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {tool}: {e}"));
+        let mut argv = vec![command.get_program().to_owned()];
+        argv.extend(command.get_args().map(|a| a.to_owned()));
+        let child = spawn(tool, &argv, scratch.path());
         let mut server = NbdServer {
             child,
             scratch,
             uri,
             tool,
+            argv,
         };
         server.wait_up(&pidfile);
         server
+    }
+
+    /// SIGKILLs the server (if it still runs) and starts it again with the same command
+    /// line, on the same socket or port; returns once it listens.
+    pub fn restart(&mut self) {
+        self.kill();
+        let pidfile = self.scratch.path().join("pid");
+        let _ = fs::remove_file(&pidfile);
+        self.child = spawn(self.tool, &self.argv, self.scratch.path());
+        self.wait_up(&pidfile);
     }
 
     fn wait_up(&mut self, pidfile: &Path) {
@@ -172,6 +178,26 @@ impl Drop for NbdServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts `argv` with its stderr appended to `scratch`/stderr, SIGTERMed if we die.
+fn spawn(tool: &str, argv: &[std::ffi::OsString], scratch: &Path) -> Child {
+    let stderr = File::options()
+        .create(true)
+        .append(true)
+        .open(scratch.join("stderr"))
+        .expect("stderr file");
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
+    unsafe { command.pre_exec(sys::term_with_parent) };
+    command
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {tool}: {e}"))
 }
 
 enum Listen<'a> {

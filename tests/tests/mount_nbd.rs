@@ -143,3 +143,59 @@ fn mount_nbd_server_killed(mode: Dispatch) {
     );
     export.terminate();
 }
+
+/// `--format qcow2` over NBD: nbdkit's file plugin serves a qcow2 file as plain bytes,
+/// and the mount reads the disk it holds as `qemu-img convert -O raw` does (data, zero
+/// clusters, unallocated ones).
+#[test]
+fn mount_nbd_qcow2_reads_as_qemu_img() {
+    require_fuse!();
+    require_tool!("nbdkit", "qemu-img");
+    let sandbox = Sandbox::new();
+    let mut disk = pattern(7, 0, LEN);
+    disk[MIB as usize..2 * MIB as usize].fill(0); // a hole
+    let raw = sandbox.file("src.raw", &disk);
+    let qcow2 = sandbox.path("disk.qcow2");
+    let convert = |args: &[&str]| {
+        let out = corofuse_tests::qemu::qemu("qemu-img", args);
+        assert!(out.status.success(), "qemu-img {args:?}: {out:?}");
+    };
+    convert(&[
+        "convert",
+        "-O",
+        "qcow2",
+        raw.to_str().unwrap(),
+        qcow2.to_str().unwrap(),
+    ]);
+    let expected = sandbox.path("expected.raw");
+    convert(&[
+        "convert",
+        "-O",
+        "raw",
+        qcow2.to_str().unwrap(),
+        expected.to_str().unwrap(),
+    ]);
+    let server = NbdServer::nbdkit(Via::Unix, &["file", qcow2.to_str().unwrap()]);
+    let mnt = sandbox.mountpoint("mnt");
+    let export = MountedExport::start(
+        server.uri(),
+        &mnt,
+        Dispatch::Coroutine,
+        &["--format", "qcow2"],
+    );
+    let file = fs::File::open(export.path()).unwrap();
+    assert_eq!(
+        file.metadata().unwrap().len(),
+        LEN as u64,
+        "the disk's size, not the file's"
+    );
+    let mut all = vec![0u8; LEN];
+    file.read_exact_at(&mut all, 0).unwrap();
+    assert_bytes_eq(
+        &all,
+        &fs::read(&expected).unwrap(),
+        "qemu-img convert -O raw",
+    );
+    drop(file);
+    export.stop();
+}

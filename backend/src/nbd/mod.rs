@@ -10,7 +10,8 @@
 //! # What each operation sends
 //! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
 //!   is the server's and fixed: a write past the end fails with `ENOSPC`, a read there is
-//!   short, resize fails with `EOPNOTSUPP`.
+//!   short; resize fails: growing with `ENOSPC` (no space past the end), shrinking with
+//!   `EOPNOTSUPP`.
 //! - flush: `NBD_CMD_FLUSH` where the server offers it (else nothing to do: it has no
 //!   cache to flush). With several connections (`CAN_MULTI_CONN`), a flush on one covers
 //!   the writes completed on all, as the flag promises.
@@ -38,6 +39,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 mod conn;
 mod handshake;
@@ -45,13 +47,14 @@ mod handshake;
 pub mod proto;
 #[doc(hidden)]
 pub mod reply;
+mod rx;
 mod stream;
 mod uri;
 
 pub use handshake::Info;
 pub use uri::{is_nbd, Address, Uri, DEFAULT_PORT};
 
-use self::conn::{Cmd, Conn};
+use self::conn::{Cmd, Conn, Redial};
 use self::proto::*;
 use crate::iov;
 use crate::{checked_end, BlockBackend, Ctx, Extent, OpenOptions};
@@ -63,6 +66,9 @@ pub struct NbdOptions {
     pub connections: usize,
     /// Requests in flight on one connection at most; more wait for a free slot.
     pub max_in_flight: usize,
+    /// How long requests wait while a lost connection is made again (QEMU's
+    /// `reconnect-delay`); zero: a lost connection ends, its requests fail with `EIO`.
+    pub reconnect_delay: Duration,
 }
 
 impl Default for NbdOptions {
@@ -70,6 +76,7 @@ impl Default for NbdOptions {
         NbdOptions {
             connections: 1,
             max_in_flight: 128,
+            reconnect_delay: Duration::ZERO,
         }
     }
 }
@@ -87,11 +94,8 @@ pub struct NbdBackend {
 /// Opens `spec` (an NBD URI) as `opts` say; errors are one line naming the URI.
 pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdBackend> {
     let uri = uri::parse(spec).map_err(|e| invalid(spec, &e))?;
-    if opts.snapshot.is_some() {
-        return Err(invalid(spec, "an NBD export has no snapshots here"));
-    }
-    if opts.format == crate::Format::Qcow2 {
-        return Err(invalid(spec, "qcow2 over NBD is not supported yet"));
+    if opts.snapshot.is_some() && opts.format != crate::Format::Qcow2 {
+        return Err(invalid(spec, "a raw NBD export has no snapshots"));
     }
     let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot open {uri}: {e}"));
     let (first, info) = connect(&uri).map_err(fail)?;
@@ -109,7 +113,14 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
     };
     let name = uri.to_string();
     let max = nbd.max_in_flight.max(1);
-    let mut conns = vec![Conn::new(first, info.structured, name.clone(), max)?];
+    let redial = (!nbd.reconnect_delay.is_zero()).then(|| Redial {
+        uri: uri.clone(),
+        info,
+        delay: nbd.reconnect_delay,
+    });
+    let conn =
+        |stream, structured| Conn::new(stream, structured, name.clone(), max, redial.clone());
+    let mut conns = vec![conn(first, info.structured)?];
     for _ in 1..count {
         let (stream, more) = connect(&uri).map_err(fail)?;
         if (more.size, more.flags) != (info.size, info.flags) {
@@ -117,7 +128,7 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
                 "the export changed between connections",
             )));
         }
-        conns.push(Conn::new(stream, more.structured, name.clone(), max)?);
+        conns.push(conn(stream, more.structured)?);
     }
     let max_payload = info.max_block.min(u32::MAX / 2) / info.min_block * info.min_block;
     Ok(NbdBackend {
@@ -127,6 +138,21 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
         conns: conns.into_boxed_slice(),
         max_payload,
     })
+}
+
+/// Opens `spec` as [`open`] does, as a disk image in `opts.format`: raw (the default, also
+/// for [`Format::Auto`](crate::Format::Auto): an export's bytes are not probed, as a guest
+/// could write a qcow2 header into a raw disk) or qcow2, the qcow2 layer over the export.
+pub fn open_image(
+    spec: &str,
+    opts: &OpenOptions,
+    nbd: &NbdOptions,
+) -> io::Result<std::sync::Arc<dyn BlockBackend>> {
+    let export = std::sync::Arc::new(open(spec, opts, nbd)?);
+    match opts.format {
+        crate::Format::Qcow2 => crate::qcow2::open_on_backend(export, spec, opts),
+        _ => Ok(export),
+    }
 }
 
 fn connect(uri: &Uri) -> io::Result<(stream::Stream, Info)> {
@@ -300,9 +326,11 @@ impl BlockBackend for NbdBackend {
 
     fn resize(&self, _cx: &Ctx<'_>, new_len: u64) -> io::Result<()> {
         self.check_writable()?;
-        match new_len == self.info.size {
-            true => Ok(()),
-            false => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+        match new_len.cmp(&self.info.size) {
+            std::cmp::Ordering::Equal => Ok(()),
+            // The export cannot grow: no space past its end (a qcow2 image over it).
+            std::cmp::Ordering::Greater => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            std::cmp::Ordering::Less => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
         }
     }
 

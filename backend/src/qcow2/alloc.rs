@@ -51,7 +51,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::range_lock::{Mode, RangeLocks, Span};
-use crate::{BlockBackend, Ctx};
+use crate::Ctx;
 
 use super::hostio::Host;
 use super::refcount::Refcounts;

@@ -1,15 +1,26 @@
-//! The image file under the qcow2 layer: a [`FileBackend`] (so the file gets its retries,
-//! its O_DIRECT bounces and QEMU's image locks), with byte-buffer helpers for metadata,
-//! and [`Nap`], how a request waits for another one in every [`Ctx`].
+//! The image file under the qcow2 layer, any [`BlockBackend`]: a [`FileBackend`] (so the
+//! file gets its retries, its O_DIRECT bounces and QEMU's image locks) or an NBD export
+//! holding the qcow2 file; with byte-buffer helpers for metadata, and [`Nap`], how a
+//! request waits for another one in every [`Ctx`].
+//!
+//! What the layer asks of it: reads, writes, `write_durable`, flush, discard (space given
+//! back, `EOPNOTSUPP` tolerated), its length and `resize` to grow it when clusters are
+//! allocated past the end. An NBD export cannot grow (as QEMU's `driver=nbd`: "Cannot
+//! grow NBD nodes"), so over NBD clusters are allocated only inside the export's size:
+//! the refcount table's free clusters; past them writes fail with `ENOSPC`.
+//!
+//! [`FileBackend`]: crate::FileBackend
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::time::Duration;
 
-use crate::{BlockBackend, Ctx, FileBackend};
+use std::sync::Arc;
+
+use crate::{BlockBackend, Ctx};
 
 /// The qcow2 image file.
 pub(crate) struct Host {
-    pub(crate) file: FileBackend,
+    pub(crate) file: Arc<dyn BlockBackend>,
 }
 
 impl Host {

@@ -149,7 +149,7 @@ pub(crate) fn open_image(
     if !qcow2 {
         return Ok(Arc::new(file));
     }
-    let disk = Qcow2Backend::open_on(file, path, opts, depth).map_err(|e| {
+    let disk = Qcow2Backend::open_on(Arc::new(file), path, opts, depth, false).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("cannot open image {}: {e}", path.display()),
@@ -168,12 +168,26 @@ fn starts_with_magic(path: &Path) -> bool {
         .is_ok_and(|()| magic == MAGIC)
 }
 
+/// Opens the qcow2 image that `file` holds (an NBD export), named `name` in messages. No
+/// backing file: it would be found relative to a URI.
+pub(crate) fn open_on_backend(
+    file: Arc<dyn BlockBackend>,
+    name: &str,
+    opts: &OpenOptions,
+) -> io::Result<Arc<dyn BlockBackend>> {
+    let disk = Qcow2Backend::open_on(file, Path::new(name), opts, 0, true)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open image {name}: {e}")))?;
+    Ok(Arc::new(disk))
+}
+
 impl Qcow2Backend {
+    /// `remote`: `file` is not a local file, so no backing file is looked for beside it.
     fn open_on(
-        file: FileBackend,
+        file: Arc<dyn BlockBackend>,
         path: &Path,
         opts: &OpenOptions,
         depth: u32,
+        remote: bool,
     ) -> io::Result<Qcow2Backend> {
         let cx = Ctx::Blocking;
         let host = Host { file };
@@ -219,6 +233,12 @@ impl Qcow2Backend {
         let l1 = l1::L1::new(&raw, l1_offset);
         let backing = match h.backing_name_at {
             0 => None,
+            _ if remote => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a qcow2 image with a backing file is not supported over NBD",
+                ))
+            }
             _ => Some(backing::open(&cx, &host, &h, path, opts, depth)?),
         };
         let alloc = match opts.writable {

@@ -77,7 +77,7 @@ impl Qcow2Backend {
                 Ok(())
             }
             (Mapping::Data { host, .. }, _) => {
-                read_from(cx, &self.host.file, bufs, skip, len, host + within)
+                read_from(cx, &*self.host.file, bufs, skip, len, host + within)
             }
             (Mapping::Compressed { host, len: zlen }, _) => {
                 let mut cluster = self.bufs.take();

@@ -12,7 +12,7 @@
 
 use std::io;
 
-use crate::{BlockBackend, Ctx};
+use crate::Ctx;
 
 use super::header::{MAX_REFTABLE_BYTES, REFCOUNT_TABLE_FIELD};
 use super::hostio::Host;

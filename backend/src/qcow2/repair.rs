@@ -29,7 +29,7 @@ use std::io;
 use std::ops::Range;
 use std::path::Path;
 
-use crate::{BlockBackend, Ctx};
+use crate::Ctx;
 
 use super::entry::{Mapping, COPIED, OFFSET_MASK};
 use super::header::Header;

@@ -24,7 +24,7 @@ use std::io::{self, IoSlice};
 use std::sync::atomic::Ordering;
 
 use crate::range_lock::{Mode, Span};
-use crate::{iov, BlockBackend, Ctx};
+use crate::{iov, Ctx};
 
 use super::entry::{self, Mapping, COPIED};
 use super::Qcow2Backend;
