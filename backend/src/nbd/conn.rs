@@ -85,6 +85,8 @@ pub struct Redial {
     pub info: Info,
     /// How long requests wait for a new connection before failing with `EIO`.
     pub delay: Duration,
+    /// TLS, if the first connection has it.
+    pub tls: Option<super::tls::Client>,
 }
 
 /// A write's payload up to this size is copied into the send queue when the writer is
@@ -695,7 +697,7 @@ impl Conn {
     /// One attempt at a new connection (blocking: connect and handshake); installs it if
     /// the export is the same.
     fn redial(&self, redial: &Redial) {
-        let made = super::connect(&redial.uri).and_then(|(stream, info)| {
+        let made = super::connect(&redial.uri, redial.tls.as_ref()).and_then(|(stream, info)| {
             let same = |i: &Info| (i.size, i.flags, i.structured);
             match same(&info) == same(&redial.info) {
                 true => Ok(stream),
