@@ -209,3 +209,24 @@ fn nbd_tls_missing_files() {
     let err = open_error(uri, &tls(half.path(), None));
     assert!(err.contains("client-key.pem: missing"), "{err}");
 }
+
+/// `--reconnect-delay` over TLS: the server restarted, the handshake (TLS included) is
+/// redone and requests go on, in both contexts.
+#[test]
+fn nbd_tls_reconnect() {
+    require_tool!("qemu-nbd", "openssl");
+    let certs = TlsCerts::new();
+    let mut served = serve(&certs, Via::Tcp, true);
+    let nbd = NbdOptions {
+        reconnect_delay: std::time::Duration::from_secs(10),
+        ..tls(&certs.client(), None)
+    };
+    let b = Arc::new(try_open(served.server.uri(), &nbd).unwrap());
+    let model = pattern(4 * MIB, 9);
+    assert_eq!(read(&*b, &Ctx::Blocking, 4096, 0), model[..4096]);
+    served.server.restart();
+    assert_eq!(read(&*b, &Ctx::Blocking, 4096, 8192), model[8192..][..4096]);
+    served.server.restart();
+    let b2 = Arc::clone(&b);
+    in_coroutine(move |cx| assert_eq!(read(&*b2, cx, 4096, MIB as u64), model[MIB..][..4096]));
+}

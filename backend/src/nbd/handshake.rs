@@ -254,16 +254,24 @@ fn option_reply(stream: &Stream, option: u32) -> io::Result<(u32, Vec<u8>)> {
 
 fn send(stream: &Stream, parts: &[&[u8]]) -> io::Result<()> {
     let mut iov: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-    stream.write_all(&Ctx::Blocking, &mut iov)
+    stream
+        .write_all(&Ctx::Blocking, &mut iov)
+        .map_err(|e| closed(stream, e))
 }
 
 fn read(stream: &Stream, buf: &mut [u8]) -> io::Result<()> {
     stream
         .read_exact(&Ctx::Blocking, buf)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::UnexpectedEof => refused(&stream.why_closed()),
-            _ => e,
-        })
+        .map_err(|e| closed(stream, e))
+}
+
+/// The server hung up (end of file, or a reset when it closed with our bytes unread).
+fn closed(stream: &Stream, e: io::Error) -> io::Error {
+    use io::ErrorKind::*;
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | BrokenPipe => refused(&stream.why_closed()),
+        _ => e,
+    }
 }
 
 fn tls_required() -> io::Error {

@@ -5,7 +5,8 @@
 //! negotiated at open (`handshake`: fixed newstyle, structured replies where offered,
 //! `NBD_OPT_GO` with block sizes). Then every request is one or more NBD commands on a
 //! connection (`conn`, which also says how replies reach the requests waiting for them),
-//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`.
+//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`, TLS
+//! (`--tls-creds`, `nbds://`) in `tls`.
 //!
 //! # What each operation sends
 //! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
