@@ -83,6 +83,15 @@ pub struct Args {
     /// flight are sent again; then they fail with EIO. 0 (default): fail at once
     #[arg(long, value_name = "S", default_value_t = 0)]
     reconnect_delay: u32,
+    /// TLS to the NBD server (as QEMU's tls-creds-x509): DIR holds ca-cert.pem, and
+    /// client-cert.pem and client-key.pem if the server wants a client certificate. Turns
+    /// TLS on for nbd:// URIs too; nbds:// and nbds+unix:// need it
+    #[arg(long, value_name = "DIR")]
+    tls_creds: Option<PathBuf>,
+    /// The name the NBD server's certificate must carry (default: the URI's host; over a
+    /// unix socket none is checked unless given, as QEMU)
+    #[arg(long, value_name = "NAME", requires = "tls_creds")]
+    tls_hostname: Option<String>,
     #[command(flatten)]
     pub serve: ServeArgs,
 }
@@ -108,6 +117,13 @@ fn open_image(
         connections,
         max_in_flight: usize::from(args.nbd_in_flight),
         reconnect_delay: std::time::Duration::from_secs(u64::from(args.reconnect_delay)),
+        tls: args
+            .tls_creds
+            .as_ref()
+            .map(|creds| backend::nbd::TlsOptions {
+                creds: creds.clone(),
+                hostname: args.tls_hostname.clone(),
+            }),
     };
     backend::nbd::open_image(&args.image, options, &nbd)
 }

@@ -56,6 +56,7 @@ pub mod qemu;
 pub mod require;
 pub mod sandbox;
 pub mod sys;
+pub mod tls;
 pub mod tool;
 pub mod uring;
 

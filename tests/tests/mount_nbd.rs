@@ -10,6 +10,7 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 
 use corofuse_tests::nbd::{NbdServer, Via};
+use corofuse_tests::tls::TlsCerts;
 use corofuse_tests::{
     assert_bytes_eq, dispatch_tests, errno_of, open_rw, pattern, require_fuse, require_tool,
     Dispatch, MountedExport, Sandbox, KIB, MIB,
@@ -198,4 +199,42 @@ fn mount_nbd_qcow2_reads_as_qemu_img() {
     );
     drop(file);
     export.stop();
+}
+
+dispatch_tests!(mount_nbd_tls);
+/// qemu-nbd requires TLS with a client certificate: `--tls-creds DIR` mounts over TCP or
+/// a unix socket (by mode), writes through the mount land in the image file; without
+/// `--tls-creds` the mount is refused in one line that says to give it.
+fn mount_nbd_tls(mode: Dispatch) {
+    require_fuse!();
+    require_tool!("qemu-nbd", "openssl");
+    let sandbox = Sandbox::new();
+    let certs = TlsCerts::new();
+    let mut model = pattern(3, 0, 4 * MIB as usize);
+    let image = sandbox.file("disk.raw", &model);
+    let args = certs.qemu_nbd_args(true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = NbdServer::qemu_nbd(&image, "raw", "disk", via(mode), &args);
+    let mnt = sandbox.mountpoint("mnt");
+    let err = MountedExport::try_start(server.uri(), &mnt, mode, &["-w"])
+        .err()
+        .expect("a mount without --tls-creds fails");
+    assert!(
+        err.contains("the server requires TLS: give --tls-creds DIR"),
+        "{err}"
+    );
+    let creds = certs.client().display().to_string();
+    let export = MountedExport::start(server.uri(), &mnt, mode, &["-w", "--tls-creds", &creds]);
+    let file = open_rw(export.path()).unwrap();
+    let data = pattern(7, MIB, 256 * KIB as usize);
+    file.write_all_at(&data, MIB).unwrap();
+    model[MIB as usize..][..data.len()].copy_from_slice(&data);
+    file.sync_all().unwrap();
+    let mut all = vec![0u8; model.len()];
+    file.read_exact_at(&mut all, 0).unwrap();
+    assert_bytes_eq(&all, &model, "the whole export, over TLS");
+    drop(file);
+    export.stop();
+    drop(server);
+    assert_bytes_eq(&fs::read(&image).unwrap(), &model, "the image file");
 }

@@ -85,6 +85,8 @@ pub struct Redial {
     pub info: Info,
     /// How long requests wait for a new connection before failing with `EIO`.
     pub delay: Duration,
+    /// TLS, if the first connection has it.
+    pub tls: Option<super::tls::Client>,
 }
 
 /// A write's payload up to this size is copied into the send queue when the writer is
@@ -133,8 +135,9 @@ struct State {
     epoch: u64,
     /// Since when the connection is lost (requests wait for a new one).
     lost: Option<Instant>,
-    /// A request is making a new connection.
-    reconnecting: bool,
+    /// A helper thread is making a new connection (connect and handshake), so that no
+    /// loop thread blocks in them; the requests waiting look for its result.
+    dialing: Option<std::thread::JoinHandle<io::Result<(Stream, Info)>>>,
     /// No attempt before this.
     next_try: Instant,
     slots: Slab<Slot>,
@@ -221,7 +224,7 @@ impl Conn {
             stream: Arc::new(stream),
             epoch: 0,
             lost: None,
-            reconnecting: false,
+            dialing: None,
             next_try: Instant::now(),
             slots: Slab::with_capacity(max),
             max,
@@ -680,22 +683,33 @@ impl Conn {
                 let why = format!("not reconnected within {:?}", redial.delay);
                 return Err(self.kill(cx, &why));
             }
-            let idle = !st.reader && !st.writer && !st.reconnecting;
-            if idle && Instant::now() >= st.next_try {
-                st.reconnecting = true;
-                drop(st);
-                self.redial(redial);
+            if st.dialing.as_ref().is_some_and(|d| d.is_finished()) {
+                let dialed = st.dialing.take().expect("checked").join();
+                let dialed = dialed.unwrap_or_else(|_| Err(io::Error::other("dialer panicked")));
+                self.install(&mut st, redial, dialed);
                 continue;
+            }
+            let idle = !st.reader && !st.writer && st.dialing.is_none();
+            if idle && Instant::now() >= st.next_try {
+                st.dialing = Some(Self::dial(redial)?);
             }
             drop(st);
             cx.sleep(RECONNECT_NAP)?;
         }
     }
 
-    /// One attempt at a new connection (blocking: connect and handshake); installs it if
-    /// the export is the same.
-    fn redial(&self, redial: &Redial) {
-        let made = super::connect(&redial.uri).and_then(|(stream, info)| {
+    /// Starts one attempt at a new connection on a helper thread.
+    #[allow(clippy::type_complexity)]
+    fn dial(redial: &Redial) -> io::Result<std::thread::JoinHandle<io::Result<(Stream, Info)>>> {
+        let (uri, tls) = (redial.uri.clone(), redial.tls.clone());
+        std::thread::Builder::new()
+            .name("nbd-redial".into())
+            .spawn(move || super::connect(&uri, tls.as_ref()))
+    }
+
+    /// Installs a new connection if it was made and the export is the same.
+    fn install(&self, st: &mut State, redial: &Redial, dialed: io::Result<(Stream, Info)>) {
+        let made = dialed.and_then(|(stream, info)| {
             let same = |i: &Info| (i.size, i.flags, i.structured);
             match same(&info) == same(&redial.info) {
                 true => Ok(stream),
@@ -705,8 +719,6 @@ impl Conn {
                 ))),
             }
         });
-        let mut st = self.lock();
-        st.reconnecting = false;
         match made {
             Ok(stream) => {
                 log::info!("nbd: {}: reconnected", self.name);

@@ -4,9 +4,12 @@
 //! 1. `S: NBDMAGIC, IHAVEOPT, handshake flags`; a server without FIXED_NEWSTYLE (oldstyle,
 //!    or plain newstyle) is refused. `C: client flags` (FIXED_NEWSTYLE, and NO_ZEROES
 //!    where offered).
-//! 2. `NBD_OPT_STRUCTURED_REPLY`: an ACK turns structured replies on; an error reply
+//! 2. With TLS: `NBD_OPT_STARTTLS`; after the server's ACK the TLS handshake runs on the
+//!    same socket, and everything after it (the options below, then transmission) goes
+//!    inside TLS. A server without TLS is refused rather than used in the clear.
+//! 3. `NBD_OPT_STRUCTURED_REPLY`: an ACK turns structured replies on; an error reply
 //!    (unsupported) leaves simple replies.
-//! 3. `NBD_OPT_GO` with the export name and one information request,
+//! 4. `NBD_OPT_GO` with the export name and one information request,
 //!    `NBD_INFO_BLOCK_SIZE`: the server answers `NBD_REP_INFO`s (export size and
 //!    transmission flags; block sizes) then an ACK. Asking for block sizes commits us to
 //!    honour them (see `mod.rs`). A server that does not know GO gets the old
@@ -19,6 +22,7 @@ use std::io::{self, IoSlice};
 
 use super::proto::*;
 use super::stream::Stream;
+use super::tls;
 use crate::Ctx;
 
 /// What the handshake settled for one export.
@@ -42,14 +46,18 @@ pub struct Info {
 /// The protocol's defaults where the server states no block sizes: 1 byte, 4 KiB, 32 MiB.
 const DEFAULT_BLOCK: (u32, u32, u32) = (1, 4096, 32 << 20);
 
-/// Negotiates `export` on a freshly connected `stream`.
-pub fn negotiate(stream: &Stream, export: &str) -> io::Result<Info> {
+/// Negotiates `export` on a freshly connected `stream`, inside TLS if `tls` is given.
+pub fn negotiate(stream: &mut Stream, export: &str, tls: Option<&tls::Client>) -> io::Result<Info> {
     let server_flags = greeting(stream)?;
     let mut client = NBD_FLAG_C_FIXED_NEWSTYLE;
     if server_flags & NBD_FLAG_NO_ZEROES != 0 {
         client |= NBD_FLAG_C_NO_ZEROES;
     }
     send(stream, &[&client.to_be_bytes()])?;
+    if let Some(tls) = tls {
+        start_tls(stream, tls)?;
+    }
+    let stream = &*stream;
     let structured = structured_replies(stream)?;
     let mut info = match go(stream, export)? {
         Some(info) => info,
@@ -77,6 +85,19 @@ fn greeting(stream: &Stream) -> io::Result<u16> {
         return Err(refused("the server does not speak fixed-newstyle NBD"));
     }
     Ok(flags)
+}
+
+fn start_tls(stream: &mut Stream, tls: &tls::Client) -> io::Result<()> {
+    send_option(stream, NBD_OPT_STARTTLS, &[])?;
+    let (kind, data) = option_reply(stream, NBD_OPT_STARTTLS)?;
+    match kind {
+        NBD_REP_ACK if data.is_empty() => stream.start_tls(tls),
+        k if k & NBD_REP_FLAG_ERROR != 0 => Err(refused(&format!(
+            "the server does not offer TLS (STARTTLS refused: {}); mount without --tls-creds and nbds://",
+            String::from_utf8_lossy(&data)
+        ))),
+        k => Err(refused(&format!("unexpected reply {k:#x} to STARTTLS"))),
+    }
 }
 
 fn structured_replies(stream: &Stream) -> io::Result<bool> {
@@ -233,20 +254,28 @@ fn option_reply(stream: &Stream, option: u32) -> io::Result<(u32, Vec<u8>)> {
 
 fn send(stream: &Stream, parts: &[&[u8]]) -> io::Result<()> {
     let mut iov: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-    stream.write_all(&Ctx::Blocking, &mut iov)
+    stream
+        .write_all(&Ctx::Blocking, &mut iov)
+        .map_err(|e| closed(stream, e))
 }
 
 fn read(stream: &Stream, buf: &mut [u8]) -> io::Result<()> {
     stream
         .read_exact(&Ctx::Blocking, buf)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::UnexpectedEof => refused("the server closed the connection"),
-            _ => e,
-        })
+        .map_err(|e| closed(stream, e))
+}
+
+/// The server hung up (end of file, or a reset when it closed with our bytes unread).
+fn closed(stream: &Stream, e: io::Error) -> io::Error {
+    use io::ErrorKind::*;
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | BrokenPipe => refused(&stream.why_closed()),
+        _ => e,
+    }
 }
 
 fn tls_required() -> io::Error {
-    refused("the server requires TLS, which this client does not support yet")
+    refused("the server requires TLS: give --tls-creds DIR")
 }
 
 fn refused(why: &str) -> io::Error {

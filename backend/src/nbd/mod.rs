@@ -5,7 +5,8 @@
 //! negotiated at open (`handshake`: fixed newstyle, structured replies where offered,
 //! `NBD_OPT_GO` with block sizes). Then every request is one or more NBD commands on a
 //! connection (`conn`, which also says how replies reach the requests waiting for them),
-//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`.
+//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`, TLS
+//! (`--tls-creds`, `nbds://`) in `tls`.
 //!
 //! # What each operation sends
 //! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
@@ -49,9 +50,11 @@ pub mod proto;
 pub mod reply;
 mod rx;
 mod stream;
+mod tls;
 mod uri;
 
 pub use handshake::Info;
+pub use tls::TlsOptions;
 pub use uri::{is_nbd, Address, Uri, DEFAULT_PORT};
 
 use self::conn::{Cmd, Conn, Redial};
@@ -60,7 +63,7 @@ use crate::iov;
 use crate::{checked_end, BlockBackend, Ctx, Extent, OpenOptions};
 
 /// How to reach an NBD export, beyond [`OpenOptions`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NbdOptions {
     /// Connections to open where the server advertises `CAN_MULTI_CONN` (one otherwise).
     pub connections: usize,
@@ -69,6 +72,9 @@ pub struct NbdOptions {
     /// How long requests wait while a lost connection is made again (QEMU's
     /// `reconnect-delay`); zero: a lost connection ends, its requests fail with `EIO`.
     pub reconnect_delay: Duration,
+    /// TLS credentials (`--tls-creds`): TLS is used with them, also for an `nbd://` URI,
+    /// as QEMU's `tls-creds` does; `nbds://` requires them.
+    pub tls: Option<TlsOptions>,
 }
 
 impl Default for NbdOptions {
@@ -77,6 +83,7 @@ impl Default for NbdOptions {
             connections: 1,
             max_in_flight: 128,
             reconnect_delay: Duration::ZERO,
+            tls: None,
         }
     }
 }
@@ -93,12 +100,24 @@ pub struct NbdBackend {
 
 /// Opens `spec` (an NBD URI) as `opts` say; errors are one line naming the URI.
 pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdBackend> {
-    let uri = uri::parse(spec).map_err(|e| invalid(spec, &e))?;
+    let mut uri = uri::parse(spec).map_err(|e| invalid(spec, &e))?;
+    let tls = match (&nbd.tls, uri.tls) {
+        (Some(tls), _) => {
+            let host = match &uri.address {
+                Address::Tcp { host, .. } => Some(host.as_str()),
+                Address::Unix(_) => None,
+            };
+            uri.tls = true;
+            Some(tls::Client::new(tls, host).map_err(|e| invalid(spec, &e.to_string()))?)
+        }
+        (None, true) => return Err(invalid(spec, "nbds:// needs --tls-creds DIR")),
+        (None, false) => None,
+    };
     if opts.snapshot.is_some() && opts.format != crate::Format::Qcow2 {
         return Err(invalid(spec, "a raw NBD export has no snapshots"));
     }
     let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot open {uri}: {e}"));
-    let (first, info) = connect(&uri).map_err(fail)?;
+    let (first, info) = connect(&uri, tls.as_ref()).map_err(fail)?;
     if opts.writable && info.flags & NBD_FLAG_READ_ONLY != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -117,12 +136,13 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
         uri: uri.clone(),
         info,
         delay: nbd.reconnect_delay,
+        tls: tls.clone(),
     });
     let conn =
         |stream, structured| Conn::new(stream, structured, name.clone(), max, redial.clone());
     let mut conns = vec![conn(first, info.structured)?];
     for _ in 1..count {
-        let (stream, more) = connect(&uri).map_err(fail)?;
+        let (stream, more) = connect(&uri, tls.as_ref()).map_err(fail)?;
         if (more.size, more.flags) != (info.size, info.flags) {
             return Err(fail(io::Error::other(
                 "the export changed between connections",
@@ -155,9 +175,9 @@ pub fn open_image(
     }
 }
 
-fn connect(uri: &Uri) -> io::Result<(stream::Stream, Info)> {
-    let stream = stream::Stream::connect(&uri.address)?;
-    let info = handshake::negotiate(&stream, &uri.export)?;
+fn connect(uri: &Uri, tls: Option<&tls::Client>) -> io::Result<(stream::Stream, Info)> {
+    let mut stream = stream::Stream::connect(&uri.address)?;
+    let info = handshake::negotiate(&mut stream, &uri.export, tls)?;
     Ok((stream, info))
 }
 
@@ -360,6 +380,9 @@ impl BlockBackend for NbdBackend {
             false => "simple replies".into(),
         });
         parts.push(format!("{} connection(s)", self.conns.len()));
+        if self.uri.tls {
+            parts.push("TLS".into());
+        }
         if !self.writable {
             parts.push("read-only".into());
         }

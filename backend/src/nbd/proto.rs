@@ -21,6 +21,7 @@ pub const NBD_FLAG_C_NO_ZEROES: u32 = 1 << 1;
 // Options and their replies.
 pub const NBD_OPT_EXPORT_NAME: u32 = 1;
 pub const NBD_OPT_ABORT: u32 = 2;
+pub const NBD_OPT_STARTTLS: u32 = 5;
 pub const NBD_OPT_GO: u32 = 7;
 pub const NBD_OPT_STRUCTURED_REPLY: u32 = 8;
 pub const NBD_REP_ACK: u32 = 1;

@@ -3,35 +3,97 @@
 //! The socket stays blocking (no `O_NONBLOCK`): a thread in a blocking dispatch mode
 //! sleeps in `read(2)`/`writev(2)`, and on the ring io_uring arms a poll for a socket that
 //! has nothing yet, so a coroutine suspends and the loop thread never blocks. TCP gets
-//! `TCP_NODELAY`: a request is one `writev` and must leave at once.
+//! `TCP_NODELAY`: a request is one `writev` and must leave at once. With TLS (`tls`),
+//! the same socket I/O carries the ciphertext and callers see the plaintext.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 
+use super::tls;
 use super::uri::Address;
 use crate::Ctx;
 
+/// A connection to the server: a socket, with a TLS session over it once `STARTTLS` is
+/// done.
+pub struct Stream {
+    sock: Sock,
+    tls: Option<tls::Session>,
+}
+
+impl Stream {
+    /// Connects to `addr` (blocking: done at open, before any loop serves).
+    pub fn connect(addr: &Address) -> io::Result<Stream> {
+        Ok(Stream {
+            sock: Sock::connect(addr)?,
+            tls: None,
+        })
+    }
+
+    /// Runs the TLS handshake (blocking); from then on every byte goes through TLS.
+    pub fn start_tls(&mut self, client: &tls::Client) -> io::Result<()> {
+        self.tls = Some(client.connect(&self.sock)?);
+        Ok(())
+    }
+
+    /// Shuts both directions down: a reader blocked on it (in any thread or ring) wakes
+    /// with end of file.
+    pub fn shutdown(&self) {
+        self.sock.shutdown();
+    }
+
+    /// What to say when the server closes the connection during the handshake.
+    pub fn why_closed(&self) -> String {
+        let tls = self.tls.as_ref().and_then(|t| t.why_closed());
+        tls.unwrap_or_else(|| "the server closed the connection".into())
+    }
+
+    /// Some bytes, at least one: see [`Sock::read_some`].
+    pub fn read_some(&self, cx: &Ctx<'_>, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.tls {
+            Some(tls) => tls.read_some(&self.sock, cx, buf),
+            None => self.sock.read_some(cx, buf),
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes.
+    pub fn read_exact(&self, cx: &Ctx<'_>, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.read_some(cx, buf)?;
+            buf = &mut buf[n..];
+        }
+        Ok(())
+    }
+
+    /// Writes all of `bufs`: see [`Sock::write_all`].
+    pub fn write_all(&self, cx: &Ctx<'_>, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        match &self.tls {
+            Some(tls) => tls.write_all(&self.sock, cx, bufs),
+            None => self.sock.write_all(cx, bufs),
+        }
+    }
+}
+
 /// A connected stream socket.
 #[derive(Debug)]
-pub enum Stream {
+pub enum Sock {
     /// TCP, with `TCP_NODELAY`.
     Tcp(TcpStream),
     /// A unix socket.
     Unix(UnixStream),
 }
 
-impl Stream {
-    /// Connects to `addr` (blocking: done at open, before any loop serves).
-    pub fn connect(addr: &Address) -> io::Result<Stream> {
+impl Sock {
+    /// Connects to `addr` (blocking).
+    pub fn connect(addr: &Address) -> io::Result<Sock> {
         match addr {
             Address::Tcp { host, port } => {
                 let tcp = TcpStream::connect((host.as_str(), *port))?;
                 tcp.set_nodelay(true)?;
-                Ok(Stream::Tcp(tcp))
+                Ok(Sock::Tcp(tcp))
             }
-            Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
+            Address::Unix(path) => Ok(Sock::Unix(UnixStream::connect(path)?)),
         }
     }
 
@@ -39,8 +101,8 @@ impl Stream {
     /// with end of file.
     pub fn shutdown(&self) {
         let _ = match self {
-            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
         };
     }
 
@@ -58,15 +120,6 @@ impl Stream {
                 done => return done,
             }
         }
-    }
-
-    /// Reads exactly `buf.len()` bytes.
-    pub fn read_exact(&self, cx: &Ctx<'_>, mut buf: &mut [u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            let n = self.read_some(cx, buf)?;
-            buf = &mut buf[n..];
-        }
-        Ok(())
     }
 
     /// Writes all of `bufs` (`IORING_OP_WRITEV` or `writev(2)`), resuming short writes.
@@ -91,15 +144,15 @@ impl Stream {
 
     fn blocking_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => (&*s).read(buf),
-            Stream::Unix(s) => (&*s).read(buf),
+            Sock::Tcp(s) => (&*s).read(buf),
+            Sock::Unix(s) => (&*s).read(buf),
         }
     }
 
     fn blocking_write(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => (&*s).write_vectored(bufs),
-            Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Sock::Tcp(s) => (&*s).write_vectored(bufs),
+            Sock::Unix(s) => (&*s).write_vectored(bufs),
         }
     }
 }
@@ -108,11 +161,11 @@ fn transient(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN))
 }
 
-impl AsFd for Stream {
+impl AsFd for Sock {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Stream::Tcp(s) => s.as_fd(),
-            Stream::Unix(s) => s.as_fd(),
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! NBD URIs, in QEMU's forms (and the NBD project's `doc/uri.md`):
 //! `nbd://HOST[:PORT]/EXPORT` (TCP, port 10809 by default; an IPv6 host in brackets) and
 //! `nbd+unix:///EXPORT?socket=PATH` (a unix socket). The export name is the rest of the
-//! path after the first `/`, percent-decoded, and may be empty. Anything else (TLS's
-//! `nbds://`, other query parameters) is refused, naming what, rather than ignored.
+//! path after the first `/`, percent-decoded, and may be empty. `nbds://` and
+//! `nbds+unix://` are the same with TLS (the NBD project's forms; they need `--tls-creds`).
+//! Anything else (other query parameters) is refused, naming what, rather than ignored.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -31,17 +32,25 @@ pub struct Uri {
     pub address: Address,
     /// The export's name (may be empty: the server's default export).
     pub export: String,
+    /// `nbds`: TLS is required.
+    pub tls: bool,
 }
 
 impl fmt::Display for Uri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.tls { "s" } else { "" };
         match &self.address {
             Address::Tcp { host, port } if host.contains(':') => {
-                write!(f, "nbd://[{host}]:{port}/{}", self.export)
+                write!(f, "nbd{s}://[{host}]:{port}/{}", self.export)
             }
-            Address::Tcp { host, port } => write!(f, "nbd://{host}:{port}/{}", self.export),
+            Address::Tcp { host, port } => write!(f, "nbd{s}://{host}:{port}/{}", self.export),
             Address::Unix(path) => {
-                write!(f, "nbd+unix:///{}?socket={}", self.export, path.display())
+                write!(
+                    f,
+                    "nbd{s}+unix:///{}?socket={}",
+                    self.export,
+                    path.display()
+                )
             }
         }
     }
@@ -54,21 +63,26 @@ pub fn is_nbd(spec: &str) -> bool {
 
 /// Parses an NBD URI; the error says what is wrong in one line.
 pub fn parse(spec: &str) -> Result<Uri, String> {
-    if let Some(rest) = spec.strip_prefix("nbd://") {
-        return parse_tcp(rest);
-    }
-    if let Some(rest) = spec.strip_prefix("nbd+unix://") {
-        return parse_unix(rest);
-    }
-    if spec.starts_with("nbds") {
-        return Err("TLS (nbds://) is not supported yet".into());
-    }
-    Err("expected nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH".into())
+    let (tls, rest) = match spec.strip_prefix("nbds") {
+        Some(rest) => (true, rest),
+        None => (false, spec.strip_prefix("nbd").unwrap_or("")),
+    };
+    let mut uri = if let Some(rest) = rest.strip_prefix("://") {
+        parse_tcp(rest)?
+    } else if let Some(rest) = rest.strip_prefix("+unix://") {
+        parse_unix(rest)?
+    } else {
+        return Err(
+            "expected nbd[s]://HOST[:PORT]/EXPORT or nbd[s]+unix:///EXPORT?socket=PATH".into(),
+        );
+    };
+    uri.tls = tls;
+    Ok(uri)
 }
 
 fn parse_tcp(rest: &str) -> Result<Uri, String> {
     if rest.contains('?') {
-        return Err("nbd:// takes no query parameters".into());
+        return Err("nbd[s]:// takes no query parameters".into());
     }
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (host, port) = split_host_port(authority)?;
@@ -78,6 +92,7 @@ fn parse_tcp(rest: &str) -> Result<Uri, String> {
     Ok(Uri {
         address: Address::Tcp { host, port },
         export: decode(path)?,
+        tls: false,
     })
 }
 
@@ -116,6 +131,7 @@ fn parse_unix(rest: &str) -> Result<Uri, String> {
     Ok(Uri {
         address: Address::Unix(socket.ok_or("nbd+unix:// needs ?socket=PATH")?),
         export: decode(path)?,
+        tls: false,
     })
 }
 
@@ -148,6 +164,7 @@ mod tests {
         Uri {
             address: Address::Tcp { host, port },
             export: export.to_owned(),
+            tls: false,
         }
     }
 
@@ -169,6 +186,18 @@ mod tests {
         assert_eq!(unix.export, "exp");
         assert_eq!(unix.to_string(), "nbd+unix:///exp?socket=/run/n.sock");
         assert_eq!(parse("nbd+unix:///?socket=s").unwrap().export, "");
+        let tls = parse("nbds://h:7/e").unwrap();
+        assert_eq!(
+            tls,
+            Uri {
+                tls: true,
+                ..tcp("h", 7, "e")
+            }
+        );
+        assert_eq!(tls.to_string(), "nbds://h:7/e");
+        let tls = parse("nbds+unix:///e?socket=/s").unwrap();
+        assert!(tls.tls && tls.address == Address::Unix("/s".into()));
+        assert_eq!(tls.to_string(), "nbds+unix:///e?socket=/s");
     }
 
     #[test]
@@ -180,8 +209,9 @@ mod tests {
             ("nbd+unix:///e", "needs ?socket"),
             ("nbd+unix://host/e?socket=s", "takes no host"),
             ("nbd+unix:///e?socket=s&tls=1", "unknown or empty"),
-            ("nbds://h/e", "TLS"),
-            ("nbd:h", "expected nbd://"),
+            ("nbds+unix:///e", "needs ?socket"),
+            ("nbd:h", "expected nbd[s]://"),
+            ("nbds:h", "expected nbd[s]://"),
             ("nbd://h/%zz", "bad percent"),
         ];
         for (text, error) in bad {
