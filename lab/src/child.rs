@@ -23,14 +23,13 @@ pub fn spawn_load(
     cmd.stdin(Stdio::null())
         .stdout(File::create(out).map_err(|e| format!("{}: {e}", out.display()))?)
         .stderr(File::create(err).map_err(|e| format!("{}: {e}", err.display()))?);
-    // SAFETY: getpid cannot fail.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure only makes async-signal-safe system calls.
-    unsafe {
-        cmd.pre_exec(move || {
-            interrupt::die_with_parent(libc::SIGKILL, parent)?;
-            cpu.map_or(Ok(()), |c| affinity::pin(0, c))
-        });
+    interrupt::tie_to_lab(cmd, libc::SIGKILL);
+    if let Some(c) = cpu {
+        // SAFETY: the closure only makes an async-signal-safe system call
+        // (sched_setaffinity).
+        unsafe {
+            cmd.pre_exec(move || affinity::pin(0, c));
+        }
     }
     Ok(cmd.spawn())
 }

@@ -71,16 +71,11 @@ impl Daemon {
             remove_if_present(p)?;
         }
         let log = File::create(paths.log).map_err(|e| format!("{}: {e}", paths.log.display()))?;
-        // SAFETY: getpid cannot fail.
-        let parent = unsafe { libc::getpid() };
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .process_group(0);
-        // SAFETY: the closure only makes async-signal-safe system calls (prctl, getppid).
-        unsafe {
-            cmd.pre_exec(move || interrupt::die_with_parent(libc::SIGTERM, parent));
-        }
+        interrupt::tie_to_lab(&mut cmd, libc::SIGTERM);
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;

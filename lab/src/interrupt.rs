@@ -45,6 +45,18 @@ pub fn check() -> Result<(), String> {
     }
 }
 
+/// Makes the process `cmd` starts receive `sig` when the lab dies (see
+/// [`die_with_parent`]): the daemons, loads and servers the lab starts never outlive it.
+pub fn tie_to_lab(cmd: &mut std::process::Command, sig: libc::c_int) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure only makes async-signal-safe system calls (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || die_with_parent(sig, parent));
+    }
+}
+
 /// For `pre_exec`: the child receives `sig` when the lab dies. Only async-signal-safe
 /// calls (a forked child of a possibly multi-threaded parent).
 pub fn die_with_parent(sig: libc::c_int, parent: libc::pid_t) -> io::Result<()> {

@@ -76,16 +76,11 @@ impl QemuNbd {
         remove_socket(socket)?;
         let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let mut cmd = command(image, socket);
-        // SAFETY: getpid cannot fail.
-        let parent = unsafe { libc::getpid() };
         cmd.stdin(Stdio::null())
             .stdout(out.try_clone().map_err(|e| e.to_string())?)
             .stderr(out)
             .process_group(0);
-        // SAFETY: the closure only makes async-signal-safe system calls (prctl, getppid).
-        unsafe {
-            cmd.pre_exec(move || interrupt::die_with_parent(libc::SIGTERM, parent));
-        }
+        interrupt::tie_to_lab(&mut cmd, libc::SIGTERM);
         let child = cmd.spawn().map_err(|e| {
             format!(
                 "cannot start {PROGRAM}: {e} (the nbd row needs it: apt-get install qemu-utils)"
