@@ -1,6 +1,6 @@
 //! The crate's own unsafe code: thin wrappers over the syscalls that std does not offer
 //! for a borrowed fd and the runtime's [`Ctx`](runtime::Ctx) does not cover (lseek with
-//! `SEEK_DATA`, statx, the OFD lock fcntls, fstatfs).
+//! `SEEK_DATA`, statx, the OFD lock fcntls, fstatfs, socket buffer sizes).
 //!
 //! Every wrapper takes a [`BorrowedFd`], so the fd is open for the whole call, and turns a
 //! `-1` result into [`io::Error::last_os_error`]. Offsets are checked to fit `off_t`
@@ -109,4 +109,15 @@ pub(crate) fn ring_write_dsync(
         r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
         r => Ok(r as usize),
     }
+}
+
+/// `setsockopt(fd, SOL_SOCKET, opt, bytes)` for a buffer size (`SO_SNDBUF`, `SO_RCVBUF`):
+/// the kernel caps `bytes` at `net.core.wmem_max` / `rmem_max` and doubles it.
+pub(crate) fn set_sock_buf(fd: BorrowedFd<'_>, opt: c_int, bytes: c_int) -> io::Result<()> {
+    let len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    let val: *const c_int = &bytes;
+    // SAFETY: the fd is open for the call and `val` points to a `c_int` of `len` bytes,
+    // which the kernel only reads.
+    cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, val.cast(), len) })?;
+    Ok(())
 }

@@ -7,7 +7,13 @@
 //! are.
 
 use std::fs;
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use corofuse_tests::nbd::{NbdServer, Via};
 use corofuse_tests::tls::TlsCerts;
@@ -236,5 +242,170 @@ fn mount_nbd_tls(mode: Dispatch) {
     drop(file);
     export.stop();
     drop(server);
+    assert_bytes_eq(&fs::read(&image).unwrap(), &model, "the image file");
+}
+
+/// A `rounds` process (tests/src/bin/rounds.rs) writing and reading back its own slots of
+/// the file; stopped by closing its stdin, killed by PID if still running when dropped.
+struct Rounds {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// The last round it finished.
+    latest: Arc<AtomicU64>,
+    /// Its lines other than round numbers (`done N`, `error ...`).
+    said: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Rounds {
+    const CHUNK: u64 = 16 * KIB;
+    const SLOTS: u64 = 1024;
+    const PACE_MS: u64 = 2;
+
+    /// `rounds PATH BASE SLOTS CHUNK PACE_MS` on the `index`th region of `path`.
+    fn start(path: &Path, index: u64) -> Rounds {
+        let base = index * Self::SLOTS * Self::CHUNK;
+        let args = [base, Self::SLOTS, Self::CHUNK, Self::PACE_MS].map(|n| n.to_string());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rounds"))
+            .arg(path)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start rounds");
+        let (latest, said) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(vec![])));
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (l, s) = (Arc::clone(&latest), Arc::clone(&said));
+        let reader = std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                match line.parse() {
+                    Ok(round) => l.store(round, Ordering::Relaxed),
+                    Err(_) => s.lock().unwrap().push(line),
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Rounds {
+            child,
+            stdin,
+            latest,
+            said,
+            reader: Some(reader),
+        }
+    }
+
+    fn latest(&self) -> u64 {
+        self.latest.load(Ordering::Relaxed)
+    }
+
+    /// Waits until it has finished round `n`; panics with what it said if it stops first
+    /// or takes longer than `within`.
+    fn wait_for(&mut self, n: u64, within: Duration, export: &MountedExport) {
+        let start = Instant::now();
+        while self.latest() < n {
+            let exited = self.child.try_wait().ok().flatten();
+            if exited.is_some() || start.elapsed() > within {
+                let said = self.said.lock().unwrap().join("; ");
+                panic!(
+                    "rounds: at round {} of {n} after {:?} ({exited:?}): {said}; daemon: {}",
+                    self.latest(),
+                    start.elapsed(),
+                    export.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Closes its stdin and waits for `done N`: returns N.
+    fn finish(mut self) -> u64 {
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("wait for rounds");
+        self.reader.take().unwrap().join().unwrap();
+        let said = self.said.lock().unwrap().join("; ");
+        assert!(status.success(), "rounds exited with {status}: {said}");
+        let done = said.strip_prefix("done ").and_then(|n| n.parse().ok());
+        done.unwrap_or_else(|| panic!("rounds said {said:?}, not `done N`"))
+    }
+
+    /// The image its rounds leave in its region: the last round written to each slot.
+    fn model(index: u64, rounds: u64, disk: &mut [u8]) {
+        let base = index * Self::SLOTS * Self::CHUNK;
+        for round in 1..=rounds {
+            let offset = base + ((round - 1) % Self::SLOTS) * Self::CHUNK;
+            let data = pattern(round, offset, Self::CHUNK as usize);
+            disk[offset as usize..][..data.len()].copy_from_slice(&data);
+        }
+    }
+}
+
+impl Drop for Rounds {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+dispatch_tests!(mount_nbd_reconnect_under_load[coroutine, threads]);
+/// qemu-nbd SIGKILLed under load through the mount and restarted on its socket, with
+/// `--reconnect-delay 10`: the load goes on with no error well within the delay, the
+/// daemon logs the reconnection, and every round written before and after the restart is
+/// in the image file afterwards.
+///
+/// The load runs in `rounds` processes: the test process holds no descriptor on the mount
+/// when it restarts the server, because the fork/exec of qemu-nbd closes the child's copies
+/// of such descriptors, and each close is a FUSE FLUSH, an NBD flush, which waits for the
+/// server being restarted (until the delay expires).
+fn mount_nbd_reconnect_under_load(mode: Dispatch) {
+    const WORKERS: u64 = 4;
+    const DELAY: Duration = Duration::from_secs(10);
+    require_fuse!();
+    require_tool!("qemu-nbd");
+    let sandbox = Sandbox::new();
+    let len = WORKERS * Rounds::SLOTS * Rounds::CHUNK;
+    let image = sandbox.file("disk.raw", &vec![0u8; len as usize]);
+    let mut server = NbdServer::qemu_nbd(&image, "raw", "disk", via(mode), &[]);
+    let delay = DELAY.as_secs().to_string();
+    let args = ["-w", "--reconnect-delay", &delay];
+    let export = MountedExport::start(server.uri(), &sandbox.mountpoint("mnt"), mode, &args);
+    let mut workers: Vec<Rounds> = (0..WORKERS)
+        .map(|w| Rounds::start(export.path(), w))
+        .collect();
+    for w in &mut workers {
+        w.wait_for(20, DELAY, &export);
+    }
+    let before: Vec<u64> = workers.iter().map(Rounds::latest).collect();
+    let started = Instant::now();
+    server.restart();
+    let restarted = started.elapsed();
+    for (w, before) in workers.iter_mut().zip(&before) {
+        w.wait_for(
+            before + 20,
+            DELAY.saturating_sub(started.elapsed()),
+            &export,
+        );
+    }
+    let outage = started.elapsed();
+    let rounds: Vec<u64> = workers.into_iter().map(Rounds::finish).collect();
+    let log = export.stderr();
+    assert!(log.contains("reconnecting (requests wait up to"), "{log}");
+    assert!(log.contains("reconnected"), "{log}");
+    assert!(!log.contains("fail with EIO"), "{log}");
+    export.stop();
+    drop(server);
+    corofuse_tests::require::note(&format!(
+        "{mode}: server restarted in {restarted:?}, 20 rounds each after it in {outage:?}; \
+         rounds {before:?} before, {rounds:?} in all"
+    ));
+    let mut model = vec![0u8; len as usize];
+    for (w, &n) in rounds.iter().enumerate() {
+        assert!(
+            n <= Rounds::SLOTS,
+            "worker {w}: {n} rounds wrapped its slots"
+        );
+        Rounds::model(w as u64, n, &mut model);
+    }
     assert_bytes_eq(&fs::read(&image).unwrap(), &model, "the image file");
 }
