@@ -34,6 +34,20 @@ pub fn spawn_load(
     Ok(cmd.spawn())
 }
 
+/// The first line `program --version` prints, or `missing(e)` when it cannot run: how the
+/// lab names the tools it runs (qemu-nbd, qemu-img, qsd) and says how to install them.
+pub fn version_line(
+    program: impl AsRef<std::ffi::OsStr>,
+    missing: impl FnOnce(std::io::Error) -> String,
+) -> Result<String, String> {
+    let out = Command::new(program)
+        .arg("--version")
+        .output()
+        .map_err(missing)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.lines().next().unwrap_or("unknown").trim().to_string())
+}
+
 /// How often the waits look again.
 pub const POLL: Duration = Duration::from_millis(5);
 

@@ -35,16 +35,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Its first line of `--version`, or an error saying how to install it.
 pub fn version() -> Result<String, String> {
-    let out = Command::new(PROGRAM)
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            format!(
-                "{PROGRAM} cannot run ({e}), and the nbd row needs it: apt-get install qemu-utils"
-            )
-        })?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().unwrap_or("unknown").trim().to_string())
+    crate::child::version_line(PROGRAM, |e| {
+        format!("{PROGRAM} cannot run ({e}), and the nbd row needs it: apt-get install qemu-utils")
+    })
 }
 
 /// The URI of the default export on `socket`, as corofuse, qsd's docs and fio spell it.

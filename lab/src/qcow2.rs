@@ -43,17 +43,11 @@ pub struct Allocated {
 
 /// An error saying how to install it, unless it runs.
 pub fn version() -> Result<String, String> {
-    let out = Command::new(PROGRAM)
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            format!(
-                "{PROGRAM} cannot run ({e}), and the qcow2 rows need it: apt-get install \
-                 qemu-utils"
-            )
-        })?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().unwrap_or("unknown").trim().to_string())
+    crate::child::version_line(PROGRAM, |e| {
+        format!(
+            "{PROGRAM} cannot run ({e}), and the qcow2 rows need it: apt-get install qemu-utils"
+        )
+    })
 }
 
 /// The `qcow2` row's image beside `raw` (filled at `filled_at`): kept, or converted now.

@@ -36,16 +36,11 @@ pub struct Qsd {
 /// Its first line of `--version`, or an error saying how to install it.
 pub fn version(qsd: &Qsd) -> Result<String, String> {
     let program = qsd.program.display();
-    let out = Command::new(&qsd.program)
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            format!("{program} cannot run ({e}); install it (apt-get install qemu-utils) or name one with --qsd PATH")
-        })?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let first = text.lines().next().unwrap_or("unknown").trim();
+    let first = crate::child::version_line(&qsd.program, |e| {
+        format!("{program} cannot run ({e}); install it (apt-get install qemu-utils) or name one with --qsd PATH")
+    })?;
     Ok(match qsd.iothreads {
-        0 => first.to_string(),
+        0 => first,
         n => format!("{first} ({program}, {n} iothreads)"),
     })
 }
