@@ -15,7 +15,7 @@ use std::io;
 
 use crate::Ctx;
 
-use super::header::{Header, MAX_REFTABLE_BYTES, REFCOUNT_TABLE_FIELD};
+use super::header::{Header, MAX_REFTABLE_BYTES};
 use super::hostio::Host;
 use super::refcount::Refcounts;
 use super::tally::{Kind, Tally};
@@ -52,14 +52,7 @@ pub(crate) fn rebuild(cx: &Ctx<'_>, host: &Host, h: &mut Header, t: &mut Tally) 
         }
         host.write(cx, &raw, (first_block + b) * cs)?;
     }
-    let bytes: Vec<u8> = r.table.iter().flat_map(|e| e.to_be_bytes()).collect();
-    host.write(cx, &bytes, start * cs)?;
-    host.file.flush(cx)?;
-    let mut field = [0u8; 12];
-    field[..8].copy_from_slice(&(start * cs).to_be_bytes());
-    field[8..].copy_from_slice(&(table_clusters as u32).to_be_bytes());
-    host.write(cx, &field, REFCOUNT_TABLE_FIELD)?;
-    host.file.flush(cx)?;
+    super::reftable::install(cx, host, &r.table, start * cs, table_clusters)?;
     (h.refcount_table_offset, h.refcount_table_clusters) = (start * cs, table_clusters as u32);
     Ok(())
 }

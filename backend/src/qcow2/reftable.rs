@@ -42,14 +42,7 @@ pub(crate) fn grow(
     let mut table = r.table.clone(); // once per growth
     table.resize((table_clusters * cs / 8) as usize, 0);
     let (area_end, _) = claim(cx, host, r, &mut table, start, table_clusters, scratch)?;
-    let raw: Vec<u8> = table.iter().flat_map(|e| e.to_be_bytes()).collect();
-    host.write(cx, &raw, start * cs)?;
-    host.file.flush(cx)?;
-    let mut field = [0u8; 12];
-    field[..8].copy_from_slice(&(start * cs).to_be_bytes());
-    field[8..].copy_from_slice(&(table_clusters as u32).to_be_bytes());
-    host.write(cx, &field, REFCOUNT_TABLE_FIELD)?;
-    host.file.flush(cx)?;
+    install(cx, host, &table, start * cs, table_clusters)?;
     let old = (r.table_offset / cs)..(r.table_offset / cs + (old_len * 8).div_ceil(cs));
     (r.table, r.table_offset) = (table, start * cs);
     for c in old.clone() {
@@ -58,6 +51,27 @@ pub(crate) fn grow(
     *end = area_end;
     log::info!("qcow2: refcount table grown to {table_clusters} clusters");
     Ok(old)
+}
+
+/// Writes `table` (`clusters` clusters) at host offset `at`, syncs, then switches the
+/// header's `refcount_table_offset` and `refcount_table_clusters` to it in one 12-byte
+/// write, and syncs: the refcounts the table points to must be written already. A kill
+/// before the switch leaves the old table in force.
+pub(crate) fn install(
+    cx: &Ctx<'_>,
+    host: &Host,
+    table: &[u64],
+    at: u64,
+    clusters: u64,
+) -> io::Result<()> {
+    let raw: Vec<u8> = table.iter().flat_map(|e| e.to_be_bytes()).collect();
+    host.write(cx, &raw, at)?;
+    host.file.flush(cx)?;
+    let mut field = [0u8; 12];
+    field[..8].copy_from_slice(&at.to_be_bytes());
+    field[8..].copy_from_slice(&(clusters as u32).to_be_bytes());
+    host.write(cx, &field, REFCOUNT_TABLE_FIELD)?;
+    host.file.flush(cx)
 }
 
 /// The first cluster past `[start, start + n)` and the refcount blocks it needs (placed
