@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::export::TIMEOUT;
-use crate::require::note;
 use crate::sys;
 
 /// How the server listens.
@@ -154,23 +153,7 @@ impl NbdServer {
 
     /// SIGTERM, and waits for the exit (SIGKILL after a timeout): what Drop does.
     pub fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        let _ = sys::kill(self.pid(), libc::SIGTERM);
-        let start = Instant::now();
-        while start.elapsed() < TIMEOUT {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        note(&format!(
-            "{} (pid {}) ignored SIGTERM for {TIMEOUT:?}: SIGKILL",
-            self.tool,
-            self.pid()
-        ));
-        self.kill();
+        crate::qemu::terminate(&mut self.child, self.tool);
     }
 }
 

@@ -106,22 +106,28 @@ impl Qsd {
 
 impl Drop for Qsd {
     fn drop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
+        terminate(&mut self.child, QSD);
+    }
+}
+
+/// Ends the server `child` that a test started: SIGTERM, a wait up to [`TIMEOUT`], then
+/// SIGKILL with a note naming `tool`; a child that has exited already is only reaped.
+pub fn terminate(child: &mut Child, tool: &str) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let _ = sys::kill(child.id(), libc::SIGTERM);
+    let start = Instant::now();
+    while start.elapsed() < TIMEOUT {
+        if let Ok(Some(_)) = child.try_wait() {
             return;
         }
-        let _ = sys::kill(self.pid(), libc::SIGTERM);
-        let start = Instant::now();
-        while start.elapsed() < TIMEOUT {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        note(&format!(
-            "{QSD} (pid {}) ignored SIGTERM for {TIMEOUT:?}: SIGKILL",
-            self.pid()
-        ));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(5));
     }
+    note(&format!(
+        "{tool} (pid {}) ignored SIGTERM for {TIMEOUT:?}: SIGKILL",
+        child.id()
+    ));
+    let _ = child.kill();
+    let _ = child.wait();
 }
