@@ -59,12 +59,8 @@ pub fn raw_contents(image: &Path) -> Vec<u8> {
 pub fn snapshot_contents(image: &Path, key: &str) -> Vec<u8> {
     let dir = tempfile::tempdir().expect("temp dir");
     let raw = dir.path().join("raw");
-    let load = format!("snapshot.id={key}");
-    let by_name = format!("snapshot.name={key}");
-    // qemu-img takes an ID or a name only when told which: try the ID first, as corofuse.
-    let tried = qemu(
-        "qemu-img",
-        &[
+    let convert = |load: String| {
+        let args = [
             OsStr::new("convert"),
             OsStr::new("-l"),
             OsStr::new(&load),
@@ -72,18 +68,17 @@ pub fn snapshot_contents(image: &Path, key: &str) -> Vec<u8> {
             OsStr::new("raw"),
             image.as_os_str(),
             raw.as_os_str(),
-        ],
-    );
-    if !tried.status.success() {
-        qemu_img(&[
-            OsStr::new("convert"),
-            OsStr::new("-l"),
-            OsStr::new(&by_name),
-            OsStr::new("-O"),
-            OsStr::new("raw"),
-            image.as_os_str(),
-            raw.as_os_str(),
-        ]);
+        ];
+        qemu("qemu-img", &args)
+    };
+    // qemu-img takes an ID or a name only when told which: try the ID first, as corofuse.
+    if !convert(format!("snapshot.id={key}")).status.success() {
+        let out = convert(format!("snapshot.name={key}"));
+        assert!(
+            out.status.success(),
+            "qemu-img convert -l {key}: {}",
+            describe(&out)
+        );
     }
     fs::read(&raw).expect("read the converted snapshot")
 }
