@@ -72,7 +72,7 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment)]
     inject: Option<backend::inject::Spec>,
     /// Connections to an NBD server that advertises CAN_MULTI_CONN (one otherwise).
-    /// Default: one per event loop (or worker thread)
+    /// Default: one per event loop (one loop for NBD unless --queues) or worker thread
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     nbd_connections: Option<u16>,
     /// Requests in flight on one NBD connection at most (more wait for a free slot)
@@ -96,6 +96,20 @@ pub struct Args {
     pub serve: ServeArgs,
 }
 
+/// How the mount is served: as the options say, except that an NBD image gets one event
+/// loop unless `--queues` says otherwise. The storage work is the server's there, and a
+/// loop spends ~10-15 us per request on the client side (one carries ~70k IOPS); a second
+/// loop pinned to the other CPU, on a machine where the server and the load also run,
+/// made reads at iodepth 1 0.63-0.76x of one loop's at 1.5-2.5x its CPU per request, and
+/// gained nothing elsewhere (BENCHMARKS.md, "NBD client: one loop").
+fn serve_args(args: &Args) -> ServeArgs {
+    let mut serve = args.serve.clone();
+    if backend::nbd::is_nbd(&args.image) && serve.queues.is_none() {
+        serve.queues = Some(1);
+    }
+    serve
+}
+
 /// Opens the image: an NBD export with the NBD options, anything else as `backend::open`.
 fn open_image(
     args: &Args,
@@ -104,7 +118,7 @@ fn open_image(
     if !backend::nbd::is_nbd(&args.image) {
         return backend::open(&args.image, options);
     }
-    let serve = args.serve.options();
+    let serve = serve_args(args).options();
     let connections = match (args.nbd_connections, serve.dispatch) {
         (Some(n), _) => usize::from(n),
         (None, Dispatch::Threads(n)) => n,
@@ -160,7 +174,8 @@ pub struct ServeArgs {
     /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. With N > 1, loop i
     /// is pinned to the i-th CPU this process may run on (cycling; `--cpus` to choose).
     /// Default: with coroutine dispatch, one per CPU this process may run on (at most 8;
-    /// measured best: BENCHMARKS.md); with inline dispatch, 1
+    /// measured best: BENCHMARKS.md), but 1 for an NBD image (the server does the storage
+    /// work); with inline dispatch, 1
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub queues: Option<u16>,
     /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
@@ -290,7 +305,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         directory: false,
         read_only: false,
     };
-    serve_mounted(&args.serve, &target, export, report, signals)
+    serve_mounted(&serve_args(args), &target, export, report, signals)
 }
 
 /// Mounts `fs` on `target`, writes the pidfile, serves as `args` say until SIGINT/SIGTERM
@@ -440,5 +455,18 @@ mod tests {
             o.check().is_err(),
             "threads with --queues 2 and uring are refused"
         );
+    }
+
+    #[test]
+    fn an_nbd_image_gets_one_loop_unless_queues_says_otherwise() {
+        let queues = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).expect("parses");
+            serve_args(&cli.mount).queues
+        };
+        let nbd = "nbd+unix:///?socket=/run/s";
+        assert_eq!(queues(&["mount", nbd, "/mnt"]), Some(1));
+        assert_eq!(queues(&["mount", "nbd://h/e", "/mnt"]), Some(1));
+        assert_eq!(queues(&["mount", nbd, "/mnt", "--queues", "2"]), Some(2));
+        assert_eq!(queues(&["mount", "null:1M", "/mnt"]), None, "one per CPU");
     }
 }
