@@ -475,6 +475,7 @@ impl BlockBackend for FileBackend {
             rmw_writes: direct.map_or(0, |d| count(&d.rmw_writes)),
             bounce_buffers_allocated: self.bounce_buffers_allocated(),
             range_waits: self.ranges.waits(),
+            direct_syscalls: 0,
         }
     }
 }

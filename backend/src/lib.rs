@@ -159,6 +159,9 @@ pub struct BackendStats {
     pub bounce_buffers_allocated: u64,
     /// Times a request waited for blocks that an overlapping request held.
     pub range_waits: u64,
+    /// System calls made outside the loop's ring on a coroutine's behalf (an NBD command
+    /// sent at once with `sendmsg`), to add to the ring's `io_uring_enter` calls.
+    pub direct_syscalls: u64,
 }
 
 /// Whether a run of bytes is stored data or a hole.

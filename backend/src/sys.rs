@@ -1,6 +1,7 @@
 //! The crate's own unsafe code: thin wrappers over the syscalls that std does not offer
 //! for a borrowed fd and the runtime's [`Ctx`](runtime::Ctx) does not cover (lseek with
-//! `SEEK_DATA`, statx, the OFD lock fcntls, fstatfs, socket buffer sizes).
+//! `SEEK_DATA`, statx, the OFD lock fcntls, fstatfs, socket buffer sizes, a send that
+//! never blocks).
 //!
 //! Every wrapper takes a [`BorrowedFd`], so the fd is open for the whole call, and turns a
 //! `-1` result into [`io::Error::last_os_error`]. Offsets are checked to fit `off_t`
@@ -120,4 +121,20 @@ pub(crate) fn set_sock_buf(fd: BorrowedFd<'_>, opt: c_int, bytes: c_int) -> io::
     // which the kernel only reads.
     cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, val.cast(), len) })?;
     Ok(())
+}
+
+/// `sendmsg(2)` of `bufs` with `MSG_DONTWAIT | MSG_NOSIGNAL`: what the socket's buffer
+/// takes at once (the rest is the caller's), `EAGAIN` if it takes nothing. The socket
+/// itself stays blocking for the threads that share it; a closed peer is `EPIPE`, not a
+/// signal.
+pub(crate) fn send_now(fd: BorrowedFd<'_>, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero `msghdr` is valid (no name, no control data, no iovec).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` (std documents it); the kernel only reads them.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len() as _;
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    // SAFETY: the fd is open for the call; `msg` and the iovecs and buffers it points to are
+    // borrowed for the call and only read.
+    cvt(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) }).map(|n| n as usize)
 }

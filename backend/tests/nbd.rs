@@ -457,6 +457,49 @@ fn nbd_requests_batched_on_one_loop() {
     assert!(per_request < 1.0, "{per_request:.2} SQEs per read");
 }
 
+/// At iodepth 1 on a coroutine, a command leaves with one `sendmsg` outside the ring (the
+/// socket has room): a read costs one SQE, its reply's receive, and a write of 4 KiB the
+/// same. A write larger than the socket's buffer (here 32 MiB against at most 8 MiB)
+/// goes on through the ring once the socket is full, and arrives whole.
+#[test]
+fn nbd_commands_leave_without_an_sqe() {
+    require_tool!("nbdkit");
+    let server = NbdServer::nbdkit(Via::Unix, &["memory", "64M"]);
+    let b = open(server.uri(), true);
+    let rt = Runtime::new(Config::default()).unwrap();
+    const ROUNDS: u64 = 100;
+    let big = pattern(32 * MIB, 7);
+    let inner = Arc::clone(&b);
+    let sqes = rt
+        .block_on(move |co| {
+            let cx = Ctx::Coroutine(co);
+            let block = pattern(4096, 3);
+            let before = co.counters().sqes_submitted;
+            for i in 0..ROUNDS {
+                inner
+                    .writev(&cx, &[IoSlice::new(&block)], i * 4096)
+                    .unwrap();
+                assert_eq!(read(&*inner, &cx, 4096, i * 4096), block);
+            }
+            let sqes = co.counters().sqes_submitted - before;
+            inner.writev(&cx, &[IoSlice::new(&big)], 0).unwrap();
+            assert!(
+                read(&*inner, &cx, 32 * MIB, 0) == big,
+                "the large write arrived whole"
+            );
+            sqes
+        })
+        .unwrap();
+    let per_request = sqes as f64 / (2 * ROUNDS) as f64;
+    println!(
+        "{sqes} SQEs for {} requests: {per_request:.2} each",
+        2 * ROUNDS
+    );
+    assert!(per_request <= 1.0, "{per_request:.2} SQEs per request");
+    let sent = b.stats().direct_syscalls;
+    assert!(sent >= 2 * ROUNDS, "{sent} direct sends counted");
+}
+
 fn open_reconnecting(uri: &str, delay: Duration) -> Arc<NbdBackend> {
     let nbd = NbdOptions {
         connections: 2,

@@ -21,7 +21,8 @@ pub struct PerRequest {
     /// `runtime.enter_calls / queue.requests`.
     pub enters: f64,
     /// System calls per request: `io_uring_enter` calls, plus one writev per reply unless
-    /// replies go through the ring, plus `queue.reads` when the daemon reports it.
+    /// replies go through the ring, plus `queue.reads` when the daemon reports it, plus
+    /// the backend's own (`backend.direct_syscalls`: NBD commands sent at once).
     pub syscalls: f64,
 }
 
@@ -60,12 +61,13 @@ impl PerRequest {
             per("queue/replies").unwrap_or(0.0)
         };
         let reads = per("queue/reads").unwrap_or(0.0);
+        let backend = per("backend/direct_syscalls").unwrap_or(0.0);
         Some(PerRequest {
             requests: requests as u64,
             switches: per("runtime/switches")?,
             sqes: per("runtime/sqes_submitted")?,
             enters,
-            syscalls: enters + replies + reads,
+            syscalls: enters + replies + reads + backend,
         })
     }
 }
@@ -137,6 +139,13 @@ mod tests {
             None
         );
         assert_eq!(PerRequest::from_stats(&json!({"other": 1}), false), None);
+        let mut sent = snapshot(100, 400, 100, 100);
+        sent["backend"] = json!({"direct_syscalls": 50});
+        let p = PerRequest::from_stats(&sent, false).expect("has requests");
+        assert!(
+            (p.syscalls - 2.5).abs() < 1e-9,
+            "the backend's own syscalls count"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use runtime::histogram::Summary;
 use serde_json::Value;
 
 use super::report::table::{num, Table};
-use super::stats::{ring_replies as replies_in_ring, PerRequest};
+use super::stats::{num as num_at, ring_replies as replies_in_ring, PerRequest};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -110,6 +110,11 @@ fn per_request(stats: &Stats, json: &Value, ring_replies: bool) -> String {
     } else {
         "enter calls + 1 writev per reply"
     };
+    let syscalls_note = if num_at(json, "backend/direct_syscalls").unwrap_or(0.0) > 0.0 {
+        format!("{syscalls_note} + the backend's own")
+    } else {
+        syscalls_note.to_string()
+    };
     let rows: Vec<[String; 3]> = vec![
         [
             "coroutine switches".into(),
@@ -146,7 +151,7 @@ fn per_request(stats: &Stats, json: &Value, ring_replies: bool) -> String {
             per(rt.cqes_reaped),
             "runtime.cqes_reaped".into(),
         ],
-        ["system calls".into(), num(p.syscalls), syscalls_note.into()],
+        ["system calls".into(), num(p.syscalls), syscalls_note],
         [
             "empty /dev/fuse reads".into(),
             per(stats.queue.empty_reads),

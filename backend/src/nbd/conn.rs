@@ -133,6 +133,8 @@ struct State {
     stream: Arc<Stream>,
     /// Counts the sockets: a failure of an old one does not end a new one.
     epoch: u64,
+    /// `sendmsg` calls made outside the ring on the sockets replaced.
+    sent_before: u64,
     /// Since when the connection is lost (requests wait for a new one).
     lost: Option<Instant>,
     /// A helper thread is making a new connection (connect and handshake), so that no
@@ -223,6 +225,7 @@ impl Conn {
         let state = State {
             stream: Arc::new(stream),
             epoch: 0,
+            sent_before: 0,
             lost: None,
             dialing: None,
             next_try: Instant::now(),
@@ -276,6 +279,12 @@ impl Conn {
                 done => return done,
             }
         }
+    }
+
+    /// `sendmsg` calls made outside the ring, on every socket the connection had.
+    pub fn sent_now(&self) -> u64 {
+        let st = self.lock();
+        st.sent_before + st.stream.sent_now()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -722,6 +731,7 @@ impl Conn {
         match made {
             Ok(stream) => {
                 log::info!("nbd: {}: reconnected", self.name);
+                st.sent_before += st.stream.sent_now();
                 st.stream = Arc::new(stream);
                 st.epoch += 1;
                 st.lost = None;

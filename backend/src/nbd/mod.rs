@@ -275,6 +275,13 @@ impl BlockBackend for NbdBackend {
         self.info.size
     }
 
+    fn stats(&self) -> crate::BackendStats {
+        crate::BackendStats {
+            direct_syscalls: self.conns.iter().map(Conn::sent_now).sum(),
+            ..crate::BackendStats::default()
+        }
+    }
+
     fn readv(&self, cx: &Ctx<'_>, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
         let total = iov::total(bufs) as u64;
         checked_end(offset, total)?;

@@ -119,7 +119,7 @@ fn header(r: &Report) -> String {
          co ns/req = sw/req x {:.1} ns: an ESTIMATE from the runtime_switch \
          micro-benchmark (one-way switch = half its round trip), not a measurement here.\n\
          sys/req = io_uring_enter calls + one writev per reply (unless --ring-replies) \
-         + /dev/fuse reads when counted.\n{}{}",
+         + /dev/fuse reads when counted + the backend's own (NBD sends).\n{}{}",
         o.seconds,
         r.environment.line(),
         r.switch_one_way_ns,
