@@ -420,7 +420,7 @@ impl BlockBackend for FileBackend {
         Ok(())
     }
 
-    fn block_status(&self, offset: u64) -> io::Result<Extent> {
+    fn block_status(&self, _cx: &Ctx<'_>, offset: u64) -> io::Result<Extent> {
         let len = self.len();
         if offset >= len {
             return Err(io::Error::from_raw_os_error(libc::ENXIO));

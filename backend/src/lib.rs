@@ -116,7 +116,7 @@ pub trait BlockBackend: Send + Sync {
     /// `SEEK_DATA`/`SEEK_HOLE`. `ENXIO` at or past the end, like `lseek`.
     ///
     /// [`len`]: BlockBackend::len
-    fn block_status(&self, offset: u64) -> io::Result<Extent>;
+    fn block_status(&self, cx: &Ctx<'_>, offset: u64) -> io::Result<Extent>;
 
     /// Bytes of storage in use (for `st_blocks`).
     fn allocated_bytes(&self) -> io::Result<u64>;

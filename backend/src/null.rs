@@ -76,7 +76,7 @@ impl BlockBackend for NullBackend {
         Ok(())
     }
 
-    fn block_status(&self, offset: u64) -> io::Result<Extent> {
+    fn block_status(&self, _cx: &Ctx<'_>, offset: u64) -> io::Result<Extent> {
         match self.len() {
             len if offset < len => Ok(Extent::hole(len)),
             _ => Err(io::Error::from_raw_os_error(libc::ENXIO)),

@@ -207,7 +207,7 @@ fn block_status_follows_the_layout() {
         ];
         for (offset, extent) in expect {
             assert_eq!(
-                b.block_status(offset).unwrap(),
+                b.block_status(cx, offset).unwrap(),
                 extent,
                 "{} at {offset}",
                 s.label
@@ -215,16 +215,16 @@ fn block_status_follows_the_layout() {
         }
         for offset in [M + 4 * K, 10 * M] {
             assert_eq!(
-                errno(&b.block_status(offset).unwrap_err()),
+                errno(&b.block_status(cx, offset).unwrap_err()),
                 libc::ENXIO,
                 "at {offset}"
             );
         }
         // A trailing hole after growing, and a hole where data was discarded.
         b.resize(cx, 2 * M).unwrap();
-        assert_eq!(b.block_status(M + 4 * K).unwrap(), Extent::hole(2 * M));
+        assert_eq!(b.block_status(cx, M + 4 * K).unwrap(), Extent::hole(2 * M));
         b.discard(cx, 0, 4 * K).unwrap();
-        assert_eq!(b.block_status(0).unwrap(), Extent::hole(M));
+        assert_eq!(b.block_status(cx, 0).unwrap(), Extent::hole(M));
     });
 }
 

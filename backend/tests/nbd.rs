@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend::{BlockBackend, Ctx, NbdBackend, NbdOptions, OpenOptions};
+use backend::{BlockBackend, Ctx, Extent, ExtentKind, NbdBackend, NbdOptions, OpenOptions};
 use corofuse_tests::nbd::{NbdServer, Via};
 use corofuse_tests::qcow2::{assert_check_clean, assert_same_as_raw};
 use corofuse_tests::qemu::qemu;
@@ -459,7 +459,7 @@ fn nbd_requests_batched_on_one_loop() {
 
 /// At iodepth 1 on a coroutine, a command leaves with one `sendmsg` outside the ring (the
 /// socket has room): a read costs one SQE, its reply's receive, and a write of 4 KiB the
-/// same. A write larger than the socket's buffer (here 32 MiB against at most 8 MiB)
+/// same (a second receive when the reply comes in two pieces). A write larger than the socket's buffer (here 32 MiB against at most 8 MiB)
 /// goes on through the ring once the socket is full, and arrives whole.
 #[test]
 fn nbd_commands_leave_without_an_sqe() {
@@ -495,9 +495,90 @@ fn nbd_commands_leave_without_an_sqe() {
         "{sqes} SQEs for {} requests: {per_request:.2} each",
         2 * ROUNDS
     );
-    assert!(per_request <= 1.0, "{per_request:.2} SQEs per request");
+    // 1 each, a little more when a reply arrives in two pieces (a busy machine); the
+    // ring's writev made it 2.
+    assert!(per_request < 1.5, "{per_request:.2} SQEs per request");
     let sent = b.stats().direct_syscalls;
     assert!(sent >= 2 * ROUNDS, "{sent} direct sends counted");
+}
+
+/// Where a sparse file's data and holes are, as `SEEK_DATA`/`SEEK_HOLE` on the file itself
+/// say: `(offset, is_data, end)` from every offset in `probes`.
+fn file_layout(path: &Path, probes: &[u64]) -> Vec<(u64, bool, u64)> {
+    use std::os::fd::AsRawFd;
+    let file = fs::File::open(path).unwrap();
+    let seek = |at: u64, whence| {
+        // SAFETY: a plain syscall on a file open for the call.
+        unsafe { libc::lseek(file.as_raw_fd(), at as libc::off_t, whence) as u64 }
+    };
+    probes
+        .iter()
+        .map(|&at| {
+            let data = seek(at, libc::SEEK_DATA) == at;
+            let end = match data {
+                true => seek(at, libc::SEEK_HOLE),
+                false => seek(at, libc::SEEK_DATA),
+            };
+            (at, data, end)
+        })
+        .collect()
+}
+
+/// Block status (`base:allocation`) against qemu-nbd on a sparse file: data and holes
+/// where the file has them, an extent ending where the file's does, in both contexts; and
+/// nbdkit's `noextents` filter (no block status offered) reads as all data.
+#[test]
+fn nbd_block_status_follows_the_servers_map() {
+    require_tool!("qemu-nbd");
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("sparse.raw");
+    {
+        let f = fs::File::create(&image).unwrap();
+        f.set_len(8 * MIB as u64).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&pattern(64 << 10, 1), 0).unwrap();
+        f.write_all_at(&pattern(128 << 10, 2), 3 * MIB as u64)
+            .unwrap();
+    }
+    let probes = [
+        0,
+        4096,
+        64 << 10,
+        MIB as u64,
+        3 * MIB as u64,
+        (3 * MIB + 4096) as u64,
+    ];
+    let expected = file_layout(&image, &probes);
+    assert!(
+        expected.iter().any(|e| !e.1),
+        "the file system keeps holes: {expected:?}"
+    );
+    let server = NbdServer::qemu_nbd(&image, "raw", "sparse", Via::Unix, &[]);
+    let b = open(server.uri(), false);
+    let check = move |b: &NbdBackend, cx: &Ctx<'_>| {
+        for &(at, data, end) in &expected {
+            let e = b.block_status(cx, at).unwrap();
+            let kind = if data {
+                ExtentKind::Data
+            } else {
+                ExtentKind::Hole
+            };
+            assert_eq!((e.kind, e.end), (kind, end), "at {at}");
+        }
+        let size = 8 * MIB as u64;
+        assert_eq!(errno(&b.block_status(cx, size).unwrap_err()), libc::ENXIO);
+    };
+    check(&b, &Ctx::Blocking);
+    let inner = Arc::clone(&b);
+    in_coroutine(move |cx| check(&inner, cx));
+
+    require_tool!("nbdkit");
+    let plain = NbdServer::nbdkit(Via::Unix, &["--filter=noextents", "memory", "4M"]);
+    let b = open(plain.uri(), false);
+    assert_eq!(
+        b.block_status(&Ctx::Blocking, 4096).unwrap(),
+        Extent::data(4 * MIB as u64)
+    );
 }
 
 fn open_reconnecting(uri: &str, delay: Duration) -> Arc<NbdBackend> {

@@ -2,9 +2,10 @@
 //! connection's reader uses (`backend::nbd::reply::read_one`), against a table of
 //! requests in flight that checks every call the parser makes.
 //!
-//! Properties: no panic; payload only inside the range its request asked for, never
-//! twice over the same byte; a request completes at most once, and a read that
-//! completes successfully had every byte delivered; an unmodified stream of valid
+//! Properties: no panic; payload only inside the range its request asked for (a block
+//! status request's one descriptor), never twice over the same byte; a request completes
+//! at most once, and a read or block status that completes successfully had every byte
+//! delivered; an unmodified stream of valid
 //! replies (simple or structured, chunks of different requests interleaved) completes
 //! every request with exactly the server's data. Random and mutated streams must end in
 //! an error (the connection ends) or in valid completions, never anything else.
@@ -16,8 +17,16 @@ use std::collections::HashMap;
 use std::io;
 
 use backend::nbd::proto::*;
-use backend::nbd::reply::{read_one, Expect, Progress, Table, Wire};
+use backend::nbd::reply::{read_one, reply_len, Expect, Progress, Table, Wire};
 use proptest::prelude::*;
+
+/// The id the tables give `base:allocation`.
+const CONTEXT: u32 = 7;
+
+/// Requests whose reply delivers bytes to the caller.
+fn delivers(kind: u16) -> bool {
+    kind == NBD_CMD_READ || kind == NBD_CMD_BLOCK_STATUS
+}
 
 /// The bytes a test feeds, as the socket.
 struct Bytes<'a>(&'a [u8]);
@@ -50,7 +59,7 @@ struct Checked(HashMap<u64, Pending>);
 impl Checked {
     fn new(reqs: &[(u64, Expect)]) -> Checked {
         let map = reqs.iter().map(|&(cookie, expect)| {
-            let len = expect.len as usize;
+            let len = reply_len(&expect);
             let p = Pending {
                 expect,
                 progress: Progress::default(),
@@ -69,12 +78,12 @@ impl Checked {
             .get_mut(&cookie)
             .expect("a cookie the parser was told exists");
         assert!(p.done.is_none(), "payload for a completed request");
-        assert_eq!(
-            p.expect.kind, NBD_CMD_READ,
+        assert!(
+            delivers(p.expect.kind),
             "payload for a request without data"
         );
         assert!(
-            at + len <= p.expect.len as usize,
+            at + len <= reply_len(&p.expect),
             "payload outside the request"
         );
         for d in &mut p.delivered[at..at + len] {
@@ -89,6 +98,10 @@ impl Table for Checked {
     fn expect(&mut self, cookie: u64) -> Option<(Expect, Progress)> {
         let p = self.0.get(&cookie).filter(|p| p.done.is_none())?;
         Some((p.expect, p.progress))
+    }
+
+    fn allocation_context(&mut self) -> Option<u32> {
+        Some(CONTEXT)
     }
 
     fn data(&mut self, cookie: u64, at: usize, len: usize, wire: &mut dyn Wire) -> io::Result<()> {
@@ -107,10 +120,10 @@ impl Table for Checked {
     fn done(&mut self, cookie: u64, result: Result<(), i32>) {
         let p = self.0.get_mut(&cookie).unwrap();
         assert!(p.done.is_none(), "completed twice");
-        if result.is_ok() && p.expect.kind == NBD_CMD_READ {
+        if result.is_ok() && delivers(p.expect.kind) {
             assert!(
                 p.delivered.iter().all(|&d| d),
-                "a read completed with bytes missing"
+                "a read or block status completed with bytes missing"
             );
         }
         p.done = Some(result);
@@ -127,31 +140,34 @@ fn parse_all(stream: &[u8], table: &mut Checked, structured: bool) {
     }
 }
 
-/// A request: READ or WRITE (cookie i + 1) at an offset, up to 64 KiB, and for a read the
-/// server's data and where its structured reply cuts it into chunks.
+/// A request: READ, WRITE or BLOCK_STATUS (cookie i + 1) at an offset, up to 64 KiB, and
+/// for a read the server's data and where its structured reply cuts it into chunks; for a
+/// block status, its one descriptor.
 #[derive(Clone, Debug)]
 struct Case {
     kind: u16,
     offset: u64,
+    /// Bytes asked about.
+    range: u32,
     data: Vec<u8>,
     cuts: Vec<usize>,
     holes: Vec<bool>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (any::<bool>(), 0u64..1 << 40, 1usize..65536, any::<u8>()).prop_flat_map(
-        |(read, offset, len, seed)| {
+    (0u8..3, 0u64..1 << 40, 1usize..65536, any::<u8>()).prop_flat_map(
+        |(which, offset, len, seed)| {
             let data: Vec<u8> = (0..len)
                 .map(|i| (i as u8).wrapping_mul(seed) ^ 0x5a)
                 .collect();
             (
-                Just(read),
+                Just(which),
                 Just(offset),
                 Just(data),
                 proptest::collection::vec(1..len.max(2), 0..4),
                 proptest::collection::vec(any::<bool>(), 5),
             )
-                .prop_map(|(read, offset, data, mut cuts, holes)| {
+                .prop_map(move |(which, offset, data, mut cuts, holes)| {
                     cuts.sort_unstable();
                     cuts.dedup();
                     cuts.retain(|&c| c < data.len());
@@ -164,10 +180,22 @@ fn case() -> impl Strategy<Value = Case> {
                             data[w[0]..w[1]].fill(0); // served as a hole
                         }
                     }
-                    let kind = if read { NBD_CMD_READ } else { NBD_CMD_WRITE };
+                    let range = data.len() as u32;
+                    let (kind, data) = match which {
+                        0 => (NBD_CMD_READ, data),
+                        1 => (NBD_CMD_WRITE, data),
+                        // One extent of 1..=range bytes, its state from the seed.
+                        _ => {
+                            let extent = 1 + u32::from(seed) % range;
+                            let state = u32::from(seed) & 3;
+                            let d = [extent.to_be_bytes(), state.to_be_bytes()].concat();
+                            (NBD_CMD_BLOCK_STATUS, d)
+                        }
+                    };
                     Case {
                         kind,
                         offset,
+                        range,
                         data,
                         cuts,
                         holes,
@@ -189,6 +217,13 @@ fn chunk(out: &mut Vec<u8>, flags: u16, kind: u16, cookie: u64, payload: &[u8]) 
 /// Each request's reply as a list of messages (each a byte vector), in order.
 fn replies(case: &Case, cookie: u64, structured: bool) -> Vec<Vec<u8>> {
     let mut msgs = Vec::new();
+    if case.kind == NBD_CMD_BLOCK_STATUS {
+        let mut m = Vec::new();
+        let payload = [&CONTEXT.to_be_bytes()[..], &case.data].concat();
+        let flags = NBD_REPLY_FLAG_DONE;
+        chunk(&mut m, flags, NBD_REPLY_TYPE_BLOCK_STATUS, cookie, &payload);
+        return vec![m];
+    }
     if !structured || case.kind != NBD_CMD_READ {
         let mut m = Vec::new();
         m.extend(NBD_SIMPLE_REPLY_MAGIC.to_be_bytes());
@@ -249,13 +284,12 @@ fn stream(cases: &[Case], structured: bool, order: &[usize]) -> (Vec<u8>, Vec<(u
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let len = c.data.len() as u32;
             (
                 i as u64 + 1,
                 Expect {
                     kind: c.kind,
                     offset: c.offset,
-                    len,
+                    len: c.range,
                 },
             )
         })
@@ -271,6 +305,12 @@ proptest! {
         structured in any::<bool>(),
         order in proptest::collection::vec(any::<usize>(), 1..8),
     ) {
+        // Block status needs structured replies (the handshake asks for it only then).
+        let cases: Vec<Case> = cases
+            .into_iter()
+            .filter(|c| structured || c.kind != NBD_CMD_BLOCK_STATUS)
+            .collect();
+        prop_assume!(!cases.is_empty());
         let (bytes, reqs) = stream(&cases, structured, &order);
         let mut table = Checked::new(&reqs);
         let mut wire = Bytes(&bytes);
@@ -280,7 +320,7 @@ proptest! {
         for (i, c) in cases.iter().enumerate() {
             let p = &table.0[&(i as u64 + 1)];
             prop_assert_eq!(p.done, Some(Ok(())));
-            if c.kind == NBD_CMD_READ {
+            if delivers(c.kind) {
                 prop_assert!(p.data == c.data, "request {} got other bytes", i + 1);
             }
         }

@@ -54,9 +54,15 @@ fn null_drops_writes_and_resizes() {
 #[test]
 fn null_is_one_hole() {
     let b = NullBackend::new(G, true);
-    assert_eq!(b.block_status(0).unwrap(), Extent::hole(G));
-    assert_eq!(b.block_status(G - 1).unwrap(), Extent::hole(G));
-    assert_eq!(errno(&b.block_status(G).unwrap_err()), libc::ENXIO);
+    assert_eq!(b.block_status(&Ctx::Blocking, 0).unwrap(), Extent::hole(G));
+    assert_eq!(
+        b.block_status(&Ctx::Blocking, G - 1).unwrap(),
+        Extent::hole(G)
+    );
+    assert_eq!(
+        errno(&b.block_status(&Ctx::Blocking, G).unwrap_err()),
+        libc::ENXIO
+    );
 }
 
 #[test]

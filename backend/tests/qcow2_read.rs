@@ -88,7 +88,7 @@ fn qcow2_block_status_sees_holes_and_data() {
     qemu_img(&["create", "-f", "qcow2", path.to_str().unwrap(), "4M"]);
     qemu_io(&path, &["write -P 1 1M 64k", "write -z 2M 64k"]);
     let disk = open(&path, &OpenOptions::default());
-    let status = |at| disk.block_status(at).unwrap();
+    let status = |at| disk.block_status(&Ctx::Blocking, at).unwrap();
     assert_eq!((status(0).kind, status(0).end), (ExtentKind::Hole, 1 << 20));
     assert_eq!(
         (status(1 << 20).kind, status(1 << 20).end),
@@ -96,7 +96,7 @@ fn qcow2_block_status_sees_holes_and_data() {
     );
     assert_eq!(status(2 << 20).kind, ExtentKind::Hole);
     assert_eq!(status((4 << 20) - 1).end, 4 << 20);
-    assert!(disk.block_status(4 << 20).is_err());
+    assert!(disk.block_status(&Ctx::Blocking, 4 << 20).is_err());
 }
 
 #[test]

@@ -107,6 +107,7 @@ impl Export {
     /// image counts as a hole; at or past it, ENXIO.
     pub(super) fn lseek<'a>(
         &self,
+        cx: &Ctx<'_>,
         arg: &fuse_lseek_in,
         out: &'a mut fuse_lseek_out,
     ) -> Result<&'a fuse_lseek_out, Errno> {
@@ -119,7 +120,7 @@ impl Export {
             if offset >= len {
                 return Err(Errno::ENXIO);
             }
-            let extent = self.backend.block_status(offset).map_err(Errno::from)?;
+            let extent = self.backend.block_status(cx, offset).map_err(Errno::from)?;
             let found = match (extent.kind, arg.whence) {
                 (ExtentKind::Data, SEEK_DATA) | (ExtentKind::Hole, SEEK_HOLE) => Some(offset),
                 (ExtentKind::Data, _) if extent.end >= len => Some(len),

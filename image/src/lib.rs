@@ -283,7 +283,7 @@ impl FileSystem for Export {
                 .map(|w| Reply::arg(unique, w)),
             Operation::Fallocate { arg } => self.fallocate(cx, arg).map(|()| Reply::empty(unique)),
             Operation::Lseek { arg } => self
-                .lseek(arg, &mut args.lseek)
+                .lseek(cx, arg, &mut args.lseek)
                 .map(|l| Reply::arg(unique, l)),
             Operation::Statfs => Ok(Reply::arg(unique, self.statfs(&mut args.statfs))),
             Operation::Lookup { .. } => Err(Errno::ENOENT),

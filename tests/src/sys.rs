@@ -40,6 +40,26 @@ pub fn lseek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
     syscall!(unsafe { libc::lseek(file.as_raw_fd(), offset as i64, whence) }).map(|o| o as u64)
 }
 
+/// lseek's result or errno, comparable.
+pub fn seek(file: &File, offset: u64, whence: i32) -> Result<u64, i32> {
+    lseek(file, offset, whence).map_err(|e| e.raw_os_error().unwrap_or(0))
+}
+
+/// Asserts that `SEEK_DATA` and `SEEK_HOLE` from each of `offsets` give the same result
+/// (offset or errno) on `mount` as on `image`; `what` names the moment in a failure.
+pub fn assert_same_seeks(image: &File, mount: &File, offsets: &[u64], what: &str) {
+    for whence in [libc::SEEK_DATA, libc::SEEK_HOLE] {
+        for &offset in offsets {
+            let want = seek(image, offset, whence);
+            let got = seek(mount, offset, whence);
+            assert_eq!(
+                got, want,
+                "{what}: lseek({offset}, {whence}), mount vs image"
+            );
+        }
+    }
+}
+
 /// `copy_file_range(2)` of up to `len` bytes from `from` at `off_from` to `to` at
 /// `off_to` (the file positions do not move): the bytes copied.
 pub fn copy_file_range(

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corofuse_tests::nbd::{NbdServer, Via};
+use corofuse_tests::sys::{assert_same_seeks, seek};
 use corofuse_tests::tls::TlsCerts;
 use corofuse_tests::{
     assert_bytes_eq, dispatch_tests, errno_of, open_rw, pattern, require_fuse, require_tool,
@@ -408,4 +409,55 @@ fn mount_nbd_reconnect_under_load(mode: Dispatch) {
         Rounds::model(w as u64, n, &mut model);
     }
     assert_bytes_eq(&fs::read(&image).unwrap(), &model, "the image file");
+}
+
+dispatch_tests!(mount_nbd_seek_data_and_hole[coroutine, threads]);
+/// SEEK_DATA / SEEK_HOLE through a mounted NBD export answer what the file qemu-nbd
+/// serves says (block status, `base:allocation`), and a hole punched through the mount is
+/// one afterwards.
+fn mount_nbd_seek_data_and_hole(mode: Dispatch) {
+    require_fuse!();
+    require_tool!("qemu-nbd");
+    let sandbox = Sandbox::on_tmpfs().unwrap_or_default();
+    let len = 2 * MIB;
+    // data 0..64K, hole 64K..1M, data 1M..1M+64K, hole to 2M.
+    let image = sandbox.sparse("disk.raw", len);
+    let writer = fs::OpenOptions::new().write(true).open(&image).unwrap();
+    for at in [0, MIB] {
+        let data = pattern(at, at, 64 * KIB as usize);
+        writer.write_all_at(&data, at).unwrap();
+    }
+    drop(writer);
+    let on_image = fs::File::open(&image).unwrap();
+    assert_eq!(
+        seek(&on_image, 0, libc::SEEK_HOLE),
+        Ok(64 * KIB),
+        "image layout"
+    );
+    let server = NbdServer::qemu_nbd(&image, "raw", "disk", via(mode), &[]);
+    let export = MountedExport::start(server.uri(), &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let on_mount = open_rw(export.path()).unwrap();
+    let offsets = [
+        0,
+        1,
+        4095,
+        64 * KIB,
+        100 * KIB,
+        MIB - 1,
+        MIB,
+        MIB + 64 * KIB - 1,
+        MIB + 64 * KIB,
+        len - 1,
+        len,
+    ];
+    let compare = |what: &str| assert_same_seeks(&on_image, &on_mount, &offsets, what);
+    compare("as served");
+    assert_eq!(seek(&on_mount, 64 * KIB, libc::SEEK_DATA), Ok(MIB));
+    // A hole punched through the mount (WRITE_ZEROES that may unmap) is one for both.
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    corofuse_tests::sys::fallocate(&on_mount, punch, MIB, 64 * KIB).unwrap();
+    compare("after a punch");
+    assert_eq!(seek(&on_mount, 64 * KIB, libc::SEEK_DATA), Err(libc::ENXIO));
+    drop(on_mount);
+    export.stop();
 }

@@ -1,18 +1,12 @@
 //! SEEK_DATA / SEEK_HOLE through the mount answer what the image's own file system says.
 
 use std::fs::File;
-use std::io;
 use std::os::unix::fs::FileExt;
 
-use corofuse_tests::sys::lseek;
+use corofuse_tests::sys::{assert_same_seeks, seek};
 use corofuse_tests::{dispatch_tests, pattern, Dispatch, MountedExport, Sandbox, KIB, MIB};
 
 const LEN: u64 = 2 * MIB;
-
-/// lseek's result or errno, comparable.
-fn seek(file: &File, offset: u64, whence: i32) -> Result<u64, i32> {
-    lseek(file, offset, whence).map_err(|e: io::Error| e.raw_os_error().unwrap_or(0))
-}
 
 dispatch_tests!(mount_seek_data_and_hole_match_the_image);
 fn mount_seek_data_and_hole_match_the_image(mode: Dispatch) {
@@ -56,16 +50,7 @@ fn mount_seek_data_and_hole_match_the_image(mode: Dispatch) {
         LEN + 1,
         3 * MIB,
     ];
-    for whence in [libc::SEEK_DATA, libc::SEEK_HOLE] {
-        for offset in offsets {
-            let want = seek(&on_image, offset, whence);
-            let got = seek(&on_mount, offset, whence);
-            assert_eq!(
-                got, want,
-                "lseek({offset}, {whence}) on the mount vs the image"
-            );
-        }
-    }
+    assert_same_seeks(&on_image, &on_mount, &offsets, "image");
     assert_eq!(seek(&on_mount, LEN, libc::SEEK_DATA), Err(libc::ENXIO));
     assert_eq!(seek(&on_mount, MIB - 1, libc::SEEK_DATA), Ok(MIB));
     assert_eq!(seek(&on_mount, MIB, libc::SEEK_HOLE), Ok(MIB + 64 * KIB));

@@ -294,8 +294,8 @@ impl BlockBackend for InjectBackend {
         self.run_all(cx, changed, || self.inner.resize(cx, new_len))
     }
 
-    fn block_status(&self, offset: u64) -> io::Result<Extent> {
-        self.inner.block_status(offset)
+    fn block_status(&self, cx: &Ctx<'_>, offset: u64) -> io::Result<Extent> {
+        self.inner.block_status(cx, offset)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -133,6 +133,8 @@ struct State {
     stream: Arc<Stream>,
     /// Counts the sockets: a failure of an old one does not end a new one.
     epoch: u64,
+    /// The id of `base:allocation` on this socket (ids are per connection).
+    allocation: Option<u32>,
     /// `sendmsg` calls made outside the ring on the sockets replaced.
     sent_before: u64,
     /// Since when the connection is lost (requests wait for a new one).
@@ -210,11 +212,12 @@ fn loop_of(cx: &Ctx<'_>) -> Option<u64> {
 }
 
 impl Conn {
-    /// A connection over `stream` (handshake done) with room for `max_in_flight`
-    /// requests; `name` (the URI) is for the log; made again when lost if `redial` says.
+    /// A connection over `stream` (handshake done, `info` what it settled) with room for
+    /// `max_in_flight` requests; `name` (the URI) is for the log; made again when lost if
+    /// `redial` says.
     pub fn new(
         stream: Stream,
-        structured: bool,
+        info: &Info,
         name: String,
         max: usize,
         redial: Option<Redial>,
@@ -225,6 +228,7 @@ impl Conn {
         let state = State {
             stream: Arc::new(stream),
             epoch: 0,
+            allocation: info.allocation,
             sent_before: 0,
             lost: None,
             dialing: None,
@@ -245,7 +249,7 @@ impl Conn {
             asleep: 0,
         };
         Ok(Conn {
-            structured,
+            structured: info.structured,
             redial,
             name,
             state: Mutex::new(state),
@@ -548,7 +552,7 @@ impl Conn {
     ) -> io::Result<()> {
         let slot = &st.slots[key];
         if let (Ok(()), true, Some(dest)) = (result, slot.into_buf, dest) {
-            let len = slot.expect.len as usize;
+            let len = reply::reply_len(&slot.expect);
             let buf = std::mem::take(&mut st.bufs[key]);
             drop(st);
             iov::scatter(dest, 0, &buf[..len]);
@@ -719,9 +723,9 @@ impl Conn {
     /// Installs a new connection if it was made and the export is the same.
     fn install(&self, st: &mut State, redial: &Redial, dialed: io::Result<(Stream, Info)>) {
         let made = dialed.and_then(|(stream, info)| {
-            let same = |i: &Info| (i.size, i.flags, i.structured);
+            let same = |i: &Info| (i.size, i.flags, i.structured, i.allocation.is_some());
             match same(&info) == same(&redial.info) {
-                true => Ok(stream),
+                true => Ok((stream, info.allocation)),
                 false => Err(io::Error::other(format!(
                     "the export changed (size {} bytes, flags {:#x})",
                     info.size, info.flags
@@ -729,7 +733,8 @@ impl Conn {
             }
         });
         match made {
-            Ok(stream) => {
+            Ok((stream, allocation)) => {
+                st.allocation = allocation;
                 log::info!("nbd: {}: reconnected", self.name);
                 st.sent_before += st.stream.sent_now();
                 st.stream = Arc::new(stream);
@@ -895,7 +900,7 @@ impl ConnTable<'_, '_, '_, '_> {
             }
         }
         slot.into_buf = true;
-        let need = slot.expect.len as usize;
+        let need = reply::reply_len(&slot.expect);
         let mut buf = std::mem::take(&mut st.bufs[key]);
         drop(st);
         if buf.len() < need {
@@ -913,6 +918,10 @@ impl Table for ConnTable<'_, '_, '_, '_> {
         let slot = st.slots.get(key_of(cookie))?;
         let waiting = slot.cookie == cookie && slot.phase == Phase::Sent;
         waiting.then_some((slot.expect, slot.progress))
+    }
+
+    fn allocation_context(&mut self) -> Option<u32> {
+        self.conn.lock().allocation
     }
 
     fn data(&mut self, cookie: u64, at: usize, len: usize, wire: &mut dyn Wire) -> io::Result<()> {

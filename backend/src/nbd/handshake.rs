@@ -8,7 +8,9 @@
 //!    same socket, and everything after it (the options below, then transmission) goes
 //!    inside TLS. A server without TLS is refused rather than used in the clear.
 //! 3. `NBD_OPT_STRUCTURED_REPLY`: an ACK turns structured replies on; an error reply
-//!    (unsupported) leaves simple replies.
+//!    (unsupported) leaves simple replies. With them, `NBD_OPT_SET_META_CONTEXT` asks for
+//!    `base:allocation` (what is a hole, what reads as zeroes): the server answers the
+//!    context's id, which block status replies carry, or nothing (no block status).
 //! 4. `NBD_OPT_GO` with the export name and one information request,
 //!    `NBD_INFO_BLOCK_SIZE`: the server answers `NBD_REP_INFO`s (export size and
 //!    transmission flags; block sizes) then an ACK. Asking for block sizes commits us to
@@ -41,6 +43,8 @@ pub struct Info {
     pub max_block: u32,
     /// Whether structured replies were negotiated.
     pub structured: bool,
+    /// The id of the `base:allocation` context, if the server has it (block status).
+    pub allocation: Option<u32>,
 }
 
 /// The protocol's defaults where the server states no block sizes: 1 byte, 4 KiB, 32 MiB.
@@ -59,8 +63,13 @@ pub fn negotiate(stream: &mut Stream, export: &str, tls: Option<&tls::Client>) -
     }
     let stream = &*stream;
     let structured = structured_replies(stream)?;
+    let allocation = match structured {
+        true => allocation_context(stream, export)?,
+        false => None,
+    };
     let mut info = match go(stream, export)? {
-        Some(info) => info,
+        Some(info) => Info { allocation, ..info },
+        // A server that does not know GO does not know meta contexts either.
         None => export_name(stream, export, client & NBD_FLAG_C_NO_ZEROES != 0)?,
     };
     info.structured = structured;
@@ -113,6 +122,44 @@ fn structured_replies(stream: &Stream) -> io::Result<bool> {
     }
 }
 
+/// `NBD_OPT_SET_META_CONTEXT` for `base:allocation` on `export`: the context's id, or
+/// `None` if the server has no such context or does not know the option.
+fn allocation_context(stream: &Stream, export: &str) -> io::Result<Option<u32>> {
+    let name = export.as_bytes();
+    let query = BASE_ALLOCATION.as_bytes();
+    send_option(
+        stream,
+        NBD_OPT_SET_META_CONTEXT,
+        &[
+            &(name.len() as u32).to_be_bytes(),
+            name,
+            &1u32.to_be_bytes(),
+            &(query.len() as u32).to_be_bytes(),
+            query,
+        ],
+    )?;
+    let mut id = None;
+    loop {
+        let (kind, data) = option_reply(stream, NBD_OPT_SET_META_CONTEXT)?;
+        match kind {
+            NBD_REP_META_CONTEXT if data.len() >= 4 && &data[4..] == query => {
+                id = Some(u32::from_be_bytes(data[..4].try_into().expect("4")));
+            }
+            NBD_REP_META_CONTEXT => {
+                return Err(refused("the server answered a meta context not asked for"))
+            }
+            NBD_REP_ACK => return Ok(id),
+            NBD_REP_ERR_TLS_REQD => return Err(tls_required()),
+            k if k & NBD_REP_FLAG_ERROR != 0 => return Ok(None),
+            k => {
+                return Err(refused(&format!(
+                    "unexpected reply {k:#x} to SET_META_CONTEXT"
+                )))
+            }
+        }
+    }
+}
+
 /// `NBD_OPT_GO`; `None` if the server does not know it.
 fn go(stream: &Stream, export: &str) -> io::Result<Option<Info>> {
     let name = export.as_bytes();
@@ -148,6 +195,7 @@ fn go(stream: &Stream, export: &str) -> io::Result<Option<Info>> {
         pref_block,
         max_block,
         structured: false,
+        allocation: None,
     }))
 }
 
@@ -219,6 +267,7 @@ fn export_name(stream: &Stream, export: &str, no_zeroes: bool) -> io::Result<Inf
         pref_block: DEFAULT_BLOCK.1,
         max_block: DEFAULT_BLOCK.2,
         structured: false,
+        allocation: None,
     })
 }
 

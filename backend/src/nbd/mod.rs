@@ -24,8 +24,10 @@
 //!   nothing about them. Without WRITE_ZEROES, `EOPNOTSUPP`.
 //! - No `FUA`: `--direct` means "no page cache of ours", which a client with no cache
 //!   already is; O_DIRECT does not make a write durable, flush does.
-//! - block_status: all data (the server is not asked; `base:allocation` is not
-//!   negotiated), allocated bytes: the size.
+//! - block_status (`SEEK_DATA`/`SEEK_HOLE`): `NBD_CMD_BLOCK_STATUS` with `REQ_ONE` in the
+//!   `base:allocation` context, where the server has it (else all data, as when it
+//!   refuses a request): a hole where the server says the range is both unallocated and
+//!   reads as zeroes, data otherwise. Allocated bytes: the size.
 //!
 //! # Block sizes
 //! Requests are checked against the server's minimum block size: one that is not
@@ -138,17 +140,17 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
         delay: nbd.reconnect_delay,
         tls: tls.clone(),
     });
-    let conn =
-        |stream, structured| Conn::new(stream, structured, name.clone(), max, redial.clone());
-    let mut conns = vec![conn(first, info.structured)?];
+    let conn = |stream, info: &Info| Conn::new(stream, info, name.clone(), max, redial.clone());
+    let mut conns = vec![conn(first, &info)?];
     for _ in 1..count {
         let (stream, more) = connect(&uri, tls.as_ref()).map_err(fail)?;
-        if (more.size, more.flags) != (info.size, info.flags) {
+        let same = |i: &Info| (i.size, i.flags, i.allocation.is_some());
+        if same(&more) != same(&info) {
             return Err(fail(io::Error::other(
                 "the export changed between connections",
             )));
         }
-        conns.push(conn(stream, more.structured)?);
+        conns.push(conn(stream, &more)?);
     }
     let max_payload = info.max_block.min(u32::MAX / 2) / info.min_block * info.min_block;
     Ok(NbdBackend {
@@ -187,6 +189,9 @@ fn invalid(spec: &str, why: &str) -> io::Error {
         format!("invalid image spec {spec:?}: {why}"),
     )
 }
+
+/// The most one block status request asks about (its length is a u32).
+const STATUS_SPAN: u64 = 1 << 30;
 
 /// Counts threads in the order they first reach an NBD backend (see the module docs).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -361,11 +366,50 @@ impl BlockBackend for NbdBackend {
         }
     }
 
-    fn block_status(&self, offset: u64) -> io::Result<Extent> {
-        match offset < self.info.size {
-            true => Ok(Extent::data(self.info.size)),
-            false => Err(io::Error::from_raw_os_error(libc::ENXIO)),
+    fn block_status(&self, cx: &Ctx<'_>, offset: u64) -> io::Result<Extent> {
+        let size = self.info.size;
+        if offset >= size {
+            return Err(io::Error::from_raw_os_error(libc::ENXIO));
         }
+        if self.info.allocation.is_none() {
+            return Ok(Extent::data(size));
+        }
+        // From the block holding `offset`, at most 1 GiB (a u32, whole blocks).
+        let min = u64::from(self.info.min_block);
+        let start = offset / min * min;
+        let len = (size - start).min(STATUS_SPAN);
+        let cmd = Cmd {
+            kind: NBD_CMD_BLOCK_STATUS,
+            flags: NBD_CMD_FLAG_REQ_ONE,
+            offset: start,
+            len: len as u32,
+        };
+        let mut desc = [0u8; DESCRIPTOR_LEN];
+        let asked = self
+            .conn()
+            .call(cx, cmd, &[], Some(&mut [IoSliceMut::new(&mut desc)]));
+        match asked {
+            Ok(()) => {}
+            // The server would not say (a range it refuses, or no status there after all):
+            // all data is always a true answer.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                log::debug!("nbd: {}: block status at {start}: {e}", self.uri);
+                return Ok(Extent::data(size));
+            }
+            Err(e) => return Err(e),
+        }
+        let extent = u64::from(u32::from_be_bytes(desc[..4].try_into().expect("4")));
+        let state = u32::from_be_bytes(desc[4..].try_into().expect("4"));
+        let end = start + extent.min(len);
+        if end <= offset {
+            return Err(io::Error::from_raw_os_error(libc::EIO)); // less than a block
+        }
+        // A hole only where the server says both: unallocated, and reads as zeroes.
+        let hole = NBD_STATE_HOLE | NBD_STATE_ZERO;
+        Ok(match state & hole == hole {
+            true => Extent::hole(end),
+            false => Extent::data(end),
+        })
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -24,8 +24,14 @@ pub const NBD_OPT_ABORT: u32 = 2;
 pub const NBD_OPT_STARTTLS: u32 = 5;
 pub const NBD_OPT_GO: u32 = 7;
 pub const NBD_OPT_STRUCTURED_REPLY: u32 = 8;
+pub const NBD_OPT_SET_META_CONTEXT: u32 = 10;
 pub const NBD_REP_ACK: u32 = 1;
 pub const NBD_REP_INFO: u32 = 3;
+pub const NBD_REP_META_CONTEXT: u32 = 4;
+/// The metadata context of allocation status, which every server with block status has.
+pub const BASE_ALLOCATION: &str = "base:allocation";
+pub const NBD_STATE_HOLE: u32 = 1 << 0;
+pub const NBD_STATE_ZERO: u32 = 1 << 1;
 pub const NBD_REP_FLAG_ERROR: u32 = 1 << 31;
 pub const NBD_REP_ERR_UNSUP: u32 = NBD_REP_FLAG_ERROR | 1;
 pub const NBD_REP_ERR_POLICY: u32 = NBD_REP_FLAG_ERROR | 2;
@@ -54,8 +60,13 @@ pub const NBD_CMD_DISC: u16 = 2;
 pub const NBD_CMD_FLUSH: u16 = 3;
 pub const NBD_CMD_TRIM: u16 = 4;
 pub const NBD_CMD_WRITE_ZEROES: u16 = 6;
+pub const NBD_CMD_BLOCK_STATUS: u16 = 7;
 pub const NBD_CMD_FLAG_FUA: u16 = 1 << 0;
 pub const NBD_CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+pub const NBD_CMD_FLAG_REQ_ONE: u16 = 1 << 3;
+/// Bytes of the one block status descriptor (`length`, `status flags`) a
+/// `NBD_CMD_BLOCK_STATUS` with `REQ_ONE` delivers to its caller.
+pub const DESCRIPTOR_LEN: usize = 8;
 /// Bytes of a request header.
 pub const REQUEST_LEN: usize = 28;
 
@@ -66,6 +77,7 @@ pub const NBD_REPLY_FLAG_DONE: u16 = 1 << 0;
 pub const NBD_REPLY_TYPE_NONE: u16 = 0;
 pub const NBD_REPLY_TYPE_OFFSET_DATA: u16 = 1;
 pub const NBD_REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+pub const NBD_REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const NBD_REPLY_TYPE_ERROR: u16 = (1 << 15) | 1;
 pub const NBD_REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) | 2;
 /// Bytes of a simple reply header.
@@ -124,6 +136,8 @@ pub enum ProtoError {
     /// A simple reply where the protocol demands a structured one (a read, once they are
     /// negotiated).
     SimpleRead(u64),
+    /// A successful block status reply without the one descriptor asked for.
+    NoStatus(u64),
 }
 
 impl fmt::Display for ProtoError {
@@ -149,6 +163,7 @@ impl fmt::Display for ProtoError {
             ProtoError::SimpleRead(c) => {
                 write!(f, "simple reply to read {c:#x} with structured replies on")
             }
+            ProtoError::NoStatus(c) => write!(f, "block status reply {c:#x} without a status"),
         }
     }
 }

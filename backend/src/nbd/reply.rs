@@ -10,6 +10,8 @@
 //!   backwards, or a successful read that leaves bytes uncovered is a [`ProtoError`]: the
 //!   caller ends the connection, and no request completes with data it did not get;
 //! - payload lands only inside the request's own range (checked before a byte is read);
+//! - a block status reply carries exactly one descriptor (we ask with `REQ_ONE`) of the
+//!   one context negotiated, else it is a [`ProtoError`] too;
 //! - nothing panics and nothing is allocated: messages are read into a stack buffer.
 //!
 //! Chunks of one read must come in increasing offset order. The protocol allows any
@@ -19,6 +21,7 @@
 use std::io::{self, IoSliceMut};
 
 use super::proto::{self, Header, ProtoError};
+use super::proto::{NBD_CMD_BLOCK_STATUS, NBD_REPLY_TYPE_BLOCK_STATUS};
 use super::proto::{NBD_CMD_READ, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE};
 use super::proto::{NBD_REPLY_TYPE_ERROR, NBD_REPLY_TYPE_ERROR_OFFSET};
 use super::proto::{NBD_REPLY_TYPE_OFFSET_DATA, NBD_REPLY_TYPE_OFFSET_HOLE};
@@ -28,6 +31,23 @@ use crate::iov;
 pub trait Wire {
     /// Reads exactly `buf.len()` bytes.
     fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()>;
+}
+
+/// Bytes already in hand (a block status descriptor) as a wire.
+impl Wire for &[u8] {
+    fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        io::Read::read_exact(self, buf)
+    }
+}
+
+/// Bytes of its reply a request's caller receives: a read's data, a block status
+/// request's one descriptor, nothing for the others.
+pub fn reply_len(expect: &Expect) -> usize {
+    match expect.kind {
+        NBD_CMD_READ => expect.len as usize,
+        NBD_CMD_BLOCK_STATUS => proto::DESCRIPTOR_LEN,
+        _ => 0,
+    }
 }
 
 /// What a request in flight asked for.
@@ -56,6 +76,8 @@ pub struct Progress {
 pub trait Table {
     /// The request carrying `cookie` and its progress, if one is waiting for a reply.
     fn expect(&mut self, cookie: u64) -> Option<(Expect, Progress)>;
+    /// The id the server gave `base:allocation` on this connection, if it has one.
+    fn allocation_context(&mut self) -> Option<u32>;
     /// Reads `len` bytes of the request's data, for its bytes `[at, at + len)`, from
     /// `wire`. The range was checked to lie inside the request.
     fn data(&mut self, cookie: u64, at: usize, len: usize, wire: &mut dyn Wire) -> io::Result<()>;
@@ -128,6 +150,9 @@ fn simple(
         table.done(cookie, Err(proto::errno(error)?));
         return Ok(());
     }
+    if expect.kind == NBD_CMD_BLOCK_STATUS {
+        return Err(ProtoError::NoStatus(cookie).into());
+    }
     if is_read {
         table.data(cookie, 0, expect.len as usize, wire)?;
     }
@@ -169,6 +194,25 @@ fn chunk(
             let at = check_range(&expect, &mut progress, offset, size, bad_len)?;
             table.hole(cookie, at, size as usize);
         }
+        NBD_REPLY_TYPE_BLOCK_STATUS if expect.kind != NBD_CMD_BLOCK_STATUS => {
+            return Err(bad_kind.into())
+        }
+        // One context, one descriptor (`REQ_ONE`): one chunk of 4 + 8 bytes.
+        NBD_REPLY_TYPE_BLOCK_STATUS if len != 4 + proto::DESCRIPTOR_LEN as u32 => {
+            return Err(bad_len.into())
+        }
+        NBD_REPLY_TYPE_BLOCK_STATUS => {
+            let mut b = [0u8; 4 + proto::DESCRIPTOR_LEN];
+            wire.read_exact(&mut b)?;
+            let context = u32::from_be_bytes(b[..4].try_into().expect("4 bytes"));
+            let extent = u32::from_be_bytes(b[4..8].try_into().expect("4 bytes"));
+            let repeated = progress.covered != 0;
+            if repeated || table.allocation_context() != Some(context) || extent == 0 {
+                return Err(bad_kind.into());
+            }
+            progress.covered = proto::DESCRIPTOR_LEN as u64;
+            table.data(cookie, 0, proto::DESCRIPTOR_LEN, &mut &b[4..])?;
+        }
         NBD_REPLY_TYPE_ERROR | NBD_REPLY_TYPE_ERROR_OFFSET => {
             let errno = error_chunk(wire, kind, len, bad_len)?;
             progress.error.get_or_insert(errno);
@@ -188,6 +232,9 @@ fn chunk(
                 asked: u64::from(expect.len),
             }
             .into());
+        }
+        None if expect.kind == NBD_CMD_BLOCK_STATUS && progress.covered == 0 => {
+            return Err(ProtoError::NoStatus(cookie).into());
         }
         None => Ok(()),
     };

@@ -163,24 +163,6 @@ impl L2Cache {
         }
     }
 
-    /// Entry `index` of `table` without waiting for anyone: from the cache if the table is
-    /// there, else read from the file alone (8 bytes, blocking). For `block_status`, which
-    /// runs outside any coroutine's context and so must never wait for a load that a
-    /// coroutine of its own thread is doing.
-    pub(crate) fn get_now(&self, host: &Host, table: u64, index: usize) -> io::Result<u64> {
-        {
-            let s = self.lock();
-            if let Some(slot) = s.index.get(&table).map(|&at| &s.slots[at]) {
-                if slot.state == State::Ready {
-                    return Ok(slot.entries[index]);
-                }
-            }
-        }
-        let mut raw = [0u8; 8];
-        host.read_exact(&Ctx::Blocking, &mut raw, table + index as u64 * 8)?;
-        Ok(u64::from_be_bytes(raw))
-    }
-
     /// Records that entry `index` of `table` is now `entry` on disk.
     pub(crate) fn set(&self, table: u64, index: usize, entry: u64) {
         let mut s = self.lock();

@@ -309,14 +309,6 @@ impl Qcow2Backend {
         })
     }
 
-    /// [`lookup`](Self::lookup) that never waits for another request (see
-    /// [`L2Cache::get_now`]).
-    fn lookup_now(&self, cluster: u64) -> io::Result<Mapping> {
-        self.lookup_by(cluster, |table, l2i| {
-            self.l2.get_now(&self.host, table, l2i)
-        })
-    }
-
     fn lookup_by(
         &self,
         cluster: u64,
@@ -391,8 +383,8 @@ impl BlockBackend for Qcow2Backend {
         self.resize_to(cx, new_len, false)
     }
 
-    fn block_status(&self, offset: u64) -> io::Result<Extent> {
-        self.status(offset)
+    fn block_status(&self, cx: &Ctx<'_>, offset: u64) -> io::Result<Extent> {
+        self.status(cx, offset)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -119,14 +119,14 @@ impl Qcow2Backend {
     }
 
     /// Data or hole at `offset`, and where that run ends.
-    pub(super) fn status(&self, offset: u64) -> io::Result<Extent> {
+    pub(super) fn status(&self, cx: &Ctx<'_>, offset: u64) -> io::Result<Extent> {
         let size = self.len();
         if offset >= size {
             return Err(io::Error::from_raw_os_error(libc::ENXIO));
         }
         let cs = self.cluster_size();
         let first = self.cluster_of(offset);
-        let kind = self.status_of(offset, self.lookup_now(first)?)?;
+        let kind = self.status_of(cx, offset, self.lookup(cx, first)?)?;
         if let Some(Extent { kind, end }) = kind {
             return Ok(Extent {
                 kind,
@@ -134,12 +134,12 @@ impl Qcow2Backend {
             }); // from the backing file
         }
         let data = matches!(
-            self.lookup_now(first)?,
+            self.lookup(cx, first)?,
             Mapping::Data { .. } | Mapping::Compressed { .. }
         );
         let mut end = (first + 1) * cs;
         while end < size && end / cs < first + STATUS_SCAN {
-            let m = self.lookup_now(end / cs)?;
+            let m = self.lookup(cx, end / cs)?;
             let same = match m {
                 Mapping::Data { .. } | Mapping::Compressed { .. } => data,
                 Mapping::Zero { .. } => !data,
@@ -160,7 +160,7 @@ impl Qcow2Backend {
 
     /// For an unallocated cluster over a backing file: what the backing file says, up to
     /// the end of the cluster; `None` otherwise.
-    fn status_of(&self, offset: u64, mapping: Mapping) -> io::Result<Option<Extent>> {
+    fn status_of(&self, cx: &Ctx<'_>, offset: u64, mapping: Mapping) -> io::Result<Option<Extent>> {
         let (Mapping::Unallocated, Some(b)) = (mapping, &self.backing) else {
             return Ok(None);
         };
@@ -168,7 +168,7 @@ impl Qcow2Backend {
         if offset >= b.len() {
             return Ok(Some(Extent::hole(cluster_end)));
         }
-        let e = b.block_status(offset)?;
+        let e = b.block_status(cx, offset)?;
         Ok(Some(Extent {
             kind: e.kind,
             end: e.end.min(cluster_end),
