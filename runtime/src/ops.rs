@@ -56,6 +56,18 @@ impl Co<'_> {
         self.read_at(file, buf, CURRENT_POSITION)
     }
 
+    /// `IORING_OP_RECV` (Linux 5.6) from a socket with `recv(2)`'s `flags`. With
+    /// `MSG_WAITALL` (Linux 5.18 retries inside the ring) one completion brings the whole
+    /// of `buf` unless the connection ends or fails first: a large message that arrives in
+    /// many pieces costs one suspension, not one per piece.
+    pub fn recv(&self, socket: &impl AsFd, buf: &mut [u8], flags: i32) -> io::Result<usize> {
+        let sqe = opcode::Recv::new(fd(socket), buf.as_mut_ptr(), buf.len() as u32)
+            .flags(flags)
+            .build();
+        // SAFETY: `buf` is borrowed until this call returns, which is after the CQE.
+        check(unsafe { self.submit(sqe) })
+    }
+
     /// `IORING_OP_WRITE` (Linux 5.6) at `offset`.
     pub fn write_at(&self, file: &impl AsFd, buf: &[u8], offset: u64) -> io::Result<usize> {
         let sqe = opcode::Write::new(fd(file), buf.as_ptr(), buf.len() as u32)

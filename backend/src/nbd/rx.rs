@@ -3,7 +3,7 @@
 //!
 //! The reader parses replies out of the buffer ([`BufWire`] is the parser's [`Wire`]); a
 //! payload at least half the buffer's size is read straight into its destination instead
-//! of through the buffer. Bytes left over when a reader gives up its role stay in the
+//! of through the buffer, with one `MSG_WAITALL` receive on the ring. Bytes left over when a reader gives up its role stay in the
 //! buffer for the next reader: the buffer belongs to the connection, not to a reader.
 //! [`complete`] tells whether the next whole message is already buffered, so a reader
 //! whose own reply is done goes on parsing what costs no read of the socket.
@@ -67,11 +67,9 @@ impl Wire for BufWire<'_> {
         let n = self.rx.take(dst);
         dst = &mut dst[n..];
         while !dst.is_empty() {
-            // The buffer is empty here: a large payload skips it.
+            // The buffer is empty here: a large payload skips it, in one receive.
             if dst.len() >= RX_LEN / 2 {
-                let n = self.stream.read_some(self.cx, dst)?;
-                dst = &mut dst[n..];
-                continue;
+                return self.stream.read_exact(self.cx, dst);
             }
             let rx = &mut *self.rx;
             rx.end = self.stream.read_some(self.cx, &mut rx.buf)?;

@@ -62,8 +62,12 @@ impl Stream {
         }
     }
 
-    /// Reads exactly `buf.len()` bytes.
+    /// Reads exactly `buf.len()` bytes: in a coroutine without TLS, with `MSG_WAITALL`
+    /// (see [`Sock::recv_all`]), else piece by piece.
     pub fn read_exact(&self, cx: &Ctx<'_>, mut buf: &mut [u8]) -> io::Result<()> {
+        if let (Ctx::Coroutine(co), None) = (cx, &self.tls) {
+            return self.sock.recv_all(co, buf);
+        }
         while !buf.is_empty() {
             let n = self.read_some(cx, buf)?;
             buf = &mut buf[n..];
@@ -162,6 +166,22 @@ impl Sock {
                 done => return done,
             }
         }
+    }
+
+    /// Receives exactly `buf.len()` bytes on the ring with `MSG_WAITALL`: the kernel goes
+    /// on receiving until `buf` is full, so a 1 MiB payload that arrives in pieces of the
+    /// server's socket buffer completes once. `EINTR`/`EAGAIN` and a short completion go
+    /// round again; end of file is `UnexpectedEof`.
+    pub fn recv_all(&self, co: &runtime::Co<'_>, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match co.recv(self, buf, libc::MSG_WAITALL) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if transient(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Writes all of `bufs`, resuming short writes: in a coroutine, what the socket takes
