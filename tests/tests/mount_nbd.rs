@@ -461,3 +461,47 @@ fn mount_nbd_seek_data_and_hole(mode: Dispatch) {
     drop(on_mount);
     export.stop();
 }
+
+dispatch_tests!(mount_nbd_unaligned_io_on_a_4k_minimum[coroutine, threads]);
+/// A server whose minimum block is 4 KiB and which refuses anything smaller (nbdkit's
+/// blocksize-policy filter): unaligned preads and pwrites through the mount, which reach
+/// the daemon as they are, are made whole blocks and work; a hole punched across two
+/// blocks reads as zeroes.
+fn mount_nbd_unaligned_io_on_a_4k_minimum(mode: Dispatch) {
+    require_fuse!();
+    require_tool!("nbdkit");
+    let sandbox = Sandbox::new();
+    let server = NbdServer::nbdkit(
+        via(mode),
+        &[
+            "--filter=blocksize-policy",
+            "memory",
+            "4M",
+            "blocksize-minimum=4096",
+            "blocksize-error-policy=error",
+        ],
+    );
+    let export = MountedExport::start(server.uri(), &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let file = open_rw(export.path()).unwrap();
+    let mut model = vec![0u8; 4 * MIB as usize];
+    for (i, (offset, len)) in [(3, 7), (4090, 20), (5000, 70_000), (MIB - 1, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(200 + i as u64, offset, len);
+        file.write_all_at(&data, offset).unwrap();
+        model[offset as usize..][..len].copy_from_slice(&data);
+        let mut back = vec![0u8; len + 3];
+        file.read_exact_at(&mut back, offset - 1).unwrap();
+        let want = &model[offset as usize - 1..][..len + 3];
+        assert_bytes_eq(&back, want, "an unaligned read around an unaligned write");
+    }
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    corofuse_tests::sys::fallocate(&file, punch, 4000, 200).unwrap();
+    model[4000..4200].fill(0);
+    let mut all = vec![0u8; model.len()];
+    file.read_exact_at(&mut all, 0).unwrap();
+    assert_bytes_eq(&all, &model, "the whole export");
+    drop(file);
+    export.stop();
+}
