@@ -180,6 +180,20 @@ fn nbd_tls_untrusted() {
     assert!(err.contains("certificate is not trusted"), "{err}");
 }
 
+/// `ca-crl.pem` (QEMU's name): a server whose certificate the CA revoked is refused,
+/// saying so; a list that revokes another certificate lets it through.
+#[test]
+fn nbd_tls_revoked() {
+    require_tool!("qemu-nbd", "openssl");
+    let certs = TlsCerts::new();
+    let served = serve(&certs, Via::Tcp, false);
+    let err = open_error(served.server.uri(), &tls(&certs.revoked(), None));
+    assert!(err.contains("certificate is revoked"), "{err}");
+    assert!(err.contains("ca-crl.pem"), "{err}");
+    let b = try_open(served.server.uri(), &tls(&certs.listed(), None)).unwrap();
+    assert_eq!(read(&b, &Ctx::Blocking, 100, 0).len(), 100);
+}
+
 /// A server without TLS and a client asking for it: refused, not used in the clear.
 #[test]
 fn nbd_tls_not_offered() {

@@ -83,9 +83,9 @@ pub struct Args {
     /// flight are sent again; then they fail with EIO. 0 (default): fail at once
     #[arg(long, value_name = "S", default_value_t = 0)]
     reconnect_delay: u32,
-    /// TLS to the NBD server (as QEMU's tls-creds-x509): DIR holds ca-cert.pem, and
-    /// client-cert.pem and client-key.pem if the server wants a client certificate. Turns
-    /// TLS on for nbd:// URIs too; nbds:// and nbds+unix:// need it
+    /// TLS to the NBD server (as QEMU's tls-creds-x509): DIR holds ca-cert.pem, ca-crl.pem
+    /// if there, and client-cert.pem and client-key.pem if the server wants a client
+    /// certificate. Turns TLS on for nbd:// URIs too; nbds:// and nbds+unix:// need it
     #[arg(long, value_name = "DIR")]
     tls_creds: Option<PathBuf>,
     /// The name the NBD server's certificate must carry (default: the URI's host; over a

@@ -8,8 +8,9 @@ use std::process::Command;
 
 use tempfile::TempDir;
 
-/// A test CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and
-/// a second CA that signed nothing of these.
+/// A test CA, a server certificate for 127.0.0.1 and localhost, a client certificate, a
+/// second CA that signed nothing of these, and two revocation lists of the first CA: one
+/// that revokes the client's certificate, one that also revokes the server's.
 pub struct TlsCerts {
     dir: TempDir,
 }
@@ -22,7 +23,10 @@ impl TlsCerts {
             .tempdir()
             .expect("temp dir");
         let d = dir.path();
-        for sub in ["server", "client", "anon", "wrong-ca", "ca", "other-ca"] {
+        let subs = [
+            "server", "client", "anon", "wrong-ca", "ca", "other-ca", "revoked", "listed",
+        ];
+        for sub in subs {
             fs::create_dir(d.join(sub)).expect("mkdir");
         }
         make_ca(&d.join("ca"));
@@ -41,9 +45,14 @@ impl TlsCerts {
             "corofuse-client",
             client_ext,
         );
-        for sub in ["server", "client", "anon"] {
+        for sub in ["server", "client", "anon", "revoked", "listed"] {
             fs::copy(ca.join("ca-cert.pem"), d.join(sub).join("ca-cert.pem")).expect("copy");
         }
+        // The client's certificate revoked first: a list that does not name the server's.
+        revoke(&ca, &d.join("client").join("client-cert.pem"));
+        fs::copy(ca.join("ca-crl.pem"), d.join("listed").join("ca-crl.pem")).expect("copy");
+        revoke(&ca, &d.join("server").join("server-cert.pem"));
+        fs::copy(ca.join("ca-crl.pem"), d.join("revoked").join("ca-crl.pem")).expect("copy");
         let other = d.join("other-ca").join("ca-cert.pem");
         fs::copy(other, d.join("wrong-ca").join("ca-cert.pem")).expect("copy");
         TlsCerts { dir }
@@ -62,6 +71,18 @@ impl TlsCerts {
     /// A client's directory with the CA only.
     pub fn anon(&self) -> PathBuf {
         self.dir.path().join("anon")
+    }
+
+    /// A client's directory with the CA and its revocation list, which revokes the
+    /// server's certificate.
+    pub fn revoked(&self) -> PathBuf {
+        self.dir.path().join("revoked")
+    }
+
+    /// A client's directory with the CA and a revocation list that does not name the
+    /// server's certificate.
+    pub fn listed(&self) -> PathBuf {
+        self.dir.path().join("listed")
     }
 
     /// A client's directory trusting a CA that did not sign the server's certificate.
@@ -122,6 +143,32 @@ fn make_ca(dir: &Path) {
         "keyUsage=critical,keyCertSign,cRLSign",
     ]);
     openssl(&args, dir);
+}
+
+/// Revokes `cert` in the CA in `ca`, and writes the CA's revocation list as `ca-crl.pem`
+/// there (`openssl ca`, with a minimal database).
+fn revoke(ca: &Path, cert: &Path) {
+    if !ca.join("ca.cnf").exists() {
+        let config = "[ ca ]\ndefault_ca = CA_default\n[ CA_default ]\ndatabase = index.txt\n\
+             crlnumber = crlnumber\ndefault_md = sha256\ndefault_crl_days = 2\n";
+        fs::write(ca.join("ca.cnf"), config).expect("write ca.cnf");
+        fs::write(ca.join("index.txt"), "").expect("write index.txt");
+        fs::write(ca.join("crlnumber"), "01\n").expect("write crlnumber");
+    }
+    let signer = [
+        "-config",
+        "ca.cnf",
+        "-keyfile",
+        "ca-key.pem",
+        "-cert",
+        "ca-cert.pem",
+    ];
+    let cert = cert.to_str().expect("utf-8");
+    openssl(&[&["ca"][..], &signer, &["-revoke", cert]].concat(), ca);
+    openssl(
+        &[&["ca"][..], &signer, &["-gencrl", "-out", "ca-crl.pem"]].concat(),
+        ca,
+    );
 }
 
 /// `NAME-cert.pem` and `NAME-key.pem` in `dir`, signed by the CA in `ca`.

@@ -4,6 +4,8 @@
 //!
 //! # Credentials (`--tls-creds DIR`)
 //! - `ca-cert.pem`: the CA(s) the server's certificate must chain to (required).
+//! - `ca-crl.pem`: certificate revocation lists of those CAs, if there: a revoked
+//!   certificate anywhere in the server's chain is refused.
 //! - `client-cert.pem` and `client-key.pem`: sent when the server asks for a client
 //!   certificate (`verify-peer=yes`), if both are there; one without the other is refused.
 //!
@@ -30,7 +32,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName, UnixTime,
+};
 use rustls::{
     AlertDescription, CertificateError, ClientConfig, ClientConnection, DigitallySignedStruct,
     RootCertStore, SignatureScheme,
@@ -83,9 +87,13 @@ impl Client {
         let roots = load_roots(&dir.join("ca-cert.pem"))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let checked = opts.hostname.clone().or(tcp_host.map(str::to_owned));
+        let crls = load_crls(&dir.join("ca-crl.pem"))?;
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .with_crls(crls)
+            // As GnuTLS (QEMU): a certificate no list speaks of is not refused for it.
+            .allow_unknown_revocation_status()
             .build()
-            .map_err(|e| bad(&format!("{}: {e}", dir.join("ca-cert.pem").display())))?;
+            .map_err(|e| bad(&format!("{}: {e}", dir.display())))?;
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| bad(&e.to_string()))?
@@ -239,6 +247,24 @@ fn load_roots(path: &Path) -> io::Result<RootCertStore> {
     match roots.is_empty() {
         true => Err(bad(&format!("{}: no certificate in it", path.display()))),
         false => Ok(roots),
+    }
+}
+
+/// The revocation lists in `path`, if the file is there (none otherwise).
+fn load_crls(path: &Path) -> io::Result<Vec<CertificateRevocationListDer<'static>>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let pem = read_pem(path)?;
+    let crls = CertificateRevocationListDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&format!("{}: {e}", path.display())))?;
+    match crls.is_empty() {
+        true => Err(bad(&format!(
+            "{}: no revocation list in it",
+            path.display()
+        ))),
+        false => Ok(crls),
     }
 }
 
@@ -432,6 +458,9 @@ impl Session {
             }) => format!(
                 "the server's certificate is not valid for {:?} (--tls-hostname sets the name to check)",
                 self.hint.checked.as_deref().unwrap_or("")
+            ),
+            rustls::Error::InvalidCertificate(CertificateError::Revoked) => format!(
+                "the server's certificate is revoked ({dir}/ca-crl.pem lists it)"
             ),
             rustls::Error::InvalidCertificate(c) => format!(
                 "the server's certificate is not trusted ({c:?}): is {dir}/ca-cert.pem the CA that signed it?"
