@@ -819,3 +819,83 @@ fn nbd_reconnect_gives_up_after_delay() {
         }
     }
 }
+
+/// nbdkit's blocksize-policy filter (4 KiB minimum, `error`) on a 10000-byte export: the
+/// size is not a multiple of the minimum, and the spec forbids commands whose length is
+/// not a multiple of it ("the client MUST ensure that offset and length are integer
+/// multiples of any advertised minimum block size"), even at the export's end. Whatever
+/// size the client settles on, every byte of it can be read and written.
+#[test]
+fn nbd_export_size_not_a_multiple_of_the_minimum_block() {
+    require_tool!("nbdkit");
+    let policy = [
+        "--filter=blocksize-policy",
+        "memory",
+        "10000",
+        "blocksize-minimum=4096",
+        "blocksize-error-policy=error",
+    ];
+    let server = NbdServer::nbdkit(Via::Unix, &policy);
+    let b = open(server.uri(), true);
+    let cx = &Ctx::Blocking;
+    let len = b.len();
+    let mut all = vec![0u8; len as usize];
+    let got = b.readv(cx, &mut [IoSliceMut::new(&mut all)], 0);
+    assert_eq!(got.ok(), Some(len as usize), "a read of the whole export");
+    let tail = pattern(100, 4);
+    b.writev(cx, &[IoSlice::new(&tail)], len - 100)
+        .expect("a write of the last 100 bytes");
+    assert_eq!(read(&*b, cx, 100, len - 100), tail);
+    b.write_zeroes(cx, len - 50, 50, false)
+        .expect("zeroes at the end");
+}
+
+/// An aligned request (4 KiB at 0, minimum 4 KiB) given as 17 iovecs, the first 16 of one
+/// byte each: it must not reach the server as commands of 16 and 4080 bytes.
+#[test]
+fn nbd_aligned_request_in_many_iovecs_against_a_4k_minimum() {
+    require_tool!("nbdkit");
+    let policy = [
+        "--filter=blocksize-policy",
+        "memory",
+        "1M",
+        "blocksize-minimum=4096",
+        "blocksize-error-policy=error",
+    ];
+    let server = NbdServer::nbdkit(Via::Unix, &policy);
+    let b = open(server.uri(), true);
+    let mut lens = vec![1usize; 16];
+    lens.push(4096 - 16);
+    let data = pattern(4096, 8);
+    let cx = &Ctx::Blocking;
+    write_split(&*b, cx, &data, &lens, 0).expect("a write in 17 iovecs");
+    assert!(read_split(&*b, cx, &lens, 0) == data, "a read in 17 iovecs");
+}
+
+/// Block status against a 4 KiB-minimum server whose map (nbdkit's eval plugin) starts with
+/// a 512-byte data extent: "The server SHOULD use descriptor lengths that are an integer
+/// multiple of any advertised minimum block size" is not a MUST. Asked at 1000, the client
+/// asks from 0 and gets [0, 512): it must still answer, not fail SEEK_DATA with EIO.
+#[test]
+fn nbd_block_status_with_extents_shorter_than_the_minimum_block() {
+    require_tool!("nbdkit");
+    let server = NbdServer::nbdkit(
+        Via::Unix,
+        &[
+            "--filter=blocksize-policy",
+            "eval",
+            "get_size=echo 1048576",
+            "pread=head -c $3 /dev/zero",
+            "can_extents=exit 0",
+            "extents=echo 0 512 0; echo 512 1048064 hole,zero",
+            "blocksize-minimum=4096",
+            "blocksize-error-policy=error",
+        ],
+    );
+    let b = open(server.uri(), false);
+    assert_eq!(b.info().min_block, 4096);
+    let e = b
+        .block_status(&Ctx::Blocking, 1000)
+        .expect("block status at 1000");
+    assert!(e.end > 1000, "{e:?}");
+}

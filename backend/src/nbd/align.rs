@@ -43,16 +43,16 @@ static ZEROES: [u8; MAX_MIN_BLOCK] = [0; MAX_MIN_BLOCK];
 /// Whole blocks at `at` of the export, read into or written from a buffer: the backend's
 /// aligned path.
 pub(super) trait Blocks {
-    /// Reads `buf.len()` bytes (whole blocks, or up to the end of the export) at `at`.
+    /// Reads `buf.len()` bytes (whole blocks) at `at`.
     fn read_blocks(&self, cx: &Ctx<'_>, buf: &mut [u8], at: u64) -> io::Result<()>;
-    /// Writes `buf` (whole blocks, or up to the end of the export) at `at`.
+    /// Writes `buf` (whole blocks) at `at`.
     fn write_blocks(&self, cx: &Ctx<'_>, buf: &[u8], at: u64) -> io::Result<()>;
 }
 
 /// Alignment to a minimum block of more than one byte, and what it needs.
 pub(super) struct Align {
     min: u64,
-    /// The export's size: the last block may end there, short.
+    /// The export's size, whole blocks.
     size: u64,
     pool: BouncePool,
     ranges: RangeLocks,
@@ -61,7 +61,8 @@ pub(super) struct Align {
 }
 
 impl Align {
-    /// For a server whose minimum block is `min` (> 1) and an export of `size` bytes.
+    /// For a server whose minimum block is `min` (> 1) and an export of `size` bytes (a
+    /// multiple of `min`).
     pub(super) fn new(min: u32, size: u64) -> Align {
         let min = u64::from(min);
         debug_assert!(min > 1 && min as usize <= MAX_MIN_BLOCK && min.is_power_of_two());
@@ -75,10 +76,16 @@ impl Align {
         }
     }
 
-    /// Whether `[offset, offset + len)` is whole blocks (its end may be the export's).
+    /// Whether `[offset, offset + len)` is whole blocks. (The export's size is whole
+    /// blocks too: the handshake leaves out a tail that is not.)
     pub(super) fn aligned(&self, offset: u64, len: u64) -> bool {
-        let end = offset + len;
-        offset % self.min == 0 && (end % self.min == 0 || end == self.size)
+        offset % self.min == 0 && len % self.min == 0
+    }
+
+    /// Whether the aligned path can send `bufs` as whole-block commands: a command takes
+    /// at most [`iov::WINDOW`] iovecs, so with more, each iovec must be whole blocks.
+    pub(super) fn fits<B: std::ops::Deref<Target = [u8]>>(&self, bufs: &[B]) -> bool {
+        bufs.len() <= iov::WINDOW || bufs.iter().all(|b| b.len() as u64 % self.min == 0)
     }
 
     /// The blocks covering `[offset, end)`, cut at the end of the export.
@@ -174,11 +181,7 @@ impl Align {
         end: u64,
     ) -> io::Result<(u64, u64)> {
         let inner_start = offset.div_ceil(self.min) * self.min;
-        let inner_end = if end == self.size {
-            end
-        } else {
-            end / self.min * self.min
-        };
+        let inner_end = end / self.min * self.min;
         if inner_start >= inner_end {
             self.zero_partial(cx, io, offset, end)?; // within one block, or two halves
             return Ok((0, 0));

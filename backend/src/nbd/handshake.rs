@@ -73,6 +73,19 @@ pub fn negotiate(stream: &mut Stream, export: &str, tls: Option<&tls::Client>) -
         None => export_name(stream, export, client & NBD_FLAG_C_NO_ZEROES != 0)?,
     };
     info.structured = structured;
+    // The spec: "the client MUST ensure that offset and length are integer multiples of
+    // any advertised minimum block size" -- also at the end. The bytes past the last
+    // whole block cannot be reached; the export ends before them (QEMU refuses the export).
+    let tail = info.size % u64::from(info.min_block);
+    if tail != 0 {
+        log::warn!(
+            "nbd: the export's size {} is not a multiple of its minimum block {}: \
+             its last {tail} bytes are left out",
+            info.size,
+            info.min_block
+        );
+        info.size -= tail;
+    }
     Ok(info)
 }
 

@@ -376,7 +376,9 @@ impl BlockBackend for NbdBackend {
         let n = total.min(self.info.size.saturating_sub(offset));
         match &self.align {
             _ if n == 0 => {}
-            Some(align) if !align.aligned(offset, n) => align.read(cx, self, bufs, offset, n)?,
+            Some(align) if !align.aligned(offset, n) || !align.fits(bufs) => {
+                align.read(cx, self, bufs, offset, n)?
+            }
             _ => self.read_aligned(cx, bufs, offset, n)?,
         }
         Ok(n as usize)
@@ -389,7 +391,7 @@ impl BlockBackend for NbdBackend {
         match &self.align {
             _ if total == 0 => Ok(()),
             None => self.write_aligned(cx, bufs, offset),
-            Some(align) if align.aligned(offset, total) => {
+            Some(align) if align.aligned(offset, total) && align.fits(bufs) => {
                 let _blocks = align.shared(cx, offset, end);
                 self.write_aligned(cx, bufs, offset)
             }
@@ -469,7 +471,9 @@ impl BlockBackend for NbdBackend {
         let state = u32::from_be_bytes(desc[4..].try_into().expect("4"));
         let end = start + extent.min(len);
         if end <= offset {
-            return Err(io::Error::from_raw_os_error(libc::EIO)); // less than a block
+            // Shorter than a block (the spec's SHOULD, not a MUST): data to the end of the
+            // block holding `offset` is a true answer.
+            return Ok(Extent::data((start + min).min(size)));
         }
         // A hole only where the server says both: unallocated, and reads as zeroes.
         let hole = NBD_STATE_HOLE | NBD_STATE_ZERO;
