@@ -517,6 +517,20 @@ fn nbd_commands_leave_without_an_sqe() {
     assert!(sent >= 2 * ROUNDS, "{sent} direct sends counted");
 }
 
+/// nbdkit's memory plugin of `size` behind the blocksize-policy filter: a minimum block
+/// of 4 KiB, and `EINVAL` for any command that is not whole blocks.
+fn four_k_minimum(size: &str) -> NbdServer {
+    let policy = [
+        "--filter=blocksize-policy",
+        "memory",
+        size,
+        "blocksize-minimum=4096",
+        "blocksize-preferred=4096",
+        "blocksize-error-policy=error",
+    ];
+    NbdServer::nbdkit(Via::Unix, &policy)
+}
+
 /// A server whose minimum block is 4 KiB and which refuses anything else (nbdkit's
 /// blocksize-policy filter with `error`): unaligned reads, writes, zeroes and discards
 /// still work, made whole blocks, in both contexts (`exercise` writes at 12345, zeroes at
@@ -524,15 +538,7 @@ fn nbd_commands_leave_without_an_sqe() {
 #[test]
 fn nbd_unaligned_requests_against_a_4k_minimum() {
     require_tool!("nbdkit");
-    let policy = [
-        "--filter=blocksize-policy",
-        "memory",
-        "8M",
-        "blocksize-minimum=4096",
-        "blocksize-preferred=4096",
-        "blocksize-error-policy=error",
-    ];
-    let server = NbdServer::nbdkit(Via::Unix, &policy);
+    let server = four_k_minimum("8M");
     let b = open(server.uri(), true);
     assert_eq!(b.info().min_block, 4096, "the filter sets the minimum");
     let mut model = vec![0u8; 8 * MIB];
@@ -562,14 +568,7 @@ fn nbd_unaligned_requests_against_a_4k_minimum() {
 #[test]
 fn nbd_concurrent_rmw_loses_nothing() {
     require_tool!("nbdkit");
-    let policy = [
-        "--filter=blocksize-policy",
-        "memory",
-        "1M",
-        "blocksize-minimum=4096",
-        "blocksize-error-policy=error",
-    ];
-    let server = NbdServer::nbdkit(Via::Unix, &policy);
+    let server = four_k_minimum("1M");
     let b = open(server.uri(), true);
     const WRITERS: u64 = 20; // 16 coroutines, 4 threads
     const ROUNDS: u64 = 30;
@@ -828,14 +827,7 @@ fn nbd_reconnect_gives_up_after_delay() {
 #[test]
 fn nbd_export_size_not_a_multiple_of_the_minimum_block() {
     require_tool!("nbdkit");
-    let policy = [
-        "--filter=blocksize-policy",
-        "memory",
-        "10000",
-        "blocksize-minimum=4096",
-        "blocksize-error-policy=error",
-    ];
-    let server = NbdServer::nbdkit(Via::Unix, &policy);
+    let server = four_k_minimum("10000");
     let b = open(server.uri(), true);
     let cx = &Ctx::Blocking;
     let len = b.len();
@@ -855,14 +847,7 @@ fn nbd_export_size_not_a_multiple_of_the_minimum_block() {
 #[test]
 fn nbd_aligned_request_in_many_iovecs_against_a_4k_minimum() {
     require_tool!("nbdkit");
-    let policy = [
-        "--filter=blocksize-policy",
-        "memory",
-        "1M",
-        "blocksize-minimum=4096",
-        "blocksize-error-policy=error",
-    ];
-    let server = NbdServer::nbdkit(Via::Unix, &policy);
+    let server = four_k_minimum("1M");
     let b = open(server.uri(), true);
     let mut lens = vec![1usize; 16];
     lens.push(4096 - 16);
