@@ -143,6 +143,12 @@ pub trait BlockBackend: Send + Sync {
     fn passthrough_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
+
+    /// Gives up on what waits for something outside this process: requests waiting for an
+    /// NBD server fail with `EIO` now, and every later one at once. For a daemon told to
+    /// stop while its server no longer answers. Local storage finishes by itself: nothing
+    /// to do (the default).
+    fn abort(&self) {}
 }
 
 /// The costly paths a backend took, for `--stats`: each is a copy, an extra read or a wait

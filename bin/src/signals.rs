@@ -54,9 +54,11 @@ impl AsFd for SignalFd {
     }
 }
 
-/// Until serving ends: SIGINT/SIGTERM stop the server (the requests in flight finish),
-/// SIGUSR1 writes a snapshot to `--stats`.
+/// Until serving ends: SIGINT/SIGTERM stop the server (the requests in flight finish; a
+/// second one gives up on those waiting for an NBD server), SIGUSR1 writes a snapshot to
+/// `--stats`.
 pub fn watch(signals: &SignalFd, handle: &ServeHandle, stats: &StatsFile) {
+    let mut stopping = false;
     while !handle.is_finished() {
         match wait_signal(signals, 100) {
             Some(libc::SIGUSR1) => {
@@ -64,9 +66,19 @@ pub fn watch(signals: &SignalFd, handle: &ServeHandle, stats: &StatsFile) {
                     stats.write(&report);
                 }
             }
-            Some(signo) => {
-                log::info!("signal {signo}: finishing the requests in flight, then unmounting");
+            Some(signo) if !stopping => {
+                log::info!(
+                    "signal {signo}: finishing the requests in flight, then unmounting \
+                     (again to give up on those waiting for a remote server)"
+                );
                 handle.stop();
+                stopping = true;
+            }
+            Some(signo) => {
+                log::warn!(
+                    "signal {signo} again: the requests waiting for a remote server fail with EIO"
+                );
+                handle.abort();
             }
             None => {}
         }

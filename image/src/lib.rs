@@ -308,6 +308,10 @@ impl FileSystem for Export {
     fn describe(&self) -> String {
         self.backend.describe()
     }
+
+    fn abort(&self) {
+        self.backend.abort();
+    }
 }
 
 #[cfg(test)]

@@ -72,13 +72,24 @@ impl Commands {
 
 /// A handle on a running [`Server`](crate::Server), for any thread (cheap to clone).
 #[derive(Clone)]
-pub struct ServeHandle(pub(crate) Arc<Commands>);
+pub struct ServeHandle {
+    pub(crate) commands: Arc<Commands>,
+    /// The file system's [`abort`](transport::FileSystem::abort).
+    pub(crate) abort: Arc<dyn Fn() + Send + Sync>,
+}
 
 impl ServeHandle {
+    /// Gives up on the requests in flight that wait for something outside the process
+    /// (an NBD server): they fail with `EIO` now, so that a [`stop`](Self::stop) asked
+    /// for before ends even if that server never answers.
+    pub fn abort(&self) {
+        (self.abort)();
+    }
+
     /// Asks the server to stop: no new request is taken, those in flight finish, then
     /// [`Server::serve`](crate::Server::serve) flushes, unmounts and returns.
     pub fn stop(&self) {
-        self.0.send(Command::Stop);
+        self.commands.send(Command::Stop);
     }
 
     /// The statistics so far, merged over every loop; `None` once serving has ended or
@@ -88,12 +99,12 @@ impl ServeHandle {
             return None;
         }
         let (tx, rx) = mpsc::channel();
-        self.0.send(Command::Snapshot(tx));
+        self.commands.send(Command::Snapshot(tx));
         rx.recv_timeout(timeout).ok()
     }
 
     /// Whether serving has ended (stopped, or unmounted from outside) and the mount is gone.
     pub fn is_finished(&self) -> bool {
-        self.0.finished.load(Ordering::SeqCst)
+        self.commands.finished.load(Ordering::SeqCst)
     }
 }

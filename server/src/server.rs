@@ -141,7 +141,11 @@ impl<F: FileSystem> Server<F> {
 
     /// A handle to stop the server or read its statistics from another thread.
     pub fn handle(&self) -> ServeHandle {
-        ServeHandle(Arc::clone(&self.commands))
+        let fs = Arc::clone(&self.fs);
+        ServeHandle {
+            commands: Arc::clone(&self.commands),
+            abort: Arc::new(move || fs.abort()),
+        }
     }
 
     /// The dispatch as it runs, spelled as on the command line, e.g. `coroutine --queues 2`.

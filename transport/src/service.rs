@@ -68,4 +68,9 @@ pub trait FileSystem: Send + Sync + 'static {
 
     /// One line for logs, e.g. the image it exports.
     fn describe(&self) -> String;
+
+    /// Gives up on the requests in flight that wait for something outside the process
+    /// (an image's NBD server): they fail now, so that a stop asked for again does not
+    /// wait for a server that no longer answers. Nothing by default.
+    fn abort(&self) {}
 }

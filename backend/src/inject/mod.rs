@@ -317,6 +317,10 @@ impl BlockBackend for InjectBackend {
     fn inject_stats(&self) -> Option<InjectStats> {
         Some(self.counts())
     }
+
+    fn abort(&self) {
+        self.inner.abort();
+    }
 }
 
 /// What the rules did, for `--stats` (its `inject` section).

@@ -779,6 +779,13 @@ impl Conn {
         eio()
     }
 
+    /// Ends the connection now, from any thread, reconnecting or not: every request in
+    /// flight and every later one fails with `EIO` (the socket is shut down, so a reader
+    /// blocked in it wakes and wakes the waiters of its loop).
+    pub fn abort(&self) {
+        self.kill(&Ctx::Blocking, "given up: the daemon is stopping");
+    }
+
     /// Says goodbye (`NBD_CMD_DISC`, blocking) and closes, unless the connection ended.
     pub fn disconnect(&self) {
         let stream = {

@@ -491,6 +491,12 @@ impl BlockBackend for NbdBackend {
         !self.writable
     }
 
+    fn abort(&self) {
+        for conn in self.conns.iter() {
+            conn.abort();
+        }
+    }
+
     fn describe(&self) -> String {
         let i = &self.info;
         let mut parts = vec![format!(

@@ -424,6 +424,10 @@ impl BlockBackend for Qcow2Backend {
             ..self.host.file.stats()
         }
     }
+
+    fn abort(&self) {
+        self.host.file.abort();
+    }
 }
 
 impl Drop for Qcow2Backend {
