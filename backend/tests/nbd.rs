@@ -884,3 +884,48 @@ fn nbd_block_status_with_extents_shorter_than_the_minimum_block() {
         .expect("block status at 1000");
     assert!(e.end > 1000, "{e:?}");
 }
+
+/// `--open-timer`: a server that starts half a second after the client is waited for
+/// (nbdkit on a unix socket whose file does not exist yet); without the timer, the
+/// client fails at once, saying why. The server is started by this test, ended by PID.
+#[test]
+fn nbd_open_timer_waits_for_a_late_server() {
+    require_tool!("nbdkit");
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            corofuse_tests::qemu::terminate(&mut self.0, "nbdkit");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("late.sock");
+    let uri = format!("nbd+unix:///?socket={}", socket.display());
+    let err = backend::nbd::open(&uri, &opts(false), &NbdOptions::default())
+        .err()
+        .expect("nothing listens yet");
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains("late.sock"), "{err}");
+    let late = {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            let child = std::process::Command::new("nbdkit")
+                .args(["-f", "-U"])
+                .arg(&socket)
+                .args(["memory", "1M"])
+                .spawn()
+                .expect("start nbdkit");
+            Stop(child)
+        })
+    };
+    let nbd = NbdOptions {
+        open_timer: Duration::from_secs(20),
+        ..NbdOptions::default()
+    };
+    let start = Instant::now();
+    let b = backend::nbd::open(&uri, &opts(false), &nbd);
+    let _server = late.join().expect("the starter thread");
+    let b = b.unwrap_or_else(|e| panic!("{e}"));
+    assert!(start.elapsed() >= Duration::from_millis(400));
+    assert_eq!(read(&b, &Ctx::Blocking, 4096, 0), vec![0u8; 4096]);
+}

@@ -83,6 +83,10 @@ pub struct Args {
     /// flight are sent again; then they fail with EIO. 0 (default): fail at once
     #[arg(long, value_name = "S", default_value_t = 0)]
     reconnect_delay: u32,
+    /// While the NBD server is not there yet at mount (connection refused, no socket
+    /// file), try again for up to S seconds (QEMU's open-timer). 0 (default): fail at once
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    open_timer: u32,
     /// TLS to the NBD server (as QEMU's tls-creds-x509): DIR holds ca-cert.pem, ca-crl.pem
     /// if there, and client-cert.pem and client-key.pem if the server wants a client
     /// certificate. Turns TLS on for nbd:// URIs too; nbds:// and nbds+unix:// need it
@@ -131,6 +135,7 @@ fn open_image(
         connections,
         max_in_flight: usize::from(args.nbd_in_flight),
         reconnect_delay: std::time::Duration::from_secs(u64::from(args.reconnect_delay)),
+        open_timer: std::time::Duration::from_secs(u64::from(args.open_timer)),
         tls: args
             .tls_creds
             .as_ref()

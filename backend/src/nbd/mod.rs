@@ -81,6 +81,9 @@ pub struct NbdOptions {
     /// TLS credentials (`--tls-creds`): TLS is used with them, also for an `nbd://` URI,
     /// as QEMU's `tls-creds` does; `nbds://` requires them.
     pub tls: Option<TlsOptions>,
+    /// How long the first connection is tried again while the server is not there yet
+    /// (refused, or no socket file), as QEMU's `open-timer`; zero: one attempt.
+    pub open_timer: Duration,
 }
 
 impl Default for NbdOptions {
@@ -90,6 +93,7 @@ impl Default for NbdOptions {
             max_in_flight: 128,
             reconnect_delay: Duration::ZERO,
             tls: None,
+            open_timer: Duration::ZERO,
         }
     }
 }
@@ -125,7 +129,7 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
         return Err(invalid(spec, "a raw NBD export has no snapshots"));
     }
     let fail = |e: io::Error| io::Error::new(e.kind(), format!("cannot open {uri}: {e}"));
-    let (first, info) = connect(&uri, tls.as_ref()).map_err(fail)?;
+    let (first, info) = connect_within(&uri, tls.as_ref(), nbd.open_timer).map_err(fail)?;
     if opts.writable && info.flags & NBD_FLAG_READ_ONLY != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -182,6 +186,37 @@ pub fn open_image(
         crate::Format::Qcow2 => crate::qcow2::open_on_backend(export, spec, opts),
         _ => Ok(export),
     }
+}
+
+/// How often the first connection is tried while `open_timer` runs.
+const OPEN_RETRY: Duration = Duration::from_millis(100);
+
+/// [`connect`], tried again every [`OPEN_RETRY`] for up to `timer` while the server is not
+/// there (the connection refused, the socket file missing); any other failure (the
+/// handshake refused, TLS) is final at once.
+fn connect_within(
+    uri: &Uri,
+    tls: Option<&tls::Client>,
+    timer: Duration,
+) -> io::Result<(stream::Stream, Info)> {
+    let until = std::time::Instant::now() + timer;
+    loop {
+        match connect(uri, tls) {
+            Err(e) if not_there(&e) && std::time::Instant::now() < until => {
+                log::debug!("nbd: {uri}: {e}; trying again");
+                std::thread::sleep(OPEN_RETRY);
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether a connection failed because nothing listens yet.
+fn not_there(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED | libc::ENOENT | libc::EHOSTUNREACH | libc::ENETUNREACH)
+    )
 }
 
 fn connect(uri: &Uri, tls: Option<&tls::Client>) -> io::Result<(stream::Stream, Info)> {
