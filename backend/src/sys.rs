@@ -1,7 +1,7 @@
 //! The crate's own unsafe code: thin wrappers over the syscalls that std does not offer
 //! for a borrowed fd and the runtime's [`Ctx`](runtime::Ctx) does not cover (lseek with
 //! `SEEK_DATA`, statx, the OFD lock fcntls, fstatfs, socket buffer sizes, a send that
-//! never blocks).
+//! never blocks, pending signals).
 //!
 //! Every wrapper takes a [`BorrowedFd`], so the fd is open for the whole call, and turns a
 //! `-1` result into [`io::Error::last_os_error`]. Offsets are checked to fit `off_t`
@@ -137,4 +137,22 @@ pub(crate) fn send_now(fd: BorrowedFd<'_>, bufs: &[std::io::IoSlice<'_>]) -> io:
     // SAFETY: the fd is open for the call; `msg` and the iovecs and buffers it points to are
     // borrowed for the call and only read.
     cvt(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) }).map(|n| n as usize)
+}
+
+/// Whether SIGINT or SIGTERM is pending for this thread or the process: the daemon blocks
+/// them before it opens the image (they are read from a signalfd once serving starts), so
+/// a wait at open (`--open-timer`) looks for them itself, or a stop asked for meanwhile
+/// would wait for the timer.
+pub(crate) fn stop_pending() -> bool {
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending fills the set it is given; it is read only if that succeeded.
+    if unsafe { libc::sigpending(set.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialised by the successful sigpending above.
+    let set = unsafe { set.assume_init() };
+    // SAFETY: `set` is a valid, initialised sigset_t.
+    [libc::SIGINT, libc::SIGTERM]
+        .iter()
+        .any(|&sig| unsafe { libc::sigismember(&set, sig) } == 1)
 }

@@ -194,6 +194,27 @@ fn nbd_tls_revoked() {
     assert_eq!(read(&b, &Ctx::Blocking, 100, 0).len(), 100);
 }
 
+/// A `ca-crl.pem` that does not parse, or that another CA of the same name signed: the
+/// error names the file.
+#[test]
+fn nbd_tls_bad_crl_is_named() {
+    require_tool!("qemu-nbd", "openssl");
+    let certs = TlsCerts::new();
+    let served = serve(&certs, Via::Unix, false);
+    let err = open_error(served.server.uri(), &tls(&certs.foreign_crl(), None));
+    assert!(err.contains("ca-crl.pem"), "{err}");
+    let garbage = tempfile::tempdir().unwrap();
+    fs::copy(
+        certs.anon().join("ca-cert.pem"),
+        garbage.path().join("ca-cert.pem"),
+    )
+    .unwrap();
+    let pem = "-----BEGIN X509 CRL-----\nMIIBAAAA\n-----END X509 CRL-----\n";
+    fs::write(garbage.path().join("ca-crl.pem"), pem).unwrap();
+    let err = open_error(served.server.uri(), &tls(garbage.path(), None));
+    assert!(err.contains("ca-crl.pem"), "{err}");
+}
+
 /// A server without TLS and a client asking for it: refused, not used in the clear.
 #[test]
 fn nbd_tls_not_offered() {

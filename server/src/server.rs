@@ -209,7 +209,8 @@ impl<F: FileSystem> Server<F> {
     /// Makes the file system durable once the last request is done.
     pub(crate) fn flush(&self) -> Result<(), String> {
         log::info!("no request left in flight; flushing {}", self.fs.describe());
-        self.fs.flush(&Ctx::Blocking).map_err(|e| e.to_string())
+        let what = self.fs.describe();
+        (self.fs.flush(&Ctx::Blocking)).map_err(|e| format!("the final flush of {what}: {e}"))
     }
 }
 

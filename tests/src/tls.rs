@@ -24,7 +24,15 @@ impl TlsCerts {
             .expect("temp dir");
         let d = dir.path();
         let subs = [
-            "server", "client", "anon", "wrong-ca", "ca", "other-ca", "revoked", "listed",
+            "server",
+            "client",
+            "anon",
+            "wrong-ca",
+            "ca",
+            "other-ca",
+            "revoked",
+            "listed",
+            "foreign-crl",
         ];
         for sub in subs {
             fs::create_dir(d.join(sub)).expect("mkdir");
@@ -45,7 +53,14 @@ impl TlsCerts {
             "corofuse-client",
             client_ext,
         );
-        for sub in ["server", "client", "anon", "revoked", "listed"] {
+        for sub in [
+            "server",
+            "client",
+            "anon",
+            "revoked",
+            "listed",
+            "foreign-crl",
+        ] {
             fs::copy(ca.join("ca-cert.pem"), d.join(sub).join("ca-cert.pem")).expect("copy");
         }
         // The client's certificate revoked first: a list that does not name the server's.
@@ -53,6 +68,13 @@ impl TlsCerts {
         fs::copy(ca.join("ca-crl.pem"), d.join("listed").join("ca-crl.pem")).expect("copy");
         revoke(&ca, &d.join("server").join("server-cert.pem"));
         fs::copy(ca.join("ca-crl.pem"), d.join("revoked").join("ca-crl.pem")).expect("copy");
+        // A list of the other CA, which has the same name as the first.
+        revoke(
+            &d.join("other-ca"),
+            &d.join("client").join("client-cert.pem"),
+        );
+        let foreign = d.join("other-ca").join("ca-crl.pem");
+        fs::copy(foreign, d.join("foreign-crl").join("ca-crl.pem")).expect("copy");
         let other = d.join("other-ca").join("ca-cert.pem");
         fs::copy(other, d.join("wrong-ca").join("ca-cert.pem")).expect("copy");
         TlsCerts { dir }
@@ -83,6 +105,12 @@ impl TlsCerts {
     /// server's certificate.
     pub fn listed(&self) -> PathBuf {
         self.dir.path().join("listed")
+    }
+
+    /// A client's directory with the CA and a revocation list signed by another CA of the
+    /// same name (a CA made again, its old list left behind).
+    pub fn foreign_crl(&self) -> PathBuf {
+        self.dir.path().join("foreign-crl")
     }
 
     /// A client's directory trusting a CA that did not sign the server's certificate.

@@ -509,38 +509,47 @@ fn mount_nbd_unaligned_io_on_a_4k_minimum(mode: Dispatch) {
 dispatch_tests!(mount_nbd_stop_with_a_stalled_server[coroutine, threads]);
 /// A server that no longer answers (nbdkit's delay filter holds reads for 10 minutes):
 /// SIGTERM waits for the read in flight, as for any stop; a second SIGTERM gives up on it,
-/// the reader gets EIO, and the daemon exits 0 and unmounts.
+/// the reader gets EIO, and the daemon unmounts and exits: 0 read-only, 1 writable (its
+/// final flush cannot reach the server either, and it says so).
 fn mount_nbd_stop_with_a_stalled_server(mode: Dispatch) {
     require_fuse!();
     require_tool!("nbdkit");
-    let sandbox = Sandbox::new();
-    let stalled = ["--filter=delay", "memory", "16M", "delay-read=600"];
-    let server = NbdServer::nbdkit(via(mode), &stalled);
-    let mut export = MountedExport::start(server.uri(), &sandbox.mountpoint("mnt"), mode, &[]);
-    let path = export.path().to_owned();
-    let reader = std::thread::spawn(move || {
-        let file = fs::File::open(&path)?;
-        file.read_exact_at(&mut [0u8; 4096], 0)
-    });
-    // Long enough for the read to reach the server; if it did not, the first SIGTERM
-    // ends the daemon and the assertion below says so.
-    std::thread::sleep(Duration::from_millis(500));
-    export.signal(libc::SIGTERM);
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        export.try_status().is_none(),
-        "the first SIGTERM waits for the read in flight; stderr:\n{}",
-        export.stderr()
-    );
-    export.signal(libc::SIGTERM);
-    let status = export.wait_exit(Duration::from_secs(10));
-    let status = status.unwrap_or_else(|| panic!("still running; {}", export.diagnose()));
-    assert!(status.success(), "{status}; stderr:\n{}", export.stderr());
-    let read = reader.join().expect("the reader thread");
-    assert_eq!(
-        read.map_err(|e| e.raw_os_error()).err(),
-        Some(Some(libc::EIO))
-    );
-    assert!(export.stderr().contains("given up"), "{}", export.stderr());
-    export.assert_unmounted();
+    for writable in [false, true] {
+        let sandbox = Sandbox::new();
+        let stalled = ["--filter=delay", "memory", "16M", "delay-read=600"];
+        let server = NbdServer::nbdkit(via(mode), &stalled);
+        let args: &[&str] = if writable { &["-w"] } else { &[] };
+        let mount = sandbox.mountpoint("mnt");
+        let mut export = MountedExport::start(server.uri(), &mount, mode, args);
+        let path = export.path().to_owned();
+        let reader = std::thread::spawn(move || {
+            let file = fs::File::open(&path)?;
+            file.read_exact_at(&mut [0u8; 4096], 0)
+        });
+        // Long enough for the read to reach the server; if it did not, the first SIGTERM
+        // ends the daemon and the assertion below says so.
+        std::thread::sleep(Duration::from_millis(500));
+        export.signal(libc::SIGTERM);
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            export.try_status().is_none(),
+            "the first SIGTERM waits for the read in flight; stderr:\n{}",
+            export.stderr()
+        );
+        export.signal(libc::SIGTERM);
+        let status = export.wait_exit(Duration::from_secs(10));
+        let status = status.unwrap_or_else(|| panic!("still running; {}", export.diagnose()));
+        let stderr = export.stderr();
+        assert_eq!(status.code(), Some(i32::from(writable)), "{stderr}");
+        if writable {
+            assert!(stderr.contains("the final flush of nbd"), "{stderr}");
+        }
+        let read = reader.join().expect("the reader thread");
+        assert_eq!(
+            read.map_err(|e| e.raw_os_error()).err(),
+            Some(Some(libc::EIO))
+        );
+        assert!(stderr.contains("given up"), "{stderr}");
+        export.assert_unmounted();
+    }
 }

@@ -889,25 +889,32 @@ fn key_of(cookie: u64) -> usize {
 }
 
 impl ConnTable<'_, '_, '_, '_> {
-    /// Runs `f` on the bytes `[at, at + len)` of `key`'s data: the caller's buffers for our
-    /// own request (unless some of it already went to the slot's buffer), else the slot's.
+    /// Runs `f` on the bytes `[at, at + len)` of `cookie`'s data: the caller's buffers for
+    /// our own request (unless some of it already went to the slot's buffer), else the
+    /// slot's. A request that ended meanwhile ([`Conn::abort`] from another thread: its
+    /// owner may have freed the slot) gets its bytes read into the slot's buffer, unused.
     fn with_dest<R>(
         &mut self,
-        key: usize,
+        cookie: u64,
         at: usize,
         len: usize,
         f: impl FnOnce(&mut [IoSliceMut<'_>], usize) -> R,
     ) -> R {
+        let key = key_of(cookie);
         let mut st = self.conn.lock();
-        let slot = &mut st.slots[key];
-        if key == self.own && !slot.into_buf {
-            if let Some(dest) = self.dest.as_deref_mut() {
-                drop(st);
-                return f(dest, at);
+        let need = match st.slots.get_mut(key) {
+            Some(slot) if key == self.own || live(slot, cookie) => {
+                if key == self.own && !slot.into_buf {
+                    if let Some(dest) = self.dest.as_deref_mut() {
+                        drop(st);
+                        return f(dest, at);
+                    }
+                }
+                slot.into_buf = true;
+                reply::reply_len(&slot.expect)
             }
-        }
-        slot.into_buf = true;
-        let need = reply::reply_len(&slot.expect);
+            _ => at + len,
+        };
         let mut buf = std::mem::take(&mut st.bufs[key]);
         drop(st);
         if buf.len() < need {
@@ -917,6 +924,11 @@ impl ConnTable<'_, '_, '_, '_> {
         self.conn.lock().bufs[key] = buf;
         result
     }
+}
+
+/// Whether `slot` still waits for the reply to `cookie`.
+fn live(slot: &Slot, cookie: u64) -> bool {
+    slot.cookie == cookie && slot.phase == Phase::Sent
 }
 
 impl Table for ConnTable<'_, '_, '_, '_> {
@@ -932,25 +944,34 @@ impl Table for ConnTable<'_, '_, '_, '_> {
     }
 
     fn data(&mut self, cookie: u64, at: usize, len: usize, wire: &mut dyn Wire) -> io::Result<()> {
-        self.with_dest(key_of(cookie), at, len, |bufs, at| {
+        self.with_dest(cookie, at, len, |bufs, at| {
             reply::read_into(wire, bufs, at, len)
         })
     }
 
     fn hole(&mut self, cookie: u64, at: usize, len: usize) {
-        self.with_dest(key_of(cookie), at, len, |bufs, at| {
-            reply::zero_at(bufs, at, len)
-        })
+        self.with_dest(cookie, at, len, |bufs, at| reply::zero_at(bufs, at, len))
     }
 
     fn progress(&mut self, cookie: u64, progress: Progress) {
-        self.conn.lock().slots[key_of(cookie)].progress = progress;
+        let key = key_of(cookie);
+        let mut st = self.conn.lock();
+        if let Some(slot) = st.slots.get_mut(key) {
+            if key == self.own || live(slot, cookie) {
+                slot.progress = progress;
+            }
+        }
     }
 
     fn done(&mut self, cookie: u64, result: Result<(), i32>) {
         let key = key_of(cookie);
         let mut st = self.conn.lock();
-        let slot = &mut st.slots[key];
+        let Some(slot) = st.slots.get_mut(key) else {
+            return; // ended meanwhile (`Conn::abort`), its owner gone
+        };
+        if key != self.own && !live(slot, cookie) {
+            return;
+        }
         slot.phase = Phase::Done(result);
         if key == self.own {
             self.own_done = true;

@@ -203,6 +203,12 @@ fn connect_within(
     loop {
         match connect(uri, tls) {
             Err(e) if not_there(&e) && std::time::Instant::now() < until => {
+                if crate::sys::stop_pending() {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{e}; stopped waiting (--open-timer): SIGINT/SIGTERM"),
+                    ));
+                }
                 log::debug!("nbd: {uri}: {e}; trying again");
                 std::thread::sleep(OPEN_RETRY);
             }

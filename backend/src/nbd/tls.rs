@@ -93,7 +93,7 @@ impl Client {
             // As GnuTLS (QEMU): a certificate no list speaks of is not refused for it.
             .allow_unknown_revocation_status()
             .build()
-            .map_err(|e| bad(&format!("{}: {e}", dir.display())))?;
+            .map_err(|e| bad(&format!("{}: {e}", dir.join("ca-crl.pem").display())))?;
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| bad(&e.to_string()))?
@@ -461,6 +461,10 @@ impl Session {
             ),
             rustls::Error::InvalidCertificate(CertificateError::Revoked) => format!(
                 "the server's certificate is revoked ({dir}/ca-crl.pem lists it)"
+            ),
+            rustls::Error::InvalidCertRevocationList(c) => format!(
+                "{dir}/ca-crl.pem: a revocation list issued in the name of the server's CA does \
+                 not verify ({c:?}): is it the list of the CA in {dir}/ca-cert.pem?"
             ),
             rustls::Error::InvalidCertificate(c) => format!(
                 "the server's certificate is not trusted ({c:?}): is {dir}/ca-cert.pem the CA that signed it?"
