@@ -47,6 +47,7 @@ pub mod diag;
 pub mod dispatch;
 pub mod export;
 pub mod fio;
+pub mod lab_run;
 pub mod mapping;
 pub mod mountinfo;
 pub mod nbd;

@@ -7,20 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use corofuse_tests::lab_run::TinyBench;
 use corofuse_tests::{require_fuse, require_tool};
-
-/// The whitespace-separated fields of the first table line that starts with `export`
-/// (then a space) and holds `workload` and `server`.
-fn fields<'a>(table: &'a str, export: &str, workload: &str, server: &str) -> Vec<&'a str> {
-    table
-        .lines()
-        .find(|l| {
-            l.starts_with(&format!("{export} ")) && l.contains(workload) && l.contains(server)
-        })
-        .unwrap_or_else(|| panic!("no {export} {workload} {server} row in\n{table}"))
-        .split_whitespace()
-        .collect()
-}
 
 /// Whether fio here has the nbd engine (the limit runs only then).
 fn fio_has_nbd() -> bool {
@@ -45,25 +33,8 @@ fn processes_under(dir: &Path) -> Vec<String> {
 fn mount_bench_nbd_row_runs_once_with_tiny_sizes() {
     require_fuse!();
     require_tool!("qemu-nbd", "qemu-storage-daemon");
-    let storage = tempfile::Builder::new()
-        .prefix("corofuse-bench-nbd-test")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    let out = Command::new(corofuse_tests::bin::corofuse())
-        .args(["bench", "--only", "nbd", "--compare-qsd"])
-        .args(["--storage-mib", "8", "--seconds", "0.2"])
-        .args(["--workload", "randread-psync-qd1"])
-        .args(["--workload", "randwrite-uring-qd64"])
-        .arg("--storage-dir")
-        .arg(storage.path())
-        .arg("--scratch-dir")
-        .arg(scratch.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    let run = TinyBench::run("nbd");
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
     let limit = fio_has_nbd();
     // Two workloads, each with corofuse, qsd and (where fio can) the limit; no device row.
     let runs = if limit { 6 } else { 4 };
@@ -74,12 +45,12 @@ fn mount_bench_nbd_row_runs_once_with_tiny_sizes() {
     // export, 4-word workload, server, IOPS, vs limit.
     for workload in ["randread 4k psync qd1", "randwrite 4k io_uring qd64"] {
         for server in ["corofuse", "qsd"] {
-            let f = fields(&stdout, "nbd", workload, server);
+            let f = run.fields("nbd", workload, server);
             assert!(f[6].parse::<f64>().is_ok_and(|v| v > 0.0), "{f:?}");
             assert!(!limit || f[7].ends_with('x'), "{f:?}");
         }
         if limit {
-            let f = fields(&stdout, "nbd", workload, "fio nbd");
+            let f = run.fields("nbd", workload, "fio nbd");
             assert!(f[7].parse::<f64>().is_ok_and(|v| v > 0.0), "{f:?}");
             assert_eq!(f[8], "limit", "{f:?}");
         } else {
@@ -87,12 +58,15 @@ fn mount_bench_nbd_row_runs_once_with_tiny_sizes() {
         }
     }
     assert!(
-        processes_under(scratch.path()).is_empty(),
+        processes_under(run.scratch.path()).is_empty(),
         "qemu-nbd is stopped: {:?}",
-        processes_under(scratch.path())
+        processes_under(run.scratch.path())
     );
     assert!(
-        std::fs::read_dir(scratch.path()).unwrap().next().is_none(),
+        std::fs::read_dir(run.scratch.path())
+            .unwrap()
+            .next()
+            .is_none(),
         "the scratch directory is removed"
     );
 }
