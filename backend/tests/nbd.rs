@@ -282,10 +282,7 @@ fn nbd_server_killed() {
         };
         match coroutine {
             false => check(&Ctx::Blocking),
-            true => {
-                let rt = Runtime::new(Config::default()).unwrap();
-                rt.block_on(move |co| check(&Ctx::Coroutine(co))).unwrap();
-            }
+            true => in_coroutine(check),
         }
     }
 }
@@ -811,10 +808,7 @@ fn nbd_reconnect_gives_up_after_delay() {
         };
         match coroutine {
             false => check(&Ctx::Blocking),
-            true => {
-                let rt = Runtime::new(Config::default()).unwrap();
-                rt.block_on(move |co| check(&Ctx::Coroutine(co))).unwrap();
-            }
+            true => in_coroutine(check),
         }
     }
 }
