@@ -98,3 +98,11 @@ pub fn tail(path: &Path, lines: usize) -> String {
         .map(|l| format!("\n    {l}"))
         .collect::<String>()
 }
+
+/// A command's arguments as strings, for the tests of the command lines the rows build.
+#[cfg(test)]
+pub fn args_of(cmd: &std::process::Command) -> Vec<String> {
+    cmd.get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}

@@ -343,10 +343,7 @@ mod tests {
         };
         let uri = crate::nbd::uri(Path::new("/m/nbd.sock"));
         let cmd = daemon::corofuse_command(&uri, &paths, &[]).expect("command");
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = crate::child::args_of(&cmd);
         assert_eq!(
             args,
             [

@@ -191,10 +191,7 @@ mod tests {
     fn command_line_mirrors_qsd_file_node() {
         let cmd = command(Path::new("/s/i.raw"), Path::new("/m/nbd.sock"));
         assert_eq!(cmd.get_program(), PROGRAM);
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = crate::child::args_of(&cmd);
         assert_eq!(
             args,
             [

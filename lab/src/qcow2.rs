@@ -179,11 +179,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn args(cmd: &Command) -> Vec<String> {
-        cmd.get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    }
+    use crate::child::args_of as args;
 
     #[test]
     fn command_lines() {

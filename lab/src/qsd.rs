@@ -172,10 +172,7 @@ mod tests {
             iothreads: 0,
         };
         let cmd = command(&qsd, ExportKind::Qcow2, Path::new("/s/i.qcow2"), &paths).expect("qsd");
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = crate::child::args_of(&cmd);
         assert_eq!(
             args,
             [
@@ -192,10 +189,7 @@ mod tests {
         assert!(command(&qsd, ExportKind::Device, Path::new("/s/i"), &paths).is_err());
         qsd.iothreads = 2;
         let cmd = command(&qsd, ExportKind::Null, Path::new(""), &paths).expect("qsd");
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = crate::child::args_of(&cmd);
         assert_eq!(
             args[2..],
             [

@@ -174,10 +174,7 @@ mod tests {
             stats: Some(Path::new("/s")),
         };
         let cmd = s.command(Path::new("/src"), &paths).expect("command");
-        let argv: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let argv = crate::child::args_of(&cmd);
         assert_eq!(
             argv[argv.len() - 6..],
             ["--pidfile", "/p", "--stats", "/s", "/src", "/m"]
@@ -186,12 +183,7 @@ mod tests {
             path: "/hp".into(),
             args: vec!["--nopassthrough".into()],
         };
-        let argv: Vec<String> = hp
-            .command(Path::new("/src"), &paths)
-            .expect("command")
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let argv = crate::child::args_of(&hp.command(Path::new("/src"), &paths).expect("command"));
         assert_eq!(argv, ["--nopassthrough", "--foreground", "/src", "/m"]);
         assert!(!hp.is_corofuse() && s.is_corofuse());
     }
