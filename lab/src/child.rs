@@ -99,6 +99,40 @@ pub fn tail(path: &Path, lines: usize) -> String {
         .collect::<String>()
 }
 
+/// SIGTERM, wait up to `timeout`, then SIGKILL and wait: the exit status when the child
+/// exited by itself; what went wrong or had to be forced goes into `problems`.
+pub fn terminate(
+    c: &mut Child,
+    timeout: Duration,
+    problems: &mut Vec<String>,
+) -> Option<ExitStatus> {
+    if let Err(e) = signal(c, libc::SIGTERM) {
+        problems.push(format!("SIGTERM failed: {e}"));
+    }
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match c.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => std::thread::sleep(POLL),
+            Err(_) => break,
+        }
+    }
+    problems.push(format!("no exit within {timeout:?} of SIGTERM: killed"));
+    let _ = c.kill();
+    let _ = c.wait();
+    None
+}
+
+/// Removes `path` if it is there (a pidfile, a socket a server left).
+pub fn remove_if_present(path: &Path) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("cannot remove {}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A command's arguments as strings, for the tests of the command lines the rows build.
 #[cfg(test)]
 pub fn args_of(cmd: &std::process::Command) -> Vec<String> {

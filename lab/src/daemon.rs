@@ -68,7 +68,7 @@ impl Daemon {
         pidfile: bool,
     ) -> Result<Daemon, String> {
         for p in [Some(paths.pidfile), paths.stats].into_iter().flatten() {
-            remove_if_present(p)?;
+            child::remove_if_present(p)?;
         }
         let log = File::create(paths.log).map_err(|e| format!("{}: {e}", paths.log.display()))?;
         cmd.stdin(Stdio::null())
@@ -145,7 +145,7 @@ impl Daemon {
             .stats
             .clone()
             .ok_or("this daemon writes no statistics")?;
-        remove_if_present(&path)?;
+        child::remove_if_present(&path)?;
         if let Some(c) = &self.child {
             child::signal(c, libc::SIGUSR1).map_err(|e| format!("SIGUSR1: {e}"))?;
         }
@@ -195,7 +195,7 @@ impl Daemon {
                 problems.push(format!("it had already exited ({status})"));
                 Some(status)
             }
-            _ => terminate(&mut c, &mut problems),
+            _ => child::terminate(&mut c, STOP_TIMEOUT, &mut problems),
         };
         let normal = |s: &std::process::ExitStatus| {
             s.success() || (self.exits_1_on_sigterm && s.code() == Some(1))
@@ -225,41 +225,11 @@ impl Daemon {
     }
 }
 
-/// SIGTERM, wait, SIGKILL, wait. Returns the exit status when the daemon exited by itself.
-fn terminate(c: &mut Child, problems: &mut Vec<String>) -> Option<std::process::ExitStatus> {
-    if let Err(e) = child::signal(c, libc::SIGTERM) {
-        problems.push(format!("SIGTERM failed: {e}"));
-    }
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while Instant::now() < deadline {
-        match c.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) => std::thread::sleep(child::POLL),
-            Err(_) => break,
-        }
-    }
-    problems.push(format!(
-        "no exit within {STOP_TIMEOUT:?} of SIGTERM: killed"
-    ));
-    let _ = c.kill();
-    let _ = c.wait();
-    None
-}
-
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
             eprintln!("corofuse bench: warning: {e}");
         }
-    }
-}
-
-fn remove_if_present(path: &Path) -> Result<(), String> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", path.display()))
-        }
-        _ => Ok(()),
     }
 }
 

@@ -66,7 +66,7 @@ pub struct QemuNbd {
 impl QemuNbd {
     /// Starts qemu-nbd on `image` and waits until `socket` accepts connections.
     pub fn start(image: &Path, socket: &Path, log: &Path) -> Result<QemuNbd, String> {
-        remove_socket(socket)?;
+        child::remove_if_present(socket)?;
         let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let mut cmd = command(image, socket);
         cmd.stdin(Stdio::null())
@@ -131,39 +131,24 @@ impl QemuNbd {
         let Some(mut c) = self.child.take() else {
             return Ok(());
         };
-        let forced = match c.try_wait() {
-            Ok(Some(status)) => Some(format!("it had already exited ({status})")),
-            _ => terminate(&mut c),
-        };
-        let removed = remove_socket(&self.socket);
-        match (forced, removed) {
-            (None, Ok(())) => Ok(()),
-            (forced, removed) => Err(format!(
+        let mut problems = Vec::new();
+        match c.try_wait() {
+            Ok(Some(status)) => problems.push(format!("it had already exited ({status})")),
+            _ => drop(child::terminate(&mut c, STOP_TIMEOUT, &mut problems)),
+        }
+        if let Err(e) = child::remove_if_present(&self.socket) {
+            problems.push(e);
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
                 "stopping {PROGRAM} (pid {}): {}; its log:{}",
                 c.id(),
-                forced.or(removed.err()).unwrap_or_default(),
+                problems.join("; "),
                 child::tail(&self.log, 10)
             )),
         }
     }
-}
-
-/// SIGTERM, wait, SIGKILL: what had to be forced, if anything.
-fn terminate(c: &mut Child) -> Option<String> {
-    let _ = child::signal(c, libc::SIGTERM);
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while Instant::now() < deadline {
-        match c.try_wait() {
-            Ok(Some(_)) => return None,
-            Ok(None) => std::thread::sleep(child::POLL),
-            Err(_) => break,
-        }
-    }
-    let _ = c.kill();
-    let _ = c.wait();
-    Some(format!(
-        "no exit within {STOP_TIMEOUT:?} of SIGTERM: killed"
-    ))
 }
 
 impl Drop for QemuNbd {
@@ -171,15 +156,6 @@ impl Drop for QemuNbd {
         if let Err(e) = self.stop() {
             eprintln!("corofuse bench: warning: {e}");
         }
-    }
-}
-
-fn remove_socket(socket: &Path) -> Result<(), String> {
-    match std::fs::remove_file(socket) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", socket.display()))
-        }
-        _ => Ok(()),
     }
 }
 
