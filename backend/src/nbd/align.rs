@@ -52,8 +52,6 @@ pub(super) trait Blocks {
 /// Alignment to a minimum block of more than one byte, and what it needs.
 pub(super) struct Align {
     min: u64,
-    /// The export's size, whole blocks.
-    size: u64,
     pool: BouncePool,
     ranges: RangeLocks,
     bounced_reads: AtomicU64,
@@ -61,14 +59,14 @@ pub(super) struct Align {
 }
 
 impl Align {
-    /// For a server whose minimum block is `min` (> 1) and an export of `size` bytes (a
-    /// multiple of `min`).
-    pub(super) fn new(min: u32, size: u64) -> Align {
+    /// For a server whose minimum block is `min` (> 1). The export's size is a multiple of
+    /// it (the handshake leaves out a tail that is not), so the blocks around a request
+    /// inside the export are inside it too.
+    pub(super) fn new(min: u32) -> Align {
         let min = u64::from(min);
         debug_assert!(min > 1 && min as usize <= MAX_MIN_BLOCK && min.is_power_of_two());
         Align {
             min,
-            size,
             pool: BouncePool::new(BOUNCE_LEN, 4096, MAX_IDLE),
             ranges: RangeLocks::default(),
             bounced_reads: AtomicU64::new(0),
@@ -76,8 +74,7 @@ impl Align {
         }
     }
 
-    /// Whether `[offset, offset + len)` is whole blocks. (The export's size is whole
-    /// blocks too: the handshake leaves out a tail that is not.)
+    /// Whether `[offset, offset + len)` is whole blocks.
     pub(super) fn aligned(&self, offset: u64, len: u64) -> bool {
         offset % self.min == 0 && len % self.min == 0
     }
@@ -88,14 +85,11 @@ impl Align {
         bufs.len() <= iov::WINDOW || bufs.iter().all(|b| b.len() as u64 % self.min == 0)
     }
 
-    /// The blocks covering `[offset, end)`, cut at the end of the export.
+    /// The blocks covering `[offset, end)`.
     fn span(&self, offset: u64, end: u64) -> Span {
         Span {
             start: offset / self.min * self.min,
-            end: end
-                .div_ceil(self.min)
-                .saturating_mul(self.min)
-                .min(self.size),
+            end: end.div_ceil(self.min).saturating_mul(self.min),
         }
     }
 

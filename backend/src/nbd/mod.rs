@@ -169,7 +169,7 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
         writable: opts.writable,
         conns: conns.into_boxed_slice(),
         max_payload,
-        align: (info.min_block > 1).then(|| Align::new(info.min_block, info.size)),
+        align: (info.min_block > 1).then(|| Align::new(info.min_block)),
     })
 }
 
