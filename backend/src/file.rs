@@ -92,18 +92,36 @@ impl FileBackend {
         Self::open_as(path.as_ref(), opts, false)
     }
 
-    /// Opens the backing file of a qcow2 image, read-only, with the locks QEMU takes on a
-    /// backing file (`file/lock.rs`).
-    pub(crate) fn open_backing(path: &Path, opts: &OpenOptions) -> io::Result<FileBackend> {
+    /// The backing file of a qcow2 image, already opened read-only and without `O_DIRECT`
+    /// as `file` (named `path` in messages): `O_DIRECT` is added as `opts` say, and the locks
+    /// QEMU takes on a backing file (`file/lock.rs`).
+    pub(crate) fn from_backing(
+        file: File,
+        path: &Path,
+        opts: &OpenOptions,
+    ) -> io::Result<FileBackend> {
         let opts = OpenOptions {
             writable: false,
             ..opts.clone()
         };
-        Self::open_as(path, &opts, true)
+        check_kind(&file).map_err(|e| open_error(path, e, &opts))?;
+        if opts.direct {
+            sys::set_direct(file.as_fd()).map_err(|e| open_error(path, e, &opts))?;
+        }
+        Self::from_file(file, path, &opts, true)
     }
 
     fn open_as(path: &Path, opts: &OpenOptions, backing: bool) -> io::Result<FileBackend> {
         let file = open_file(path, opts).map_err(|e| open_error(path, e, opts))?;
+        Self::from_file(file, path, opts, backing)
+    }
+
+    fn from_file(
+        file: File,
+        path: &Path,
+        opts: &OpenOptions,
+        backing: bool,
+    ) -> io::Result<FileBackend> {
         match (opts.lock, backing) {
             (false, _) => {}
             (true, false) => lock::lock(&file, path, opts.writable)?,
@@ -306,6 +324,12 @@ fn open_file(path: &Path, opts: &OpenOptions) -> io::Result<File> {
         options.custom_flags(libc::O_DIRECT);
     }
     let file = options.open(path)?;
+    check_kind(&file)?;
+    Ok(file)
+}
+
+/// An image is a regular file or a block device.
+fn check_kind(file: &File) -> io::Result<()> {
     let kind = file.metadata()?.file_type();
     if kind.is_dir() {
         return Err(io::Error::from_raw_os_error(libc::EISDIR));
@@ -316,7 +340,7 @@ fn open_file(path: &Path, opts: &OpenOptions) -> io::Result<File> {
             "not a regular file or block device",
         ));
     }
-    Ok(file)
+    Ok(())
 }
 
 /// "cannot open image PATH: ERROR", with a hint where there is an obvious next step.
@@ -476,6 +500,7 @@ impl BlockBackend for FileBackend {
             bounce_buffers_allocated: self.bounce_buffers_allocated(),
             range_waits: self.ranges.waits(),
             direct_syscalls: 0,
+            probe_refused_writes: 0,
         }
     }
 }

@@ -55,6 +55,8 @@ mod iov;
 pub mod nbd;
 mod null;
 mod pool;
+pub mod probe;
+mod probed_raw;
 mod qcow2;
 mod range_lock;
 mod serial;
@@ -65,6 +67,7 @@ pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
 pub use nbd::{NbdBackend, NbdOptions};
 pub use null::{parse_size, NullBackend};
+pub use probed_raw::ProbedRaw;
 pub use qcow2::Qcow2Backend;
 /// The context every backend call runs in; it lives in the runtime, beside [`runtime::Co`].
 pub use runtime::Ctx;
@@ -137,6 +140,13 @@ pub trait BlockBackend: Send + Sync {
         None
     }
 
+    /// A warning to show once the export is live, about how the image was opened (a
+    /// format that was probed, not given); `None` for most backends. Shown after the
+    /// mount, so that a setup error stays one line.
+    fn open_warning(&self) -> Option<String> {
+        None
+    }
+
     /// The file whose bytes are the exported bytes one for one, where there is one (a raw
     /// image file): FUSE passthrough may send reads straight to it. `None` for every
     /// backend that maps or changes the bytes (qcow2, null, fault injection).
@@ -168,6 +178,10 @@ pub struct BackendStats {
     /// System calls made outside the loop's ring on a coroutine's behalf (an NBD command
     /// sent at once with `sendmsg`), to add to the ring's `io_uring_enter` calls.
     pub direct_syscalls: u64,
+    /// Modifications of the first sector of a raw image whose format was probed, refused
+    /// because the sector would then probe as another format ([`ProbedRaw`]).
+    #[serde(default)]
+    pub probe_refused_writes: u64,
 }
 
 /// Whether a run of bytes is stored data or a hole.
@@ -267,7 +281,7 @@ pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>>
             spec,
             "give a path, or null:SIZE (e.g. null:1G)",
         )),
-        path => qcow2::open_image(std::path::Path::new(path), opts, 0),
+        path => qcow2::open_image(std::path::Path::new(path), opts),
     }
 }
 

@@ -156,3 +156,48 @@ pub(crate) fn stop_pending() -> bool {
         .iter()
         .any(|&sig| unsafe { libc::sigismember(&set, sig) } == 1)
 }
+
+/// `openat2(2)` (Linux 5.6) of `path` under `dir` (`None`: the working directory, for an
+/// absolute path) with `flags` and the `RESOLVE_*` bits `resolve`: a path resolved without
+/// symlinks or beneath a directory, as std's `open` cannot.
+pub(crate) fn openat2(
+    dir: Option<BorrowedFd<'_>>,
+    path: &std::path::Path,
+    flags: c_int,
+    resolve: u64,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open_how is plain data; all-zero is its "nothing asked" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: `path` is a NUL-terminated string and `how` a valid open_how, both alive for
+    // the call; the size passed is open_how's; `dirfd` is open or AT_FDCWD.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as c_int) })
+}
+
+/// Adds `O_DIRECT` to an open file's status flags (`fcntl(F_SETFL)`; Linux allows it).
+pub(crate) fn set_direct(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain fcntl on an fd open for the call; no memory is passed.
+    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_DIRECT) })?;
+    Ok(())
+}

@@ -103,6 +103,15 @@ fn file_specs_open_paths() {
     std::fs::write(&path, [7u8; 1000]).unwrap();
     let b = open(&format!("file:{}", path.display()), &RW).unwrap();
     assert_eq!((b.len(), b.read_only()), (1000, false));
+    assert_eq!(
+        b.describe(),
+        format!("file:{} (buffered) (format probed: raw)", path.display())
+    );
+    let raw = OpenOptions {
+        format: backend::Format::Raw,
+        ..RW
+    };
+    let b = open(&format!("file:{}", path.display()), &raw).unwrap();
     assert_eq!(b.describe(), format!("file:{} (buffered)", path.display()));
     let ro = open(path.to_str().unwrap(), &OpenOptions::default()).unwrap();
     assert!(ro.read_only());

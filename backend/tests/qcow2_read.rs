@@ -37,7 +37,11 @@ fn read_all(cx: &Ctx<'_>, disk: &dyn BlockBackend, rng: &mut Rng) -> Vec<u8> {
 
 fn check_variant(v: &Variant, cx: &Ctx<'_>) {
     let want = raw_contents(&v.path);
-    let disk = open(&v.path, &OpenOptions::default());
+    let qcow2 = OpenOptions {
+        format: Format::Qcow2,
+        ..OpenOptions::default()
+    };
+    let disk = open(&v.path, &qcow2);
     assert_eq!(disk.len(), want.len() as u64, "{}: size", v.name);
     assert!(disk.describe().starts_with("qcow2:"), "{}", disk.describe());
     if v.name.contains("512") {
@@ -164,8 +168,20 @@ fn open_error_after(patch: Patch, writable: bool) -> String {
 #[test]
 fn qcow2_refuses_what_it_cannot_serve_in_one_line() {
     require_tool!("qemu-img");
-    let cases: [(Patch, bool, &str); 6] = [
+    let far = 0x7fff_ffff_ffff_ff00u64.to_be_bytes();
+    let cases: [(Patch, bool, &str); 8] = [
         (&[(60, &[0, 0, 0, 1])], false, "snapshot table not aligned"),
+        // Fields pointing past the end of the file, named as qemu-img names them.
+        (
+            &[(8, &far), (16, &[0, 0, 0, 13])],
+            false,
+            "Invalid backing file offset",
+        ),
+        (
+            &[(40, &[0, 0, 0, 0, 0x7f, 0xff, 0, 0])],
+            false,
+            "Invalid L1 table offset",
+        ),
         (&[(32, &[0, 0, 0, 1])], false, "encryption (AES)"),
         (&[(79, &[1 << 2])], false, "external data file"),
         (&[(79, &[1 << 5])], false, "incompatible feature bit 5"),
@@ -176,6 +192,39 @@ fn qcow2_refuses_what_it_cannot_serve_in_one_line() {
         let line = open_error_after(patch, writable);
         assert!(line.contains(want), "want {want:?} in: {line}");
     }
+}
+
+#[test]
+fn a_damaged_l2_pointer_fails_its_reads_with_eio_and_the_rest_is_served() {
+    require_tool!("qemu-img", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.qcow2");
+    // 64 KiB clusters: one L2 table maps 512 MiB, so write a cluster in each of two.
+    qemu_img(&["create", "-f", "qcow2", path.to_str().unwrap(), "1G"]);
+    qemu_io(&path, &["write -P 7 0 64k", "write -P 9 600M 64k"]);
+    // L1 entry 0 now points at an L2 table far past the end of the file.
+    let l1 = {
+        let head = std::fs::read(&path).unwrap();
+        u64::from_be_bytes(head[40..48].try_into().unwrap())
+    };
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let entry = (1u64 << 63) | 0x7fff_0000;
+    std::os::unix::fs::FileExt::write_all_at(&file, &entry.to_be_bytes(), l1).unwrap();
+    let qcow2 = OpenOptions {
+        format: Format::Qcow2,
+        ..OpenOptions::default()
+    };
+    let disk = open(&path, &qcow2);
+    let mut buf = vec![0u8; 4096];
+    let cx = Ctx::Blocking;
+    let e = disk
+        .readv(&cx, &mut [IoSliceMut::new(&mut buf)], 0)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let n = disk
+        .readv(&cx, &mut [IoSliceMut::new(&mut buf)], 600 << 20)
+        .unwrap();
+    assert_eq!((n, buf[0]), (4096, 9), "the other table is still served");
 }
 
 #[test]

@@ -23,7 +23,7 @@ const RW: OpenOptions = OpenOptions {
     writable: true,
     direct: false,
     lock: false, // a "killed" backend (forgotten) keeps its fd
-    format: backend::Format::Auto,
+    format: backend::Format::Qcow2,
     snapshot: None,
 };
 

@@ -21,7 +21,7 @@ const RW: OpenOptions = OpenOptions {
     writable: true,
     direct: false,
     lock: true,
-    format: backend::Format::Auto,
+    format: backend::Format::Qcow2,
     snapshot: None,
 };
 

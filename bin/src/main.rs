@@ -6,6 +6,7 @@ mod alloc_count;
 mod mount;
 mod mount_dir;
 mod out_file;
+mod pidfile;
 mod signals;
 mod umount;
 
@@ -18,6 +19,26 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log lines on stderr: -v adds debug lines (each decision, each retry), -vv
+    /// trace. RUST_LOG, when set, chooses instead (e.g. RUST_LOG=backend=debug)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Fewer log lines: -q only warnings and errors, -qq only errors
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    quiet: u8,
+}
+
+impl Cli {
+    /// The log level the flags ask for (info by default).
+    fn log_level(&self) -> &'static str {
+        match (self.verbose, self.quiet) {
+            (0, 0) => "info",
+            (1, _) => "debug",
+            (2.., _) => "trace",
+            (_, 1) => "warn",
+            (_, _) => "error",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -35,13 +56,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(cli.log_level()))
+        .format_timestamp_millis()
+        .init();
     let result = match cli.command {
         Command::Mount(args) => mount::run(&args),
         Command::MountDir(args) => mount_dir::run(&args),
@@ -66,11 +87,81 @@ fn usage_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    let text = e.render().to_string();
-    let first = text.lines().next().unwrap_or("invalid arguments");
-    eprintln!(
-        "corofuse: {} (see corofuse --help)",
-        first.trim_start_matches("error: ")
-    );
+    eprintln!("corofuse: {}", one_line(&e.render().to_string()));
     ExitCode::from(2)
+}
+
+/// clap's error text in one line: everything before its usage, so that what is missing
+/// (`<MOUNTPOINT>`) and clap's "did you mean" tip are kept, then where to read more (the
+/// subcommand's own `--help` where the usage names one).
+fn one_line(rendered: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    let mut help = "corofuse --help".to_string();
+    for line in rendered.lines().map(str::trim) {
+        if let Some(usage) = line.strip_prefix("Usage: ") {
+            let mut words = usage.split_whitespace();
+            if let (Some(bin), Some(sub)) = (words.next(), words.next()) {
+                if !sub.starts_with(['-', '<', '[']) {
+                    help = format!("{bin} {sub} --help");
+                }
+            }
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line.trim_start_matches("error: "));
+        }
+    }
+    let mut text = String::new();
+    for part in parts {
+        if !text.is_empty() {
+            text.push_str(if text.ends_with(':') { " " } else { "; " });
+        }
+        text.push_str(part);
+    }
+    if text.is_empty() {
+        text.push_str("invalid arguments");
+    }
+    format!("{text} (see {help})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(argv: &[&str]) -> String {
+        let e = Cli::try_parse_from(argv).err().expect("an error");
+        one_line(&e.render().to_string())
+    }
+
+    #[test]
+    fn verbose_and_quiet_choose_the_log_level() {
+        let level = |argv: &[&str]| Cli::try_parse_from(argv).unwrap().log_level();
+        assert_eq!(level(&["corofuse", "mount", "i", "m"]), "info");
+        assert_eq!(level(&["corofuse", "-v", "mount", "i", "m"]), "debug");
+        assert_eq!(level(&["corofuse", "mount", "i", "m", "-vv"]), "trace");
+        assert_eq!(level(&["corofuse", "mount", "-q", "i", "m"]), "warn");
+        assert_eq!(level(&["corofuse", "mount", "-qq", "i", "m"]), "error");
+        assert!(Cli::try_parse_from(["corofuse", "mount", "-v", "-q", "i", "m"]).is_err());
+    }
+
+    #[test]
+    fn usage_errors_name_what_is_missing_and_what_was_meant() {
+        assert_eq!(
+            error_of(&["corofuse", "mount", "raw.img"]),
+            "the following required arguments were not provided: <MOUNTPOINT> \
+             (see corofuse mount --help)"
+        );
+        assert_eq!(
+            error_of(&["corofuse", "mount", "raw.img", "x", "--writeable"]),
+            "unexpected argument '--writeable' found; tip: a similar argument exists: \
+             '--writable' (see corofuse mount --help)"
+        );
+        let typo = error_of(&["corofuse", "mont"]);
+        assert!(
+            typo.starts_with("unrecognized subcommand 'mont'; tip: ")
+                && typo.contains("'mount'")
+                && typo.ends_with(" (see corofuse --help)"),
+            "{typo}"
+        );
+    }
 }

@@ -204,6 +204,19 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// Checks what can be checked before anything is opened: the serving options, and that
+    /// `--pidfile` and `--stats` can be written where they say.
+    pub fn check(&self) -> Result<(), String> {
+        self.options().check()?;
+        if let Some(path) = &self.pidfile {
+            crate::pidfile::check_writable("--pidfile", path)?;
+        }
+        if let Some(path) = &self.stats {
+            crate::pidfile::check_writable("--stats", path)?;
+        }
+        Ok(())
+    }
+
     /// The serving options these arguments say.
     pub fn options(&self) -> ServeOptions {
         ServeOptions {
@@ -264,7 +277,16 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.snapshot.is_some() && args.writable {
         return Err("--snapshot exports the snapshot read-only: drop --writable (-w)".into());
     }
-    args.serve.options().check()?;
+    args.serve.check()?;
+    if args.passthrough && args.writable && args.format.is_none() && !is_special(&args.image) {
+        return Err(
+            "--passthrough with -w needs --format raw: without it the format is \
+                    probed, and writes to the image's first sector are checked so that it \
+                    never probes as another format, which mappings passed through to the file \
+                    would skip"
+                .into(),
+        );
+    }
     let options = OpenOptions {
         writable: args.writable,
         direct: args.direct,
@@ -327,10 +349,12 @@ pub fn serve_mounted<F: FileSystem>(
     signals: SignalFd,
 ) -> Result<(), String> {
     let server = Server::mount(fs, target, &args.options())?;
-    if let Some(path) = &args.pidfile {
-        crate::out_file::replace(path, format!("{}\n", std::process::id()).as_bytes())
-            .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
-    }
+    // Removed when this returns, after the unmount.
+    let _pidfile = args
+        .pidfile
+        .as_deref()
+        .map(crate::pidfile::PidFile::write)
+        .transpose()?;
     let stats = Arc::new(StatsFile {
         path: args.stats.clone(),
         name: target.name.clone(),
@@ -381,7 +405,11 @@ impl StatsFile {
     }
 }
 
-/// The one line for an image that would not open, with the way out of a lock conflict.
+/// Whether the image spec names no file whose format is probed (null, NBD).
+fn is_special(image: &str) -> bool {
+    image.starts_with("null:") || backend::nbd::is_nbd(image)
+}
+
 fn parse_format(s: &str) -> Result<Format, String> {
     match s {
         "raw" => Ok(Format::Raw),
@@ -390,6 +418,7 @@ fn parse_format(s: &str) -> Result<Format, String> {
     }
 }
 
+/// The one line for an image that would not open, with the way out of a lock conflict.
 fn open_error(e: &std::io::Error) -> String {
     let lock = e
         .get_ref()

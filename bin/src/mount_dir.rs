@@ -94,7 +94,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     // Before the export starts its helper threads, so that they inherit the blocked
     // signals (a signal they took would end the process instead of stopping it cleanly).
     let signals = SignalFd::new().map_err(|e| format!("signalfd: {e}"))?;
-    args.serve.options().check()?;
+    args.serve.check()?;
     if !(args.timeout >= 0.0 && args.timeout.is_finite()) {
         return Err("--timeout must be a number of seconds, 0 or more".into());
     }

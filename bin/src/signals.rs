@@ -1,6 +1,9 @@
-//! Signals as a file descriptor: SIGINT, SIGTERM and SIGUSR1 are blocked on every thread
-//! and read from a signalfd by one thread of their own ([`watch`]), so a signal never
-//! interrupts an event loop: SIGINT and SIGTERM stop the server, SIGUSR1 writes `--stats`.
+//! Signals as a file descriptor: SIGINT, SIGTERM, SIGHUP and SIGUSR1 are blocked on every
+//! thread and read from a signalfd by one thread of their own ([`watch`]), so a signal
+//! never interrupts an event loop: SIGINT, SIGTERM and SIGHUP stop the server (flush,
+//! unmount, exit 0, as qemu-storage-daemon ends on each), SIGUSR1 writes `--stats`.
+//! SIGHUP's default would kill the daemon with its mount left stale and its image
+//! unflushed: a closed terminal or a session's end must not do that.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -11,7 +14,7 @@ use server::ServeHandle;
 use crate::mount::StatsFile;
 
 /// The signals the daemon handles.
-pub const HANDLED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
+pub const HANDLED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1];
 
 /// A signalfd for [`HANDLED`]; creating it blocks them in the calling thread (call it before
 /// starting any other thread, which then inherits the mask).
@@ -54,7 +57,7 @@ impl AsFd for SignalFd {
     }
 }
 
-/// Until serving ends: SIGINT/SIGTERM stop the server (the requests in flight finish; a
+/// Until serving ends: SIGINT/SIGTERM/SIGHUP stop the server (the requests in flight finish; a
 /// second one gives up on those waiting for an NBD server), SIGUSR1 writes a snapshot to
 /// `--stats`.
 pub fn watch(signals: &SignalFd, handle: &ServeHandle, stats: &StatsFile) {
@@ -68,20 +71,32 @@ pub fn watch(signals: &SignalFd, handle: &ServeHandle, stats: &StatsFile) {
             }
             Some(signo) if !stopping => {
                 log::info!(
-                    "signal {signo}: finishing the requests in flight, then unmounting \
-                     (again to give up on those waiting for a remote server)"
+                    "{}: finishing the requests in flight, then unmounting \
+                     (again to give up on those waiting for a remote server)",
+                    name(signo)
                 );
                 handle.stop();
                 stopping = true;
             }
             Some(signo) => {
                 log::warn!(
-                    "signal {signo} again: the requests waiting for a remote server fail with EIO"
+                    "{} again: the requests waiting for a remote server fail with EIO",
+                    name(signo)
                 );
                 handle.abort();
             }
             None => {}
         }
+    }
+}
+
+/// A handled signal's name, for the log.
+fn name(signo: i32) -> &'static str {
+    match signo {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
     }
 }
 

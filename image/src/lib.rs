@@ -237,6 +237,9 @@ impl FileSystem for Export {
     }
 
     fn session_started(&self, negotiated: &Negotiated, session: BorrowedFd<'_>) {
+        if let Some(warning) = self.backend.open_warning() {
+            log::warn!("{warning}");
+        }
         if self.options.passthrough {
             self.passthrough
                 .start(negotiated.has(FUSE_PASSTHROUGH), session);

@@ -105,6 +105,18 @@ impl ExportKind {
         matches!(self, ExportKind::Qcow2 | ExportKind::Qcow2Alloc)
     }
 
+    /// Whether it exports a raw image file (on tmpfs or real storage).
+    pub fn raw_file(self) -> bool {
+        matches!(
+            self,
+            ExportKind::File
+                | ExportKind::Disk
+                | ExportKind::DiskDirect
+                | ExportKind::DiskPt
+                | ExportKind::DiskDirectPt
+        )
+    }
+
     /// Whether it runs read workloads: not on `qcow2-alloc`, whose image is empty.
     pub fn reads(self) -> bool {
         self != ExportKind::Qcow2Alloc

@@ -250,7 +250,9 @@ fn start(
 
 /// The options `corofuse mount` gets for a row beyond `-w`: `--direct` for disk-direct,
 /// `--format qcow2` for the qcow2 rows (the magic would choose it too; said so that a
-/// detection mistake fails instead of exporting the container bytes), then the
+/// detection mistake fails instead of exporting the container bytes), `--format raw` for
+/// the raw image files (as qsd always names its driver; a probed raw image's first sector
+/// is checked on every write to it, and its mappings are not passed through), then the
 /// variant's and `--mount-opt`'s (the nbd row: those only).
 fn corofuse_options(export: ExportKind, variant: Variant, mount_opts: &[String]) -> Vec<String> {
     let mut extra = Vec::new();
@@ -262,6 +264,9 @@ fn corofuse_options(export: ExportKind, variant: Variant, mount_opts: &[String])
     }
     if export.qcow2() {
         extra.extend(["--format".to_string(), "qcow2".to_string()]);
+    }
+    if export.raw_file() {
+        extra.extend(["--format".to_string(), "raw".to_string()]);
     }
     extra.extend(variant.mount_args());
     extra.extend(mount_opts.iter().cloned());
@@ -360,14 +365,18 @@ mod tests {
     #[test]
     fn corofuse_options_per_row() {
         let base = Variant::default();
-        assert!(corofuse_options(ExportKind::Disk, base, &[]).is_empty());
+        assert!(corofuse_options(ExportKind::Null, base, &[]).is_empty());
+        assert_eq!(
+            corofuse_options(ExportKind::Disk, base, &[]),
+            ["--format", "raw"]
+        );
         assert_eq!(
             corofuse_options(ExportKind::DiskDirect, base, &[]),
-            ["--direct"]
+            ["--direct", "--format", "raw"]
         );
         assert_eq!(
             corofuse_options(ExportKind::DiskDirectPt, base, &[]),
-            ["--direct", "--passthrough"]
+            ["--direct", "--passthrough", "--format", "raw"]
         );
         for e in [ExportKind::Qcow2, ExportKind::Qcow2Alloc] {
             assert_eq!(corofuse_options(e, base, &[]), ["--format", "qcow2"]);

@@ -156,6 +156,20 @@ impl ServeOptions {
         if self.readers == 0 || self.uring_depth == 0 {
             return Err("--readers and --uring-depth must be at least 1".into());
         }
+        if let Some(cpus) = &self.cpus {
+            let allowed = runtime::affinity::allowed_cpus()
+                .map_err(|e| format!("cannot read the CPUs this process may run on: {e}"))?;
+            if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
+                return Err(format!(
+                    "--cpus: CPU {cpu} is not one this process may run on ({})",
+                    allowed
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ));
+            }
+        }
         Ok(())
     }
 

@@ -134,7 +134,7 @@ fn mount_error_bad_queues_or_cpus() {
     let sandbox = Sandbox::new();
     let image = image(&sandbox);
     let mnt = sandbox.mountpoint("mnt");
-    let cases: [(&[&str], &[&str]); 4] = [
+    let cases: [(&[&str], &[&str]); 5] = [
         (
             &["--queues", "2", "--dispatch", "threads:2"],
             &["--queues", "threads:2"],
@@ -142,6 +142,8 @@ fn mount_error_bad_queues_or_cpus() {
         (&["--queues", "0"], &["--queues", "0"]),
         (&["--cpus", "x"], &["--cpus", "x"]),
         (&["--cpus", ""], &["--cpus"]),
+        // Checked before mounting: a CPU this process may not run on.
+        (&["--cpus", "0,4095"], &["--cpus", "4095", "may run on"]),
     ];
     for (args, words) in cases {
         assert_setup_error(&sandbox, image.as_os_str(), &mnt, args, words);

@@ -134,7 +134,7 @@ fn mount_image_passes_fsx(mode: Dispatch) {
     for (args, what) in [
         (&["-w"][..], "the image export"),
         (
-            &["-w", "--passthrough"][..],
+            &["-w", "--format", "raw", "--passthrough"][..],
             "the image export with --passthrough",
         ),
     ] {

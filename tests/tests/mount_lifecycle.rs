@@ -1,6 +1,7 @@
-//! The daemon's life, in every `--dispatch` mode: SIGTERM/SIGINT with I/O in flight end it
-//! cleanly (status 0, mount gone, the file underneath back as it was), so does an unmount
-//! from outside, and SIGUSR1 / exit write `--stats`.
+//! The daemon's life, in every `--dispatch` mode: SIGTERM/SIGINT/SIGHUP with I/O in flight
+//! end it cleanly (status 0, mount gone, the file underneath back as it was), so does an
+//! unmount from outside, and SIGUSR1 / exit write `--stats`; the pidfile is removed at
+//! exit, and unwritable `--pidfile`/`--stats` paths are refused before anything mounts.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -93,6 +94,71 @@ fn mount_sigterm_with_io_in_flight_exits_cleanly(mode: Dispatch) {
 dispatch_tests!(mount_sigint_with_io_in_flight_exits_cleanly);
 fn mount_sigint_with_io_in_flight_exits_cleanly(mode: Dispatch) {
     stop_with_io_in_flight(mode, libc::SIGINT);
+}
+
+dispatch_tests!(mount_sighup_with_io_in_flight_exits_cleanly);
+/// SIGHUP (a closed terminal, a session's end) ends the daemon as SIGTERM does, as it ends
+/// qemu-storage-daemon: its default would kill it with the mount left stale.
+fn mount_sighup_with_io_in_flight_exits_cleanly(mode: Dispatch) {
+    stop_with_io_in_flight(mode, libc::SIGHUP);
+}
+
+dispatch_tests!(mount_pidfile_is_removed_at_exit[coroutine, threads]);
+/// The pidfile names the daemon while it serves and is gone once it has exited, after
+/// SIGTERM and after an unmount from outside alike.
+fn mount_pidfile_is_removed_at_exit(mode: Dispatch) {
+    let sandbox = Sandbox::new();
+    let pidfile = sandbox.path("d.pid");
+    for outside in [false, true] {
+        let mnt = sandbox.file("mnt", b"");
+        let pid_arg = ["--pidfile", pidfile.to_str().unwrap()];
+        let mut export = MountedExport::start("null:1M", &mnt, mode, &pid_arg);
+        let pid = export.pid();
+        assert_eq!(fs::read_to_string(&pidfile).unwrap(), format!("{pid}\n"));
+        match outside {
+            false => export.stop(),
+            true => {
+                let out = corofuse_tests::export::umount(export.path());
+                assert!(out.status.success(), "{}", out.stderr);
+                let status = export.wait_exit(TIMEOUT).expect("exits after the unmount");
+                assert!(status.success(), "{status}: {}", export.stderr());
+                export.released();
+            }
+        }
+        assert!(
+            !pidfile.exists(),
+            "{mode}: pidfile left (unmount from outside: {outside})"
+        );
+    }
+}
+
+#[test]
+/// `--stats` or `--pidfile` where no file can be made is one line at start, naming the
+/// option and the path, before the image is opened or anything is mounted.
+fn mount_unwritable_stats_or_pidfile_is_refused_at_start() {
+    let sandbox = Sandbox::new();
+    let mnt = sandbox.file("mnt", b"");
+    let missing = sandbox.path("no/such/dir/out");
+    let dir = sandbox.path("");
+    for path in [&missing, &dir] {
+        let args = ["--stats", path.to_str().unwrap()];
+        let image = "null:1M".as_ref();
+        corofuse_tests::export::assert_setup_error(&sandbox, image, &mnt, &args, &args);
+    }
+    // (assert_setup_error passes a --pidfile of its own.)
+    let argv: [&std::ffi::OsStr; 5] = [
+        "mount".as_ref(),
+        "null:1M".as_ref(),
+        mnt.as_os_str(),
+        "--pidfile".as_ref(),
+        missing.as_os_str(),
+    ];
+    let failed = corofuse_tests::export::run_to_exit(&argv, &mnt);
+    assert!(!failed.status.success());
+    let want = format!("cannot write --pidfile {}: No such file", missing.display());
+    assert!(failed.stderr.contains(&want), "{}", failed.stderr);
+    assert_eq!(failed.stderr.lines().count(), 1, "{}", failed.stderr);
+    assert!(!corofuse_tests::mountinfo::is_corofuse_mount(&mnt));
 }
 
 dispatch_tests!(mount_sigterm_during_a_burst_with_many_readers[coroutine]);

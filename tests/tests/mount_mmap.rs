@@ -471,7 +471,7 @@ dispatch_tests!(mount_mapping_and_io_match_a_model_with_passthrough[coroutine, t
 /// As above with `--passthrough`: the model's opens may write, so they are served as
 /// without it (passthrough takes only read-only opens of an image).
 fn mount_mapping_and_io_match_a_model_with_passthrough(mode: Dispatch) {
-    check_model(mode, &["-w", "--passthrough"]);
+    check_model(mode, &["-w", "--format", "raw", "--passthrough"]);
 }
 
 dispatch_tests!(mount_mapping_and_io_match_a_model_on_a_direct_image);

@@ -165,7 +165,14 @@ fn mount_passthrough_image_reads_pass_and_writes_keep_the_size(mode: Dispatch) {
     let data = pattern(8, 0, len);
     let image = sandbox.file("disk.img", &data);
     let stats = sandbox.path("stats.json");
-    let args = ["-w", "--passthrough", "--stats", stats.to_str().unwrap()];
+    let args = [
+        "-w",
+        "--format",
+        "raw",
+        "--passthrough",
+        "--stats",
+        stats.to_str().unwrap(),
+    ];
     let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &args);
     let m = export.path();
     assert_bytes_eq(
@@ -211,7 +218,7 @@ fn mount_passthrough_image_reads_pass_and_writes_keep_the_size(mode: Dispatch) {
         &image,
         &sandbox.mountpoint("mnt"),
         mode,
-        &["-w", "--passthrough"],
+        &["-w", "--format", "raw", "--passthrough"],
     );
     assert_bytes_eq(
         &fs::read(again.path()).unwrap()[..100],
@@ -271,5 +278,25 @@ fn mount_passthrough_image_refuses_what_is_not_a_raw_file() {
         inject.stderr.contains("--passthrough needs"),
         "{}",
         inject.stderr
+    );
+    // Writable without --format: the first sector of a probed raw image is checked on
+    // every write, which a mapping passed through would skip.
+    let probed = corofuse_tests::export::run_to_exit(
+        &[
+            "mount".as_ref(),
+            image.as_os_str(),
+            mnt.as_os_str(),
+            "-w".as_ref(),
+            "--passthrough".as_ref(),
+        ],
+        &mnt,
+    );
+    assert!(!probed.status.success());
+    assert!(
+        probed
+            .stderr
+            .contains("--passthrough with -w needs --format raw"),
+        "{}",
+        probed.stderr
     );
 }

@@ -36,7 +36,12 @@ fn mount_qcow2_reads_like_qemu_img(mode: Dispatch) {
         .filter(|v| wanted.contains(&v.name.as_str()))
     {
         let want = raw_contents(&v.path);
-        let export = MountedExport::start(&v.path, &sandbox.mountpoint("mnt"), mode, &[]);
+        let export = MountedExport::start(
+            &v.path,
+            &sandbox.mountpoint("mnt"),
+            mode,
+            &["--format", "qcow2"],
+        );
         assert_bytes_eq(&fs::read(export.path()).unwrap(), &want, &v.name);
         export.stop();
     }
@@ -70,7 +75,12 @@ fn mount_qcow2_keeps_qemu_locks_on_image_and_backing(mode: Dispatch) {
     let image = sandbox.path("top.qcow2");
     let opts = format!("backing_file={},backing_fmt=raw", base.display());
     create(&image, &opts, None);
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--format", "qcow2"],
+    );
     // A writer on the image is refused; the backing file may still be read, not written.
     let write_top = qemu("qemu-io", &["-c", "write 0 512", image.to_str().unwrap()]);
     assert!(
@@ -112,7 +122,12 @@ fn random_writes_through_the_mount(mode: Dispatch, opts: &str, backing: bool) {
         opts += &format!(",backing_file={},backing_fmt=raw", base.display());
     }
     create(&image, &opts, Some("4M"));
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--format", "qcow2"],
+    );
     let file = open_rw(export.path()).unwrap();
     let raw = open_rw(&mirror).unwrap();
     for _ in 0..80 {
@@ -162,7 +177,12 @@ fn mount_qcow2_fio_randwrite_verify(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.path("fio.qcow2");
     create(&image, "compat=1.1", Some("16M"));
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--format", "qcow2"],
+    );
     corofuse_tests::fio::randwrite_verify(export.path(), "16M", &sandbox.path(""));
     export.stop();
     assert_check_clean(&image, "after fio");
@@ -236,7 +256,12 @@ fn mount_qcow2_qemu_img_convert_into_the_export(mode: Dispatch) {
         .unwrap();
     let image = sandbox.path("target.qcow2");
     create(&image, "compat=1.1", Some(&len.to_string()));
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--format", "qcow2"],
+    );
     let (from, to) = (src.to_str().unwrap(), export.path().to_str().unwrap());
     qemu_img(&[
         "convert", "-n", "-f", "raw", "-O", "raw", "-t", "none", from, to,
@@ -256,7 +281,12 @@ fn mount_qcow2_discards_give_the_host_space_back(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.path("d.qcow2");
     create(&image, "compat=1.1", Some("64M"));
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--format", "qcow2"],
+    );
     let file = open_rw(export.path()).unwrap();
     let data = pattern(7, 4 * MIB, (8 * MIB) as usize);
     file.write_all_at(&data, 4 * MIB).unwrap();
@@ -314,7 +344,7 @@ fn mount_qcow2_snapshots(mode: Dispatch) {
         export.stop();
     }
     let mut want = raw_contents(&image);
-    let export = MountedExport::start(&image, &mnt, mode, &["-w"]);
+    let export = MountedExport::start(&image, &mnt, mode, &["-w", "--format", "qcow2"]);
     let file = open_rw(export.path()).unwrap();
     for _ in 0..40 {
         let at = rng.below(want.len() as u64);

@@ -90,7 +90,12 @@ fn synced_writes_survive_sigkill(mode: Dispatch, opts: &str, backing: bool) {
     create(&image, &opts, Some("8M"));
     let v3 = opts.contains("compat=1.1");
     for round in 0..ROUNDS {
-        let mut export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+        let mut export = MountedExport::start(
+            &image,
+            &sandbox.mountpoint("mnt"),
+            mode,
+            &["-w", "--format", "qcow2"],
+        );
         assert_repaired(&export, v3 && round > 0, round);
         let progress = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::channel();
@@ -138,7 +143,12 @@ fn synced_writes_survive_sigkill(mode: Dispatch, opts: &str, backing: bool) {
             &format!("synced half, round {round}"),
         );
     }
-    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &["-w"]);
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        mode,
+        &["-w", "--format", "qcow2"],
+    );
     assert_repaired(&export, v3, ROUNDS);
     export.stop();
     match v3 {

@@ -22,7 +22,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use corofuse_tests::{dispatch_tests, sys, Dispatch, MountedExport, Sandbox};
+use corofuse_tests::export::assert_setup_error;
+use corofuse_tests::{dispatch_tests, require_tool, sys, Dispatch, MountedExport, Sandbox};
 
 const NOBODY: u32 = 65534;
 
@@ -429,18 +430,27 @@ impl Planted {
         }
     }
 
-    /// The planted target is untouched, and each path is now a file of the daemon's.
+    /// The planted target is untouched, and each path is now a file of the daemon's;
+    /// once the daemon has exited (`live` false), its pidfile is gone.
     #[track_caller]
-    fn assert_kept(&self, pid: u32) {
+    fn assert_kept(&self, pid: u32, live: bool) {
         assert_eq!(fs::read(&self.precious).unwrap(), vec![7u8; 8192]);
-        for path in [&self.pidfile, &self.stats] {
-            let meta = fs::symlink_metadata(path).unwrap();
-            assert!(meta.is_file(), "{} is not a regular file", path.display());
-        }
-        assert_eq!(
-            fs::read_to_string(&self.pidfile).unwrap(),
-            format!("{pid}\n")
+        let meta = fs::symlink_metadata(&self.stats).unwrap();
+        assert!(
+            meta.is_file(),
+            "{} is not a regular file",
+            self.stats.display()
         );
+        match live {
+            true => assert_eq!(
+                fs::read_to_string(&self.pidfile).unwrap(),
+                format!("{pid}\n")
+            ),
+            false => assert!(
+                fs::symlink_metadata(&self.pidfile).is_err(),
+                "the pidfile (or the link) is left after the exit"
+            ),
+        }
     }
 }
 
@@ -474,9 +484,9 @@ fn security_pidfile_and_stats_never_follow_a_symlink(mode: Dispatch) {
             assert!(Instant::now() < deadline, "no stats after SIGUSR1");
             std::thread::sleep(Duration::from_millis(10));
         }
-        planted.assert_kept(pid);
+        planted.assert_kept(pid, true);
         export.stop();
-        planted.assert_kept(pid);
+        planted.assert_kept(pid, false);
         let stats = fs::read_to_string(&planted.stats).unwrap();
         assert!(stats.starts_with('{'), "stats: {stats}");
     }
@@ -559,4 +569,138 @@ fn cleared_bits_show_at_once(mode: Dispatch, extra: &[&str]) {
         );
     }
     export.stop();
+}
+
+/// A root-only host file, a 1 MiB raw image of zeroes and a world-readable qcow2 header
+/// (made by qemu-img) whose backing file is that host file: what a writer of the export
+/// would put in the image's first sector to read the host file at the next probed open.
+struct ProbeBait {
+    sandbox: Sandbox,
+    secret: PathBuf,
+    image: PathBuf,
+    header: PathBuf,
+}
+
+impl ProbeBait {
+    fn new() -> ProbeBait {
+        let sandbox = Sandbox::new();
+        set_mode(sandbox.path("").as_path(), 0o755);
+        let secret = sandbox.file("secret", &[b'S'; 4096]);
+        set_mode(&secret, 0o600);
+        let image = sandbox.file("probe.img", &vec![0u8; 1 << 20]);
+        let header = sandbox.path("header.qcow2");
+        corofuse_tests::qcow2::qemu_img(&[
+            "create".as_ref(),
+            "-q".as_ref(),
+            "-f".as_ref(),
+            "qcow2".as_ref(),
+            "-F".as_ref(),
+            "raw".as_ref(),
+            "-b".as_ref(),
+            secret.as_os_str(),
+            header.as_os_str(),
+            "1M".as_ref(),
+        ]);
+        set_mode(&header, 0o644);
+        ProbeBait {
+            sandbox,
+            secret,
+            image,
+            header,
+        }
+    }
+}
+
+dispatch_tests!(security_probed_raw_export_refuses_a_foreign_header_from_its_writer);
+/// `mount -w --allow-other IMAGE` with no `--format`: the raw image's writer (nobody, given
+/// the file by chmod through the mount) cannot write a qcow2 header naming a host file into
+/// its first sector (EPERM, as QEMU refuses it); the same bytes past the first sector and
+/// ordinary first-sector writes go through; the daemon warns that it probed; a later
+/// probed open still finds raw and never serves the host file.
+fn security_probed_raw_export_refuses_a_foreign_header_from_its_writer(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let bait = ProbeBait::new();
+    let mnt = bait.sandbox.file("probe.mnt", b"");
+    let export = MountedExport::start(&bait.image, &mnt, mode, &["-w", "--allow-other"]);
+    let m = export.path();
+    set_mode(m, 0o666);
+    let write_header =
+        |offset: &str| as_nobody("write-from", &[m, bait.header.as_path(), Path::new(offset)]);
+    assert_eq!(write_header("0"), format!("err {}", libc::EPERM), "{mode}");
+    assert_eq!(write_header("512"), "ok", "{mode}: past the first sector");
+    assert_eq!(as_nobody("write", &[m]), "ok", "{mode}: an ordinary write");
+    let stderr = export.stderr();
+    assert!(
+        stderr.contains("probe found raw") && stderr.contains("--format raw"),
+        "{mode}: no warning that the format was probed: {stderr}"
+    );
+    export.stop();
+    let on_disk = fs::read(&bait.image).unwrap();
+    assert!(
+        !on_disk.starts_with(b"QFI\xfb"),
+        "{mode}: the header landed"
+    );
+    assert_eq!(on_disk[0], b'x', "{mode}");
+    let export = MountedExport::start(&bait.image, &mnt, mode, &[]);
+    assert_eq!(
+        fs::read(export.path()).unwrap(),
+        on_disk,
+        "{mode}: served raw"
+    );
+    export.stop();
+}
+
+dispatch_tests!(security_probed_qcow2_never_follows_its_backing_file[coroutine]);
+/// An image that probes as qcow2 and names a backing file (what the previous test keeps
+/// a writer from making) is refused without `--format qcow2`, in one line that says so;
+/// given the format, the backing file is followed, but never through a symbolic link nor,
+/// for a relative name, out of the image's directory. (Refused before anything is
+/// served: one dispatch mode covers it.)
+fn security_probed_qcow2_never_follows_its_backing_file(mode: Dispatch) {
+    require_tool!("qemu-img");
+    let bait = ProbeBait::new();
+    let sandbox = &bait.sandbox;
+    let mnt = sandbox.file("probe.mnt", b"");
+    fs::copy(&bait.header, &bait.image).unwrap();
+    let image = bait.image.as_os_str();
+    assert_setup_error(
+        sandbox,
+        image,
+        &mnt,
+        &[],
+        &["--format qcow2", "backing file"],
+    );
+    let export = MountedExport::start(&bait.image, &mnt, mode, &["--format", "qcow2"]);
+    let served = fs::read(export.path()).unwrap();
+    assert_eq!(
+        &served[..4096],
+        &fs::read(&bait.secret).unwrap()[..],
+        "named, followed"
+    );
+    export.stop();
+    let link = sandbox.path("link");
+    std::os::unix::fs::symlink(&bait.secret, &link).unwrap();
+    fs::create_dir(sandbox.path("sub")).unwrap();
+    let nested = sandbox.path("sub/top.qcow2");
+    for (backing, top, words) in [
+        (link.to_str().unwrap(), &bait.image, "symbolic link"),
+        ("link", &bait.image, "symbolic link"),
+        ("../secret", &nested, "goes up (..)"),
+    ] {
+        corofuse_tests::qcow2::qemu_img(&[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-u",
+            "-F",
+            "raw",
+            "-b",
+            backing,
+            top.to_str().unwrap(),
+            "1M",
+        ]);
+        let args = ["--format", "qcow2"];
+        assert_setup_error(sandbox, top.as_os_str(), &mnt, &args, &[words, backing]);
+    }
 }

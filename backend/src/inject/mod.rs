@@ -314,6 +314,10 @@ impl BlockBackend for InjectBackend {
         self.inner.stats()
     }
 
+    fn open_warning(&self) -> Option<String> {
+        self.inner.open_warning()
+    }
+
     fn inject_stats(&self) -> Option<InjectStats> {
         Some(self.counts())
     }

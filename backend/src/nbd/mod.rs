@@ -200,9 +200,16 @@ fn connect_within(
     timer: Duration,
 ) -> io::Result<(stream::Stream, Info)> {
     let until = std::time::Instant::now() + timer;
+    let mut said = false;
     loop {
         match connect(uri, tls) {
             Err(e) if not_there(&e) && std::time::Instant::now() < until => {
+                if !std::mem::replace(&mut said, true) {
+                    log::info!(
+                        "nbd: {uri}: {e}; waiting up to {} s for the server (--open-timer)",
+                        timer.as_secs()
+                    );
+                }
                 if crate::sys::stop_pending() {
                     return Err(io::Error::new(
                         e.kind(),

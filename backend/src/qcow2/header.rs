@@ -200,6 +200,48 @@ impl Header {
         Ok(header)
     }
 
+    /// Every range the header points at lies inside a file of `file_len` bytes; else an
+    /// error naming the field, as qemu-img names it ("Invalid backing file offset").
+    pub(crate) fn check_ranges(&self, file_len: u64) -> io::Result<()> {
+        let snapshot_header = 40; // the fixed part of one snapshot table entry
+        let ranges = [
+            (
+                "backing file offset",
+                self.backing_name_at,
+                self.backing_name_len as u64,
+            ),
+            (
+                "L1 table offset",
+                self.l1_table_offset,
+                self.l1_size as u64 * 8,
+            ),
+            (
+                "refcount table offset",
+                self.refcount_table_offset,
+                (self.refcount_table_clusters as u64) << self.cluster_bits,
+            ),
+            (
+                "snapshot table offset",
+                self.snapshots_offset,
+                self.nb_snapshots as u64 * snapshot_header,
+            ),
+        ];
+        for (field, offset, len) in ranges {
+            let present = match field {
+                "backing file offset" => offset != 0,
+                _ => len != 0,
+            };
+            let end = offset.checked_add(len).filter(|&end| end <= file_len);
+            if present && end.is_none() {
+                return Err(invalid(format_args!(
+                    "Invalid {field}: {len} bytes at {offset:#x} lie past the end of the \
+                     file ({file_len} bytes)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The table fields: aligned, and an L1 table large enough for the size.
     fn check_tables(&self) -> io::Result<()> {
         let mask = self.cluster_size() - 1;
@@ -327,6 +369,23 @@ mod tests {
 
     fn err(h: &[u8], writable: bool) -> String {
         Header::parse(h, writable).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn ranges_past_the_end_of_the_file_name_their_field() {
+        let h = Header::parse(&v3(), false).unwrap();
+        h.check_ranges(0x40000).unwrap();
+        let e = h.check_ranges(0x30008).unwrap_err().to_string();
+        assert!(
+            e.contains("Invalid L1 table offset: 16 bytes at 0x30000"),
+            "{e}"
+        );
+        let mut raw = v3();
+        raw[8..16].copy_from_slice(&0x7fff_ffff_ffff_ff00u64.to_be_bytes());
+        raw[16..20].copy_from_slice(&13u32.to_be_bytes());
+        let h = Header::parse(&raw, false).unwrap();
+        let e = h.check_ranges(0x40000).unwrap_err().to_string();
+        assert!(e.contains("Invalid backing file offset"), "{e}");
     }
 
     #[test]

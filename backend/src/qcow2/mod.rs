@@ -82,7 +82,7 @@ mod zero;
 
 use crate::pool::BouncePool;
 use crate::range_lock::{Mode, RangeGuard, RangeLocks, Span};
-use crate::{BlockBackend, Ctx, Extent, FileBackend, Format, OpenOptions};
+use crate::{BlockBackend, Ctx, Extent, FileBackend, Format, OpenOptions, ProbedRaw};
 
 use alloc::Allocator;
 use compress::Decompressor;
@@ -119,19 +119,16 @@ pub struct Qcow2Backend {
     /// Buffers for compressed input (up to two clusters).
     zbufs: BouncePool,
     writable: bool,
+    /// Damaged tables met while serving (see `corrupt`).
+    corrupt_seen: AtomicU64,
 }
 
-/// Opens `path` as `opts.format` says (probing the magic for [`Format::Auto`]).
-/// `depth` > 0: a backing file (read-only, with a backing file's locks).
-pub(crate) fn open_image(
-    path: &Path,
-    opts: &OpenOptions,
-    depth: u32,
-) -> io::Result<Arc<dyn BlockBackend>> {
-    let file = match depth {
-        0 => FileBackend::open(path, opts)?,
-        _ => FileBackend::open_backing(path, opts)?,
-    };
+/// Opens the image at `path` as `opts.format` says, probing the magic for
+/// [`Format::Auto`]. A probed raw image opened for writing is a [`ProbedRaw`]: its first
+/// sector can never be made to probe as another format. A probed qcow2 image's backing
+/// file is not followed (`backing.rs`).
+pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>> {
+    let file = FileBackend::open(path, opts)?;
     let qcow2 = match opts.format {
         Format::Raw => false,
         Format::Qcow2 => true,
@@ -146,9 +143,20 @@ pub(crate) fn open_image(
             ),
         ));
     }
-    if !qcow2 {
-        return Ok(Arc::new(file));
+    match (qcow2, opts.format, opts.writable) {
+        (true, ..) => open_qcow2(file, path, opts, 0),
+        (false, Format::Auto, true) => Ok(Arc::new(ProbedRaw::new(Arc::new(file), path))),
+        (false, ..) => Ok(Arc::new(file)),
     }
+}
+
+/// The qcow2 image in `file`, at `depth` in its backing chain (0: the exported image).
+fn open_qcow2(
+    file: FileBackend,
+    path: &Path,
+    opts: &OpenOptions,
+    depth: u32,
+) -> io::Result<Arc<dyn BlockBackend>> {
     let disk = Qcow2Backend::open_on(Arc::new(file), path, opts, depth, false).map_err(|e| {
         io::Error::new(
             e.kind(),
@@ -162,10 +170,13 @@ pub(crate) fn open_image(
 /// own, so that the probe is never an O_DIRECT bounce of the image's backend; a file too
 /// short or unreadable here is left to the raw backend, which opened it already.
 fn starts_with_magic(path: &Path) -> bool {
+    std::fs::File::open(path).is_ok_and(|f| file_starts_with_magic(&f))
+}
+
+/// Whether `file` starts with the qcow2 magic.
+fn file_starts_with_magic(file: &std::fs::File) -> bool {
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0))
-        .is_ok_and(|()| magic == MAGIC)
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut magic, 0).is_ok_and(|()| magic == MAGIC)
 }
 
 /// Opens the qcow2 image that `file` holds (an NBD export), named `name` in messages. No
@@ -196,6 +207,7 @@ impl Qcow2Backend {
         let mut first = vec![0u8; 1 << Header::cluster_bits_of(&head)?];
         host.read_padded(&cx, &mut first, 0)?;
         let mut h = Header::parse(&first, opts.writable)?;
+        h.check_ranges(host.file.len())?;
         let (snapshots, snapshot_bytes) = snapshot::read_table(&cx, &host, &h)?;
         let (l1_offset, l1_size, size, shown) = match &opts.snapshot {
             None => (h.l1_table_offset, h.l1_size, h.size, None),
@@ -239,6 +251,19 @@ impl Qcow2Backend {
                     "a qcow2 image with a backing file is not supported over NBD",
                 ))
             }
+            // At depth 0 an automatic format was probed: the header may be a raw image's
+            // data, written by whoever writes that image.
+            _ if depth == 0 && opts.format == Format::Auto => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "no --format given, and the probe found qcow2 naming a backing file \
+                         ({}); a writer of a raw image can put such a header in it, so the \
+                         backing file is followed only with --format qcow2",
+                        backing::name(&cx, &host, &h)?
+                    ),
+                ))
+            }
             _ => Some(backing::open(&cx, &host, &h, path, opts, depth)?),
         };
         let alloc = match opts.writable {
@@ -278,6 +303,7 @@ impl Qcow2Backend {
             bufs: BouncePool::new(cs, 4096, 8),
             zbufs: BouncePool::new(2 * cs, 4096, 4),
             writable: opts.writable,
+            corrupt_seen: AtomicU64::new(0),
             host,
             h,
         })
@@ -307,6 +333,27 @@ impl Qcow2Backend {
         self.lookup_by(cluster, |table, l2i| {
             self.l2.get(cx, &self.host, table, l2i)
         })
+        .map_err(|e| self.corrupt(e, cluster))
+    }
+
+    /// A damaged table met while serving guest cluster `cluster`: logged with the image,
+    /// the guest offset and what is wrong, as QEMU logs "Marking image as corrupt" (the
+    /// first time at error level, then at debug level, so a guest cannot flood the log),
+    /// and answered `EIO`. The image is left as it is (`qemu-img check` tells more).
+    fn corrupt(&self, e: io::Error, cluster: u64) -> io::Error {
+        if e.kind() != io::ErrorKind::InvalidData {
+            return e;
+        }
+        let line = format!(
+            "qcow2 image {} is corrupt: guest offset {:#x}: {e}; requests there fail with EIO",
+            self.path.display(),
+            cluster << self.h.cluster_bits
+        );
+        match self.corrupt_seen.fetch_add(1, Ordering::Relaxed) {
+            0 => log::error!("{line}"),
+            _ => log::debug!("{line}"),
+        }
+        io::Error::from_raw_os_error(libc::EIO)
     }
 
     fn lookup_by(

@@ -16,11 +16,11 @@ use crate::mountinfo::{self, MountEntry};
 /// Validates `path` (a regular file, or a directory with `directory`) and returns
 /// it absolute (symlinks resolved, as mount(2) does).
 pub(super) fn check_mountpoint(path: &Path, directory: bool) -> io::Result<PathBuf> {
-    let abs = resolve(path).map_err(|err| stat_error(err, path))?;
+    let abs = resolve(path).map_err(|err| stat_error(err, path, directory))?;
     if let Some(mount) = fuse_mount_at(&abs)? {
         return Err(already_fuse(&abs, &mount));
     }
-    let meta = fs::metadata(&abs).map_err(|err| stat_error(err, &abs))?;
+    let meta = fs::metadata(&abs).map_err(|err| stat_error(err, &abs, directory))?;
     if directory {
         return match file_kind(&meta.file_type()) {
             "directory" => Ok(abs),
@@ -103,11 +103,17 @@ fn file_kind(ty: &fs::FileType) -> &'static str {
     }
 }
 
-fn stat_error(err: io::Error, path: &Path) -> io::Error {
+/// `directory`: the mountpoint of a directory export, which must be a directory.
+fn stat_error(err: io::Error, path: &Path, directory: bool) -> io::Error {
     let path = path.display();
+    let what = if directory {
+        "directory (mkdir it)"
+    } else {
+        "regular file (touch it)"
+    };
     let msg = match err.raw_os_error() {
         Some(libc::ENOENT) => {
-            format!("mountpoint {path} does not exist; create the file to mount over first")
+            format!("mountpoint {path} does not exist; create the {what} to mount over first")
         }
         Some(libc::ENOTCONN) => format!(
             "{path} is on a FUSE mount whose server is gone; unmount that first \
@@ -168,9 +174,16 @@ mod tests {
         let missing = dir.path().join("nope.img");
         let err = check_mountpoint(&missing, false).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotFound);
-        assert!(err
-            .to_string()
-            .starts_with(&format!("mountpoint {} does not exist", missing.display())));
+        let want = format!(
+            "mountpoint {} does not exist; create the regular file (touch it)",
+            missing.display()
+        );
+        assert!(err.to_string().starts_with(&want), "{err}");
+        let err = check_mountpoint(&missing, true).unwrap_err().to_string();
+        assert!(
+            err.ends_with("create the directory (mkdir it) to mount over first"),
+            "{err}"
+        );
         let err = check_mountpoint(dir.path(), false).unwrap_err();
         assert!(
             err.to_string()

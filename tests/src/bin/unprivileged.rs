@@ -5,6 +5,8 @@
 //! mount, and compare the lines and what each left behind.
 //!
 //! OPs, each on paths: `read FILE`, `write FILE` (one byte at offset 0, no truncation),
+//! `write-from FILE SRC OFFSET` (all of SRC at OFFSET of FILE, no truncation, as
+//! `dd conv=notrunc` writes),
 //! `open-trunc FILE` (`O_WRONLY | O_TRUNC`), `truncate FILE LEN`, `copy FROM TO` (all of
 //! FROM with copy_file_range(2), at offset 0 of TO, no truncation), `fallocate FILE MODE`
 //! (MODE `alloc`, `keep`, `zero` or `punch`, the first 4 KiB), `whiteout FROM TO`
@@ -37,6 +39,11 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
             .read_to_end(&mut Vec::new())
             .map(drop)?,
         "write" => writable(arg(0)?)?.write_all_at(b"x", 0)?,
+        "write-from" => {
+            let data = std::fs::read(arg(1)?)?;
+            let offset = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+            writable(arg(0)?)?.write_all_at(&data, offset)?
+        }
         "open-trunc" => drop(
             OpenOptions::new()
                 .write(true)
