@@ -17,6 +17,11 @@ use transport::FileSystem;
 use crate::signals::SignalFd;
 
 #[derive(clap::Args, Clone, Debug)]
+#[command(after_help = "Examples:
+  corofuse mount -w --format raw disk.img disk.img        # over the image itself
+  corofuse mount -w --format qcow2 vm.qcow2 /tmp/vm.raw    # a qcow2 disk as raw bytes
+  corofuse mount -w 'nbd+unix:///disk?socket=/tmp/nbd.sock' /tmp/disk.raw
+SIGTERM, SIGINT, SIGHUP or an unmount end it (requests finish, the image is flushed).")]
 pub struct Args {
     /// An image file (raw or qcow2), null:SIZE (e.g. null:1G), or an NBD export:
     /// nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH
@@ -24,35 +29,36 @@ pub struct Args {
     /// An existing regular file (it may be the image itself)
     mountpoint: PathBuf,
     /// Allow writes (default: read-only, as in QEMU)
-    #[arg(short = 'w', long)]
+    #[arg(short = 'w', long, help_heading = "Image")]
     writable: bool,
     /// Writes and truncation past the end resize the image
-    #[arg(long)]
+    #[arg(long, help_heading = "Image")]
     growable: bool,
     /// Open the image with O_DIRECT
-    #[arg(long)]
+    #[arg(long, help_heading = "Image")]
     direct: bool,
-    /// The image's format: `raw` or `qcow2`. Default: qcow2 if the file starts with the
-    /// qcow2 magic, else raw. A raw image that starts with the qcow2 magic is exported raw
-    /// only with `--format raw`
-    #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
+    /// The image's format: `raw` or `qcow2`; give it. Without it the format is probed
+    /// (qcow2 if the file starts with the qcow2 magic, else raw) with QEMU's safeguards: a
+    /// warning, writes that would make a raw image's first sector probe as another format
+    /// refused (EPERM), a probed qcow2 image's backing file not followed
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format, help_heading = "Image")]
     format: Option<Format>,
     /// Export an internal snapshot of a qcow2 image, by its ID or else its name (as
     /// `qemu-img snapshot -l` lists them), read-only (`qemu-nbd -l`). Without it, the
     /// image's active state is exported; with -w, writes to clusters that snapshots share
     /// copy them first, so the snapshots stay as they are
-    #[arg(short = 'l', long, value_name = "ID|NAME")]
+    #[arg(short = 'l', long, value_name = "ID|NAME", help_heading = "Image")]
     snapshot: Option<String>,
     /// FUSE passthrough for a raw image file (Linux 6.9+, root): opens that only read go
     /// straight to the image file, at the device's speed; writable opens are served as
     /// without it (the size stays exact), their mappings passed through. Not for qcow2,
     /// null or --inject. Where the kernel lacks it: one log line, and the normal path
-    #[arg(long)]
+    #[arg(long, help_heading = "Image")]
     passthrough: bool,
     /// Take no image locks (QEMU's locking=off). By default the image gets QEMU's lock
     /// bytes: a writable export keeps QEMU's writers (and other writable exports) out and
     /// is refused where one is in; a read-only export takes what a QEMU reader takes
-    #[arg(long)]
+    #[arg(long, help_heading = "Image")]
     no_lock: bool,
     /// Fail or delay chosen image operations, to test error paths (rules: see --help)
     ///
@@ -69,32 +75,49 @@ pub struct Args {
     ///   (probability, reproducible from the seed), after=SIZE (at most SIZE bytes of
     ///   the operations matched succeed: e.g. write:ENOSPC:after=64M).
     /// Example: read:EIO:1/100,write:ENOSPC:after=64M,flush:EIO:once,delay:read:2ms
-    #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment)]
+    #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment, help_heading = "Diagnostics")]
     inject: Option<backend::inject::Spec>,
     /// Connections to an NBD server that advertises CAN_MULTI_CONN (one otherwise).
     /// Default: one per event loop (one loop for NBD unless --queues) or worker thread
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "NBD and TLS")]
     nbd_connections: Option<u16>,
     /// Requests in flight on one NBD connection at most (more wait for a free slot)
-    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096), help_heading = "NBD and TLS")]
     nbd_in_flight: u16,
     /// When the NBD server goes away, requests wait up to S seconds while the connection
     /// is made again (the handshake redone, the export's size checked), and those in
-    /// flight are sent again; then they fail with EIO. 0 (default): fail at once
-    #[arg(long, value_name = "S", default_value_t = 0)]
+    /// flight are sent again; then they fail with EIO. 0 (default): they fail at once.
+    /// Either way each later request tries a new connection first, so a server that
+    /// comes back is used again without a remount (as QEMU's nbd driver)
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 0,
+        help_heading = "NBD and TLS"
+    )]
     reconnect_delay: u32,
     /// While the NBD server is not there yet at mount (connection refused, no socket
     /// file), try again for up to S seconds (QEMU's open-timer). 0 (default): fail at once
-    #[arg(long, value_name = "S", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 0,
+        help_heading = "NBD and TLS"
+    )]
     open_timer: u32,
     /// TLS to the NBD server (as QEMU's tls-creds-x509): DIR holds ca-cert.pem, ca-crl.pem
     /// if there, and client-cert.pem and client-key.pem if the server wants a client
     /// certificate. Turns TLS on for nbd:// URIs too; nbds:// and nbds+unix:// need it
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "NBD and TLS")]
     tls_creds: Option<PathBuf>,
     /// The name the NBD server's certificate must carry (default: the URI's host; over a
     /// unix socket none is checked unless given, as QEMU)
-    #[arg(long, value_name = "NAME", requires = "tls_creds")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "tls_creds",
+        help_heading = "NBD and TLS"
+    )]
     tls_hostname: Option<String>,
     #[command(flatten)]
     pub serve: ServeArgs,
@@ -151,29 +174,34 @@ fn open_image(
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Other users may access the mount
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     pub allow_other: bool,
     /// Written once the mount is live
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Diagnostics")]
     pub pidfile: Option<PathBuf>,
     /// Write the runtime's counters as JSON at exit and on SIGUSR1
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Diagnostics")]
     pub stats: Option<PathBuf>,
     /// Reads of /dev/fuse kept outstanding
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Serving")]
     pub readers: u16,
     /// Send replies through io_uring instead of writev(2)
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     pub ring_replies: bool,
     /// How requests run: `coroutine` (one per request, suspending on io_uring), `inline`
     /// (one at a time on the loop, blocking syscalls) or `threads:N` (N worker threads,
     /// blocking syscalls, like libfuse)
-    #[arg(long, default_value = "coroutine", value_parser = parse_dispatch)]
+    #[arg(long, default_value = "coroutine", value_parser = parse_dispatch, help_heading = "Serving")]
     pub dispatch: Dispatch,
     /// Spin up to this long for the next request before sleeping (0: never). The window
     /// adapts (QEMU's poll-max-ns): it grows while requests come quickly and drops to 0
     /// after a long idle wait, so an idle export burns no CPU
-    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "MICROSECONDS",
+        default_value_t = 0,
+        help_heading = "Serving"
+    )]
     pub poll_us: u64,
     /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
     /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. With N > 1, loop i
@@ -181,25 +209,25 @@ pub struct ServeArgs {
     /// Default: with coroutine dispatch, one per CPU this process may run on (at most 8;
     /// measured best: BENCHMARKS.md), but 1 for an NBD image (the server does the storage
     /// work); with inline dispatch, 1
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Serving")]
     pub queues: Option<u16>,
     /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus, help_heading = "Serving")]
     pub cpus: Option<Cpus>,
     /// How requests reach the loops: `dev` (reads of /dev/fuse), `uring` (FUSE over
     /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
     /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...) or `auto` (uring where
     /// the kernel offers it, else dev with a warning)
-    #[arg(long, default_value = "dev", value_parser = ["dev", "uring", "auto"])]
+    #[arg(long, default_value = "dev", value_parser = ["dev", "uring", "auto"], help_heading = "Serving")]
     pub transport: String,
     /// Ring entries per CPU queue with `--transport uring`
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = "Serving")]
     pub uring_depth: u16,
     /// Which of several /dev/fuse loops take requests (coroutine dispatch): `adaptive`
     /// (a loop whose CPU the client keeps busy steps back while another loop has room,
     /// and comes back to measure again; see transport::placement) or `all` (every loop,
     /// always)
-    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "all"])]
+    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "all"], help_heading = "Serving")]
     pub placement: String,
 }
 
@@ -488,6 +516,21 @@ mod tests {
         assert!(
             o.check().is_err(),
             "threads with --queues 2 and uring are refused"
+        );
+    }
+
+    #[test]
+    fn help_is_grouped_by_topic_with_examples() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        let at = |heading: &str| help.find(heading).unwrap_or_else(|| panic!("{heading}"));
+        assert!(at("Image:") < at("--format"), "{help}");
+        assert!(at("NBD and TLS:") < at("--reconnect-delay"), "{help}");
+        assert!(at("Serving:") < at("    --queues <"), "{help}");
+        assert!(at("Diagnostics:") < at("--stats"), "{help}");
+        assert!(
+            help.contains("Examples:\n  corofuse mount -w --format raw"),
+            "{help}"
         );
     }
 

@@ -110,6 +110,8 @@ impl NbdServer {
         self.kill();
         let pidfile = self.scratch.path().join("pid");
         let _ = fs::remove_file(&pidfile);
+        // A killed nbdkit leaves its socket file, and refuses to start over it.
+        let _ = fs::remove_file(self.scratch.path().join("sock"));
         self.child = spawn(self.tool, &self.argv, self.scratch.path());
         self.wait_up(&pidfile);
     }

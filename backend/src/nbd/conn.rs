@@ -144,6 +144,10 @@ struct State {
     dialing: Option<std::thread::JoinHandle<io::Result<(Stream, Info)>>>,
     /// No attempt before this.
     next_try: Instant,
+    /// When the last attempt at a new connection failed.
+    failed_at: Option<Instant>,
+    /// Requests have been failed for this loss already (logged once).
+    gave_up: bool,
     slots: Slab<Slot>,
     max: usize,
     bufs: Box<[Vec<u8>]>,
@@ -233,6 +237,8 @@ impl Conn {
             lost: None,
             dialing: None,
             next_try: Instant::now(),
+            failed_at: None,
+            gave_up: false,
             slots: Slab::with_capacity(max),
             max,
             bufs: (0..max).map(|_| Vec::new()).collect(),
@@ -646,12 +652,20 @@ impl Conn {
         if st.epoch != epoch || st.lost.is_some() {
             return lost(); // told already
         }
-        log::warn!(
-            "nbd: {}: {why}; reconnecting (requests wait up to {:?})",
-            self.name,
-            redial.delay
-        );
+        match redial.delay.is_zero() {
+            true => log::warn!(
+                "nbd: {}: {why}; its requests fail with EIO, and each new one tries a new \
+                 connection first (--reconnect-delay S makes them wait instead)",
+                self.name
+            ),
+            false => log::warn!(
+                "nbd: {}: {why}; reconnecting (requests wait up to {:?})",
+                self.name,
+                redial.delay
+            ),
+        }
         st.lost = Some(Instant::now());
+        (st.failed_at, st.gave_up) = (None, false);
         st.stream.shutdown();
         let keys: Vec<usize> = st.slots.iter().map(|(k, _)| k).collect();
         for key in keys {
@@ -675,9 +689,14 @@ impl Conn {
     }
 
     /// Waits until the connection is made again (making it, when no one else is) and
-    /// readies `key` to be sent again: `EIO` once `--reconnect-delay` has passed.
+    /// readies `key` to be sent again. Once `--reconnect-delay` has passed since the loss
+    /// (at once with 0), the request fails with `EIO` as soon as an attempt made since it
+    /// came has failed, or one failed less than [`RETRY_AFTER`] ago; the connection stays
+    /// lost, not dead, so that the next request tries again, as QEMU's nbd driver does:
+    /// a restarted server is used again without a remount.
     fn await_reconnect(&self, cx: &Ctx<'_>, key: usize) -> io::Result<()> {
         let redial = self.redial.as_ref().ok_or_else(eio)?;
+        let arrived = Instant::now();
         loop {
             let mut st = self.lock();
             if st.dead {
@@ -691,19 +710,29 @@ impl Conn {
                 (slot.progress, slot.into_buf) = (Progress::default(), false);
                 return Ok(());
             };
-            if since.elapsed() >= redial.delay {
-                drop(st);
-                let why = format!("not reconnected within {:?}", redial.delay);
-                return Err(self.kill(cx, &why));
-            }
             if st.dialing.as_ref().is_some_and(|d| d.is_finished()) {
                 let dialed = st.dialing.take().expect("checked").join();
                 let dialed = dialed.unwrap_or_else(|_| Err(io::Error::other("dialer panicked")));
                 self.install(&mut st, redial, dialed);
                 continue;
             }
+            let expired = since.elapsed() >= redial.delay;
+            let failed_since = st
+                .failed_at
+                .is_some_and(|t| t >= arrived || t.elapsed() < RETRY_AFTER);
+            if expired && failed_since {
+                if !std::mem::replace(&mut st.gave_up, true) && !redial.delay.is_zero() {
+                    log::error!(
+                        "nbd: {}: not reconnected within {:?}; requests fail with EIO, and \
+                         each new one tries a new connection first",
+                        self.name,
+                        redial.delay
+                    );
+                }
+                return Err(eio());
+            }
             let idle = !st.reader && !st.writer && st.dialing.is_none();
-            if idle && Instant::now() >= st.next_try {
+            if idle && (expired || Instant::now() >= st.next_try) {
                 st.dialing = Some(Self::dial(redial)?);
             }
             drop(st);
@@ -740,12 +769,14 @@ impl Conn {
                 st.stream = Arc::new(stream);
                 st.epoch += 1;
                 st.lost = None;
+                (st.failed_at, st.gave_up) = (None, false);
                 st.rx.clear();
                 st.txq.clear();
             }
             Err(e) => {
                 log::debug!("nbd: {}: reconnecting: {e}", self.name);
                 st.next_try = Instant::now() + RETRY_AFTER;
+                st.failed_at = Some(Instant::now());
             }
         }
     }

@@ -144,7 +144,9 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
     };
     let name = uri.to_string();
     let max = nbd.max_in_flight.max(1);
-    let redial = (!nbd.reconnect_delay.is_zero()).then(|| Redial {
+    // Always: with a delay of 0 requests do not wait, but a lost server is still tried
+    // again at the next request (conn.rs, `await_reconnect`).
+    let redial = Some(Redial {
         uri: uri.clone(),
         info,
         delay: nbd.reconnect_delay,
