@@ -70,6 +70,7 @@ use zerocopy::FromZeros;
 
 use crate::attr;
 use crate::caller;
+use crate::fresh::Notifier;
 use crate::handles::{Backed, Handles, Open};
 use crate::inodes::{Entry, Inode};
 use crate::locks::Locks;
@@ -247,6 +248,8 @@ pub struct DirFs {
     locks: Locks,
     /// Helper threads for metadata calls off the loop ([`MetadataPolicy`]); `None`: on it.
     offload: Option<Offload>,
+    /// Tells the kernel which cached attributes went stale ([`crate::fresh`]).
+    notify: Notifier,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -311,6 +314,7 @@ impl DirFs {
             as_root: fuse::mount::is_root(),
             passthrough: backing::Session::default(),
             locks: Locks::default(),
+            notify: Notifier::default(),
         })
     }
 
@@ -401,7 +405,7 @@ impl DirFs {
             .unwrap_or(usize::MAX)
             .min(COPY_CHUNK);
         let (off_in, off_out) = (arg.off_in, arg.off_out);
-        self.kill_unless_fsetid(req, to.fd().as_fd())
+        self.kill_unless_fsetid(req, arg.nodeid_out, to.fd().as_fd())
             .map_err(errno)?;
         sys::copy_file_range(from.fd().as_fd(), off_in, to.fd().as_fd(), off_out, len)
             .map_err(errno)
@@ -585,7 +589,8 @@ impl DirFs {
         let open = self.file(arg.fh)?;
         let fd = open.fd();
         if arg.write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
-            self.kill_suidgid_of(req, fd.as_fd()).map_err(errno)?;
+            self.kill_suidgid_of(req, req.nodeid, fd.as_fd())
+                .map_err(errno)?;
         }
         let n = cx
             .writev_at(fd, &payload.io_slices(), arg.offset)
@@ -667,11 +672,11 @@ impl DirFs {
     /// Clears the privilege bits of the node `nodeid` as a data change by the caller of
     /// `req` would: see [`DirFs::kill_suidgid_of`].
     fn kill_suidgid(&self, req: &Request<'_>, nodeid: u64) -> io::Result<()> {
-        self.kill_suidgid_of(req, self.tree.node(nodeid)?.handle()?.as_fd())
+        self.kill_suidgid_of(req, nodeid, self.tree.node(nodeid)?.handle()?.as_fd())
     }
 
-    /// Clears the privilege bits of the file behind `fd` as a data change by a caller
-    /// without CAP_FSETID does on a local file system: set-user-ID always; set-group-ID
+    /// Clears the privilege bits of the file behind `fd` (node `nodeid`) as a data change
+    /// by a caller without CAP_FSETID does on a local file system: set-user-ID always; set-group-ID
     /// where the group may execute, or else (a mandatory-locking mark) where the caller
     /// is not a member of the file's group. Done before the data changes (a program run
     /// between the two must not run changed bytes with the old privileges). The kernel
@@ -680,8 +685,14 @@ impl DirFs {
     /// `fallocate` and `copy_file_range` to the daemon ([`DirFs::kill_unless_fsetid`]).
     /// Only a daemon running as root needs to: one without CAP_FSETID has the source's
     /// kernel clear them by itself. (File capabilities the source file system removes on
-    /// its own.)
-    fn kill_suidgid_of(&self, req: &Request<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    /// its own.) The kernel is told its cached attributes went stale: it invalidates
+    /// only size and times after a data change, and would show the old mode.
+    fn kill_suidgid_of(
+        &self,
+        req: &Request<'_>,
+        nodeid: u64,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<()> {
         if !self.as_root {
             return Ok(());
         }
@@ -695,6 +706,7 @@ impl DirFs {
         }
         if mode != old {
             sys::chmod(fd, mode)?;
+            self.notify.stale(nodeid);
         }
         Ok(())
     }
@@ -702,11 +714,16 @@ impl DirFs {
     /// The privilege bits of the file behind `fd` cleared before a `fallocate` or a
     /// `copy_file_range` into it, unless the caller holds CAP_FSETID
     /// ([`caller::has_capability`]).
-    fn kill_unless_fsetid(&self, req: &Request<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    fn kill_unless_fsetid(
+        &self,
+        req: &Request<'_>,
+        nodeid: u64,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<()> {
         if caller::has_capability(req.uid, req.pid, caller::CAP_FSETID) {
             return Ok(());
         }
-        self.kill_suidgid_of(req, fd)
+        self.kill_suidgid_of(req, nodeid, fd)
     }
 
     /// Runs a READDIR or READDIRPLUS, counting it and its time in the listing stats.
@@ -1097,7 +1114,7 @@ impl DirFs {
         let open = self.file(arg.fh)?;
         let fd = open.fd();
         let done = self
-            .kill_unless_fsetid(req, fd.as_fd())
+            .kill_unless_fsetid(req, req.nodeid, fd.as_fd())
             .and_then(|()| cx.fallocate(fd, arg.mode as i32, arg.offset, arg.length));
         status(req.unique, done)
     }
@@ -1296,6 +1313,7 @@ impl FileSystem for DirFs {
     }
 
     fn session_started(&self, negotiated: &Negotiated, session: BorrowedFd<'_>) {
+        self.notify.start(session);
         if self.wants_passthrough() {
             self.passthrough
                 .start(negotiated.has(FUSE_PASSTHROUGH), session);

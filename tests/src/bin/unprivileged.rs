@@ -5,6 +5,7 @@
 //! mount, and compare the lines and what each left behind.
 //!
 //! OPs, each on paths: `read FILE`, `write FILE` (one byte at offset 0, no truncation),
+//! `write-direct FILE` (4 KiB at offset 0 through an `O_DIRECT` descriptor),
 //! `open-trunc FILE` (`O_WRONLY | O_TRUNC`), `truncate FILE LEN`, `copy FROM TO` (all of
 //! FROM with copy_file_range(2), at offset 0 of TO, no truncation), `fallocate FILE MODE`
 //! (MODE `alloc`, `keep`, `zero` or `punch`, the first 4 KiB), `whiteout FROM TO`
@@ -37,6 +38,8 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
             .read_to_end(&mut Vec::new())
             .map(drop)?,
         "write" => writable(arg(0)?)?.write_all_at(b"x", 0)?,
+        "write-direct" => corofuse_tests::open_direct(arg(0)?, true)?
+            .write_all_at(&corofuse_tests::AlignedBuf::zeroed(4096), 0)?,
         "open-trunc" => drop(
             OpenOptions::new()
                 .write(true)
