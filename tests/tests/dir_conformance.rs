@@ -8,15 +8,19 @@
 //!   `O_TRUNC`, every fallocate mode, copy_file_range; the bits left on the source and
 //!   what `stat -c %A` (a statx asking for the mode alone) shows through the mount at
 //!   once, attributes cached for 60 s.
+//! - File handles of hard-linked files, taken before and after linking, the original
+//!   name kept or unlinked, opened after the dentry cache is dropped.
 
 use std::ffi::CString;
 use std::fs;
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-use corofuse_tests::{dispatch_tests, Dispatch, MountedExport, Sandbox};
+use corofuse_tests::{dispatch_tests, sys, Dispatch, MountedExport, Sandbox};
 
 /// Every `--passthrough` policy.
 const POLICIES: [&str; 3] = ["auto", "always", "never"];
@@ -233,6 +237,68 @@ fn dir_conformance_privilege_bits_as_the_source(mode: Dispatch) {
             differ.len(),
             differ.join("\n")
         );
+        sides.stop();
+    }
+}
+
+/// What opening each handle gives after the dentry cache is dropped: the content read,
+/// or the errno.
+fn open_all(root: &Path, handles: &[sys::FileHandle]) -> Vec<Result<String, i32>> {
+    handles
+        .iter()
+        .map(|h| {
+            sys::open_by_handle(root, h, libc::O_RDONLY).map(|mut f| {
+                let mut text = String::new();
+                f.read_to_string(&mut text).unwrap();
+                text
+            })
+        })
+        .collect()
+}
+
+/// Makes `files` files in `dir` (through the side given), takes their handles, links
+/// each (in `dir`, then in `dir/other`) and takes the links' handles, unlinks the
+/// original names if `unlink`, drops the dentry cache and opens every handle.
+fn linked_handles(dir: &Path, root: &Path, unlink: bool) -> Vec<Result<String, i32>> {
+    fs::create_dir_all(dir.join("other")).unwrap();
+    let mut handles = Vec::new();
+    for i in 0..8 {
+        let file = dir.join(format!("file{i}"));
+        fs::write(&file, format!("file {i}")).unwrap();
+        handles.push(sys::file_handle(&file).expect("name_to_handle_at"));
+        let (near, far) = (
+            dir.join(format!("link{i}")),
+            dir.join(format!("other/link{i}")),
+        );
+        fs::hard_link(&file, &near).unwrap();
+        fs::hard_link(&file, &far).unwrap();
+        handles.push(sys::file_handle(&near).expect("name_to_handle_at of a link"));
+        if unlink {
+            fs::remove_file(&file).unwrap();
+        }
+    }
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    open_all(root, &handles)
+}
+
+dispatch_tests!(dir_conformance_file_handles_of_linked_files);
+/// Issue 32, item 4: handles of files with more than one link open after the kernel
+/// dropped its dentries and inodes (and sent FORGET for them), as on the source: the
+/// original name kept, or unlinked (the file lives on under its links).
+fn dir_conformance_file_handles_of_linked_files(mode: Dispatch) {
+    for policy in POLICIES {
+        let sides = Sides::mount(mode, policy, &[]);
+        for unlink in [false, true] {
+            let case = format!("u{}", u8::from(unlink));
+            let want = linked_handles(&sides.direct(&case), &sides.tree, unlink);
+            let got = linked_handles(&sides.through(&case), sides.export.path(), unlink);
+            assert!(want.iter().all(Result::is_ok), "{want:?}");
+            assert_eq!(
+                got, want,
+                "{mode} --passthrough {policy}: originals unlinked {unlink}"
+            );
+        }
         sides.stop();
     }
 }
