@@ -33,7 +33,9 @@
 //!   served opens live). The kernel then sends the open's reads, writes and mappings
 //!   straight to the source file, where the policy does not keep them here
 //!   (`FOPEN_DIRECT_IO` beside `FOPEN_PASSTHROUGH`). Attributes still come from here:
-//!   after a passthrough write the kernel asks again. Without the kernel's support or
+//!   after a passthrough write the kernel asks again; a shared mapping's writes change
+//!   the source's times with no request, so while an open that passes through may
+//!   write, its node's attributes are answered valid for no time ([`crate::fresh`]). Without the kernel's support or
 //!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
 //!   served as before.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
@@ -70,7 +72,7 @@ use zerocopy::FromZeros;
 
 use crate::attr;
 use crate::caller;
-use crate::fresh::Notifier;
+use crate::fresh::{self, Notifier};
 use crate::handles::{Backed, Handles, Open};
 use crate::inodes::{Entry, Inode};
 use crate::locks::Locks;
@@ -359,15 +361,33 @@ impl DirFs {
         (t.as_secs(), t.subsec_nanos())
     }
 
+    /// How long the kernel may keep `inode`'s attributes: no time while a passthrough
+    /// open of it may write ([`crate::fresh`]).
+    fn attr_valid(&self, inode: Option<&Inode>) -> (u64, u32) {
+        match inode {
+            Some(inode) if inode.writers.any() => (0, 0),
+            _ => self.valid(),
+        }
+    }
+
+    /// [`DirFs::attr_valid`] of node `nodeid` (looked up only where passthrough is on).
+    fn attr_valid_of(&self, nodeid: u64) -> (u64, u32) {
+        if !self.passthrough.is_on() {
+            return self.valid();
+        }
+        self.attr_valid(self.tree.inodes.get(nodeid).as_deref())
+    }
+
     fn fill_entry(&self, out: &mut fuse_entry_out, e: &Entry) {
         let (secs, nsecs) = self.valid();
+        let (attr_secs, attr_nsecs) = self.attr_valid(Some(&e.inode));
         *out = fuse_entry_out {
             nodeid: e.nodeid,
             generation: e.inode.generation,
             entry_valid: secs,
-            attr_valid: secs,
+            attr_valid: attr_secs,
             entry_valid_nsec: nsecs,
-            attr_valid_nsec: nsecs,
+            attr_valid_nsec: attr_nsecs,
             attr: attr::of_stat(&e.attr),
         };
     }
@@ -378,9 +398,15 @@ impl DirFs {
         Ok(Reply::entry(unique, &s.entry))
     }
 
-    fn attr<'b>(&self, unique: u64, s: &'b mut Scratch, st: io::Result<libc::stat>) -> Answer<'b> {
-        let st = st.map_err(errno)?;
-        let (secs, nsecs) = self.valid();
+    /// A GETATTR or SETATTR reply: `st` as node `nodeid`'s attributes.
+    fn attr<'b>(
+        &self,
+        req: &Request<'_>,
+        s: &'b mut Scratch,
+        st: io::Result<libc::stat>,
+    ) -> Answer<'b> {
+        let (unique, st) = (req.unique, st.map_err(errno)?);
+        let (secs, nsecs) = self.attr_valid_of(req.nodeid);
         s.attr = FromZeros::new_zeroed();
         (s.attr.attr_valid, s.attr.attr_valid_nsec) = (secs, nsecs);
         s.attr.attr = attr::of_stat(&st);
@@ -439,6 +465,9 @@ impl DirFs {
     /// write under the inode's lock, one at a time, and without
     /// FOPEN_PARALLEL_DIRECT_WRITES it takes that lock for direct writes too (it still
     /// does for appends and writes that extend the file).
+    ///
+    /// A passthrough open that may write counts among the node's writers
+    /// ([`crate::fresh`]); says whether it did.
     fn fill_open(
         &self,
         req: &Request<'_>,
@@ -446,7 +475,7 @@ impl DirFs {
         inode: &Arc<Inode>,
         fd: OwnedFd,
         flags: i32,
-    ) {
+    ) -> bool {
         *out = FromZeros::new_zeroed();
         let direct = flags & libc::O_DIRECT != 0 || self.options.cache == Cache::Never;
         let served = if direct {
@@ -476,11 +505,17 @@ impl DirFs {
             Some((Mode::Served, _)) | None => served,
         };
         let mode = mode.map(|(mode, _)| mode);
+        let writes = matches!(mode, Some(Mode::Passthrough(_))) && fresh::may_write(flags);
+        if writes {
+            inode.writers.opened();
+        }
         let backed = mode.map(|mode| Backed {
             inode: Arc::clone(inode),
             mode,
+            writes,
         });
         out.fh = self.handles.insert(Open::File(fd, backed));
+        writes
     }
 
     /// Whether an open keeps its reads and writes on the daemon: under `auto`, an
@@ -549,7 +584,7 @@ impl DirFs {
             self.kill_suidgid(req, req.nodeid).map_err(errno)?;
         }
         let st = self.tree.setattr(req.nodeid, &set, fd);
-        self.attr(req.unique, s, st)
+        self.attr(req, s, st)
     }
 
     fn read<'b>(
@@ -1036,7 +1071,7 @@ impl DirFs {
             Some(open) => sys::fstat(open.fd().as_fd()),
             None => self.tree.getattr(req.nodeid),
         };
-        self.attr(req.unique, s, st)
+        self.attr(req, s, st)
     }
 
     /// MKDIR, MKNOD and SYMLINK: the new entry, given to its caller ([`DirFs::own`]).
@@ -1069,7 +1104,10 @@ impl DirFs {
             .or_else(|_| self.tree.open(node, asked))
             .map_err(errno)?;
         let inode = self.tree.node(node).map_err(errno)?;
-        self.fill_open(req, &mut s.open, &inode, fd, asked);
+        if self.fill_open(req, &mut s.open, &inode, fd, asked) {
+            // Attributes cached before this open would hide what its mappings change.
+            self.notify.stale(node);
+        }
         Ok(Reply::arg(req.unique, &s.open))
     }
 
@@ -1087,8 +1125,9 @@ impl DirFs {
             .create(node, name, self.source_flags(asked), arg.mode, arg.umask)
             .map_err(errno)?;
         let e = self.own(req, node, Ok(made)).map_err(errno)?;
-        self.fill_entry(&mut s.entry, &e);
+        // The open first: a passthrough writer's entry is valid for no time.
         self.fill_open(req, &mut s.open, &e.inode, fd, asked);
+        self.fill_entry(&mut s.entry, &e);
         Ok(Reply::create(req.unique, &s.entry, &s.open))
     }
 
@@ -1186,6 +1225,9 @@ impl DirFs {
                 l.streams.add(&stream.stats());
             }
             Some(Open::File(_, Some(b))) => {
+                if b.writes {
+                    b.inode.writers.released();
+                }
                 if let Some(id) = b.inode.backing.release(b.mode) {
                     self.passthrough.unregister(id);
                 }

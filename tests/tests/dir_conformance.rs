@@ -10,6 +10,8 @@
 //!   once, attributes cached for 60 s.
 //! - File handles of hard-linked files, taken before and after linking, the original
 //!   name kept or unlinked, opened after the dentry cache is dropped.
+//! - mtime and ctime after a write through a shared mapping: after msync, and after
+//!   munmap and close, as `stat -c '%Y %Z'` shows them through the mount.
 
 use std::ffi::CString;
 use std::fs;
@@ -18,9 +20,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use corofuse_tests::{dispatch_tests, sys, Dispatch, MountedExport, Sandbox};
+use corofuse_tests::{
+    dispatch_tests, sys, Access, Dispatch, Mapping, MountedExport, Sandbox, Sharing,
+};
 
 /// Every `--passthrough` policy.
 const POLICIES: [&str; 3] = ["auto", "always", "never"];
@@ -297,6 +301,82 @@ fn dir_conformance_file_handles_of_linked_files(mode: Dispatch) {
             assert_eq!(
                 got, want,
                 "{mode} --passthrough {policy}: originals unlinked {unlink}"
+            );
+        }
+        sides.stop();
+    }
+}
+
+/// mtime and ctime (seconds, nanoseconds each).
+type Times = (i64, i64, i64, i64);
+
+/// mtime and ctime, as `stat -c '%Y %Z'` asks for them.
+fn times(path: &Path) -> Times {
+    let stx = statx(path, libc::STATX_MTIME | libc::STATX_CTIME);
+    let (m, c) = (stx.stx_mtime, stx.stx_ctime);
+    (m.tv_sec, m.tv_nsec.into(), c.tv_sec, c.tv_nsec.into())
+}
+
+/// Whether mtime and ctime changed from `before` to `after`.
+fn changed(before: Times, after: Times) -> (bool, bool) {
+    (
+        (before.0, before.1) != (after.0, after.1),
+        (before.2, before.3) != (after.2, after.3),
+    )
+}
+
+/// A mapped write to `path` (an 8 KiB file whose mtime is set back to 2001 first), seen
+/// by `stat` of the same path: after msync with the mapping and file still open, then
+/// after munmap and close. `msync` false: unmapped without it (as a process that
+/// exits). Returns (mtime, ctime) changed at each point, and the times seen last.
+fn mapped_write(path: &Path, msync: bool) -> (Vec<(bool, bool)>, Times) {
+    fs::write(path, vec![1u8; 8192]).unwrap();
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(978_307_200);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let before = times(path);
+    // Timestamps are taken at a clock tick: let one pass.
+    std::thread::sleep(Duration::from_millis(20));
+    let file = corofuse_tests::open_rw(path).unwrap();
+    let map = Mapping::map(&file, 0, 8192, Access::ReadWrite, Sharing::Shared).unwrap();
+    map.write(100, b"mapped");
+    let mut seen = Vec::new();
+    if msync {
+        map.sync(100, 6).unwrap();
+        seen.push(changed(before, times(path)));
+    }
+    drop(map);
+    drop(file);
+    let last = times(path);
+    seen.push(changed(before, last));
+    (seen, last)
+}
+
+dispatch_tests!(dir_conformance_times_after_a_mapped_write);
+/// Issue 32, item 1: a write through a shared mapping changes mtime and ctime, and
+/// `stat` through the mount shows it (after msync, and after munmap and close), as on
+/// the source; with passthrough the mapping is the source file's own, and the mount
+/// shows its times. Attributes are cached for 60 s, so a stale cache would show.
+fn dir_conformance_times_after_a_mapped_write(mode: Dispatch) {
+    for policy in POLICIES {
+        let sides = Sides::mount(mode, policy, &["--timeout", "60"]);
+        for msync in [true, false] {
+            let name = format!("mapped-{msync}");
+            let (want, _) = mapped_write(&sides.direct(&name), msync);
+            let (got, shown) = mapped_write(&sides.through(&name), msync);
+            assert!(want.iter().all(|&c| c == (true, true)), "source: {want:?}");
+            assert_eq!(
+                got, want,
+                "{mode} --passthrough {policy}, msync {msync}: (mtime, ctime) changed"
+            );
+            assert_eq!(
+                shown,
+                times(&sides.backing(&name)),
+                "{mode} --passthrough {policy}: the mount shows its source file's times"
             );
         }
         sides.stop();
