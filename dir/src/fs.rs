@@ -627,12 +627,43 @@ impl DirFs {
             self.kill_suidgid_of(req, req.nodeid, fd.as_fd())
                 .map_err(errno)?;
         }
+        let buffered = self
+            .writeback_fd(arg, payload.len(), fd.as_fd())
+            .map_err(errno)?;
         let n = cx
-            .writev_at(fd, &payload.io_slices(), arg.offset)
+            .writev_at(
+                buffered.as_ref().unwrap_or(fd),
+                &payload.io_slices(),
+                arg.offset,
+            )
             .map_err(errno)?;
         s.write = FromZeros::new_zeroed();
         s.write.size = n as u32;
         Ok(Reply::arg(req.unique, &s.write))
+    }
+
+    /// A descriptor of its own for a write the kernel sends from the page cache
+    /// (FUSE_WRITE_CACHE: shared mappings written back, through any open of the file)
+    /// that an O_DIRECT open cannot take: a range not in whole pages, as the last page of
+    /// a file that ends inside it is written back up to the end of the file (EINVAL from
+    /// the source otherwise, and msync fails: xfstests' fsx `-Z` with mapped writes). It
+    /// goes through a buffered descriptor of the same file, opened for it; page-aligned
+    /// writebacks and every other write keep the open's own (`None`).
+    fn writeback_fd(
+        &self,
+        arg: &fuse_write_in,
+        len: usize,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<Option<OwnedFd>> {
+        const PAGE: u64 = 4096;
+        let whole_pages = arg.offset % PAGE == 0 && len as u64 % PAGE == 0;
+        if arg.write_flags & FUSE_WRITE_CACHE == 0 || whole_pages {
+            return Ok(None);
+        }
+        if sys::status_flags(fd)? & libc::O_DIRECT == 0 {
+            return Ok(None);
+        }
+        sys::reopen(fd, libc::O_WRONLY).map(Some)
     }
 
     /// Whether `op` changes the tree as its caller ([`crate::creds`]): the node-making

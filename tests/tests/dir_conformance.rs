@@ -12,12 +12,15 @@
 //!   name kept or unlinked, opened after the dentry cache is dropped.
 //! - mtime and ctime after a write through a shared mapping: after msync, and after
 //!   munmap and close, as `stat -c '%Y %Z'` shows them through the mount.
+//! - msync of a shared mapping of an O_DIRECT file whose last page is partial (the
+//!   operations xfstests' fsx `-Z` failed on: a file extended by ftruncate to a size that
+//!   is not a multiple of 512, mapped, written up to its end, msynced).
 
 use std::ffi::CString;
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -379,6 +382,60 @@ fn dir_conformance_times_after_a_mapped_write(mode: Dispatch) {
                 "{mode} --passthrough {policy}: the mount shows its source file's times"
             );
         }
+        sides.stop();
+    }
+}
+
+/// The end of the file after ftruncate: not a multiple of 512.
+const UNALIGNED_END: usize = 0x79f4a;
+
+/// fsx's failing steps on `path`: an O_DIRECT file of 0x72000 bytes, extended by
+/// ftruncate to [`UNALIGNED_END`], its last pages mapped shared from 0x6b000 and written
+/// from 0x6be00 to the end, msynced. The msync's outcome, and the file's bytes after.
+fn msync_unaligned_end(path: &Path) -> (Result<(), i32>, Vec<u8>) {
+    fs::write(path, b"").unwrap();
+    let file = corofuse_tests::open_direct(path, true).unwrap();
+    let buf = corofuse_tests::AlignedBuf::from_slice(&corofuse_tests::pattern(1, 0, 0x72000));
+    file.write_all_at(&buf, 0).unwrap();
+    file.set_len(UNALIGNED_END as u64).unwrap();
+    let (page, start) = (0x6b000, 0x6be00);
+    let map = Mapping::map(
+        &file,
+        page as u64,
+        UNALIGNED_END - page,
+        Access::ReadWrite,
+        Sharing::Shared,
+    )
+    .unwrap();
+    map.write(
+        start - page,
+        &corofuse_tests::pattern(2, start as u64, UNALIGNED_END - start),
+    );
+    let synced = map
+        .sync(0, UNALIGNED_END - page)
+        .map_err(|e| e.raw_os_error().unwrap_or(0));
+    drop(map);
+    drop(file);
+    (synced, fs::read(path).unwrap())
+}
+
+dispatch_tests!(dir_conformance_msync_of_an_o_direct_mapping_with_a_partial_last_page);
+/// Issue 32, item 5: msync of a shared mapping of an O_DIRECT file succeeds and the
+/// mapped bytes reach the file, as on the source, where the file ends inside a page
+/// (the kernel writes the last page back up to the end of the file: a write whose
+/// length no O_DIRECT descriptor takes).
+fn dir_conformance_msync_of_an_o_direct_mapping_with_a_partial_last_page(mode: Dispatch) {
+    for policy in POLICIES {
+        let sides = Sides::mount(mode, policy, &[]);
+        let want = msync_unaligned_end(&sides.direct("fsx"));
+        let got = msync_unaligned_end(&sides.through("fsx"));
+        assert_eq!(want.0, Ok(()), "msync on the source");
+        assert_eq!(got.0, want.0, "{mode} --passthrough {policy}: msync");
+        corofuse_tests::assert_bytes_eq(
+            &fs::read(sides.backing("fsx")).unwrap(),
+            &want.1,
+            &format!("{mode} --passthrough {policy}: the file after msync"),
+        );
         sides.stop();
     }
 }
