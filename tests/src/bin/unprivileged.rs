@@ -5,14 +5,14 @@
 //! mount, and compare the lines and what each left behind.
 //!
 //! OPs, each on paths: `read FILE`, `write FILE` (one byte at offset 0, no truncation),
-//! `write-direct FILE` (4 KiB at offset 0 through an `O_DIRECT` descriptor),
 //! `open-trunc FILE` (`O_WRONLY | O_TRUNC`), `truncate FILE LEN`, `copy FROM TO` (all of
 //! FROM with copy_file_range(2), at offset 0 of TO, no truncation), `fallocate FILE MODE`
 //! (MODE `alloc`, `keep`, `zero` or `punch`, the first 4 KiB), `whiteout FROM TO`
 //! (renameat2 with `RENAME_WHITEOUT`), `unlink FILE`, `listxattr FILE`, `setxattr FILE
 //! NAME` (value `v`), `mknod-dev FILE` (a character device 1:3), `link FROM TO`,
 //! `create FILE` (a new file, mode 0644), `mkdir DIR` (mode 0755), `setacl FILE` (the
-//! access ACL `u::rwx,g::r-x,o::r-x`, as `setfacl` would set it).
+//! access ACL `u::rwx,g::r-x,o::r-x`, as `setfacl` would set it), `write-direct FILE`
+//! (4 KiB at offset 0 through an `O_DIRECT` descriptor).
 //!
 //! `UNPRIVILEGED_GROUPS=G1,G2,...` gives the user those supplementary groups.
 
@@ -38,8 +38,6 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
             .read_to_end(&mut Vec::new())
             .map(drop)?,
         "write" => writable(arg(0)?)?.write_all_at(b"x", 0)?,
-        "write-direct" => corofuse_tests::open_direct(arg(0)?, true)?
-            .write_all_at(&corofuse_tests::AlignedBuf::zeroed(4096), 0)?,
         "open-trunc" => drop(
             OpenOptions::new()
                 .write(true)
@@ -78,6 +76,8 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
             };
             sys::fallocate(&writable(arg(0)?)?, mode, 0, 4096)?
         }
+        "write-direct" => corofuse_tests::open_direct(arg(0)?, true)?
+            .write_all_at(&corofuse_tests::AlignedBuf::zeroed(4096), 0)?,
         "whiteout" => sys::renameat2(arg(0)?, arg(1)?, libc::RENAME_WHITEOUT)?,
         "unlink" => std::fs::remove_file(arg(0)?)?,
         "listxattr" => return Ok(Some(sys::listxattr(arg(0)?)?.join(","))),
