@@ -33,7 +33,9 @@
 //!   served opens live). The kernel then sends the open's reads, writes and mappings
 //!   straight to the source file, where the policy does not keep them here
 //!   (`FOPEN_DIRECT_IO` beside `FOPEN_PASSTHROUGH`). Attributes still come from here:
-//!   after a passthrough write the kernel asks again. Without the kernel's support or
+//!   after a passthrough write the kernel asks again; a shared mapping's writes change
+//!   the source's times with no request, so while an open that passes through may
+//!   write, its node's attributes are answered valid for no time ([`crate::fresh`]). Without the kernel's support or
 //!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
 //!   served as before.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
@@ -70,6 +72,7 @@ use zerocopy::FromZeros;
 
 use crate::attr;
 use crate::caller;
+use crate::fresh::{self, Notifier};
 use crate::handles::{Backed, Handles, Open};
 use crate::inodes::{Entry, Inode};
 use crate::locks::Locks;
@@ -247,6 +250,8 @@ pub struct DirFs {
     locks: Locks,
     /// Helper threads for metadata calls off the loop ([`MetadataPolicy`]); `None`: on it.
     offload: Option<Offload>,
+    /// Tells the kernel which cached attributes went stale ([`crate::fresh`]).
+    notify: Notifier,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -311,6 +316,7 @@ impl DirFs {
             as_root: fuse::mount::is_root(),
             passthrough: backing::Session::default(),
             locks: Locks::default(),
+            notify: Notifier::default(),
         })
     }
 
@@ -355,15 +361,33 @@ impl DirFs {
         (t.as_secs(), t.subsec_nanos())
     }
 
+    /// How long the kernel may keep `inode`'s attributes: no time while a passthrough
+    /// open of it may write ([`crate::fresh`]).
+    fn attr_valid(&self, inode: Option<&Inode>) -> (u64, u32) {
+        match inode {
+            Some(inode) if inode.writers.any() => (0, 0),
+            _ => self.valid(),
+        }
+    }
+
+    /// [`DirFs::attr_valid`] of node `nodeid` (looked up only where passthrough is on).
+    fn attr_valid_of(&self, nodeid: u64) -> (u64, u32) {
+        if !self.passthrough.is_on() {
+            return self.valid();
+        }
+        self.attr_valid(self.tree.inodes.get(nodeid).as_deref())
+    }
+
     fn fill_entry(&self, out: &mut fuse_entry_out, e: &Entry) {
         let (secs, nsecs) = self.valid();
+        let (attr_secs, attr_nsecs) = self.attr_valid(Some(&e.inode));
         *out = fuse_entry_out {
             nodeid: e.nodeid,
             generation: e.inode.generation,
             entry_valid: secs,
-            attr_valid: secs,
+            attr_valid: attr_secs,
             entry_valid_nsec: nsecs,
-            attr_valid_nsec: nsecs,
+            attr_valid_nsec: attr_nsecs,
             attr: attr::of_stat(&e.attr),
         };
     }
@@ -374,9 +398,15 @@ impl DirFs {
         Ok(Reply::entry(unique, &s.entry))
     }
 
-    fn attr<'b>(&self, unique: u64, s: &'b mut Scratch, st: io::Result<libc::stat>) -> Answer<'b> {
-        let st = st.map_err(errno)?;
-        let (secs, nsecs) = self.valid();
+    /// A GETATTR or SETATTR reply: `st` as node `nodeid`'s attributes.
+    fn attr<'b>(
+        &self,
+        req: &Request<'_>,
+        s: &'b mut Scratch,
+        st: io::Result<libc::stat>,
+    ) -> Answer<'b> {
+        let (unique, st) = (req.unique, st.map_err(errno)?);
+        let (secs, nsecs) = self.attr_valid_of(req.nodeid);
         s.attr = FromZeros::new_zeroed();
         (s.attr.attr_valid, s.attr.attr_valid_nsec) = (secs, nsecs);
         s.attr.attr = attr::of_stat(&st);
@@ -401,7 +431,7 @@ impl DirFs {
             .unwrap_or(usize::MAX)
             .min(COPY_CHUNK);
         let (off_in, off_out) = (arg.off_in, arg.off_out);
-        self.kill_unless_fsetid(req, to.fd().as_fd())
+        self.kill_unless_fsetid(req, arg.nodeid_out, to.fd().as_fd())
             .map_err(errno)?;
         sys::copy_file_range(from.fd().as_fd(), off_in, to.fd().as_fd(), off_out, len)
             .map_err(errno)
@@ -435,6 +465,9 @@ impl DirFs {
     /// write under the inode's lock, one at a time, and without
     /// FOPEN_PARALLEL_DIRECT_WRITES it takes that lock for direct writes too (it still
     /// does for appends and writes that extend the file).
+    ///
+    /// A passthrough open that may write counts among the node's writers
+    /// ([`crate::fresh`]); says whether it did.
     fn fill_open(
         &self,
         req: &Request<'_>,
@@ -442,7 +475,7 @@ impl DirFs {
         inode: &Arc<Inode>,
         fd: OwnedFd,
         flags: i32,
-    ) {
+    ) -> bool {
         *out = FromZeros::new_zeroed();
         let direct = flags & libc::O_DIRECT != 0 || self.options.cache == Cache::Never;
         let served = if direct {
@@ -472,11 +505,17 @@ impl DirFs {
             Some((Mode::Served, _)) | None => served,
         };
         let mode = mode.map(|(mode, _)| mode);
+        let writes = matches!(mode, Some(Mode::Passthrough(_))) && fresh::may_write(flags);
+        if writes {
+            inode.writers.opened();
+        }
         let backed = mode.map(|mode| Backed {
             inode: Arc::clone(inode),
             mode,
+            writes,
         });
         out.fh = self.handles.insert(Open::File(fd, backed));
+        writes
     }
 
     /// Whether an open keeps its reads and writes on the daemon: under `auto`, an
@@ -545,7 +584,7 @@ impl DirFs {
             self.kill_suidgid(req, req.nodeid).map_err(errno)?;
         }
         let st = self.tree.setattr(req.nodeid, &set, fd);
-        self.attr(req.unique, s, st)
+        self.attr(req, s, st)
     }
 
     fn read<'b>(
@@ -585,14 +624,46 @@ impl DirFs {
         let open = self.file(arg.fh)?;
         let fd = open.fd();
         if arg.write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
-            self.kill_suidgid_of(req, fd.as_fd()).map_err(errno)?;
+            self.kill_suidgid_of(req, req.nodeid, fd.as_fd())
+                .map_err(errno)?;
         }
+        let buffered = self
+            .writeback_fd(arg, payload.len(), fd.as_fd())
+            .map_err(errno)?;
         let n = cx
-            .writev_at(fd, &payload.io_slices(), arg.offset)
+            .writev_at(
+                buffered.as_ref().unwrap_or(fd),
+                &payload.io_slices(),
+                arg.offset,
+            )
             .map_err(errno)?;
         s.write = FromZeros::new_zeroed();
         s.write.size = n as u32;
         Ok(Reply::arg(req.unique, &s.write))
+    }
+
+    /// A descriptor of its own for a write the kernel sends from the page cache
+    /// (FUSE_WRITE_CACHE: shared mappings written back, through any open of the file)
+    /// that an O_DIRECT open cannot take: a range not in whole pages, as the last page of
+    /// a file that ends inside it is written back up to the end of the file (EINVAL from
+    /// the source otherwise, and msync fails: xfstests' fsx `-Z` with mapped writes). It
+    /// goes through a buffered descriptor of the same file, opened for it; page-aligned
+    /// writebacks and every other write keep the open's own (`None`).
+    fn writeback_fd(
+        &self,
+        arg: &fuse_write_in,
+        len: usize,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<Option<OwnedFd>> {
+        const PAGE: u64 = 4096;
+        let whole_pages = arg.offset % PAGE == 0 && len as u64 % PAGE == 0;
+        if arg.write_flags & FUSE_WRITE_CACHE == 0 || whole_pages {
+            return Ok(None);
+        }
+        if sys::status_flags(fd)? & libc::O_DIRECT == 0 {
+            return Ok(None);
+        }
+        sys::reopen(fd, libc::O_WRONLY).map(Some)
     }
 
     /// Whether `op` changes the tree as its caller ([`crate::creds`]): the node-making
@@ -667,11 +738,11 @@ impl DirFs {
     /// Clears the privilege bits of the node `nodeid` as a data change by the caller of
     /// `req` would: see [`DirFs::kill_suidgid_of`].
     fn kill_suidgid(&self, req: &Request<'_>, nodeid: u64) -> io::Result<()> {
-        self.kill_suidgid_of(req, self.tree.node(nodeid)?.handle()?.as_fd())
+        self.kill_suidgid_of(req, nodeid, self.tree.node(nodeid)?.handle()?.as_fd())
     }
 
-    /// Clears the privilege bits of the file behind `fd` as a data change by a caller
-    /// without CAP_FSETID does on a local file system: set-user-ID always; set-group-ID
+    /// Clears the privilege bits of the file behind `fd` (node `nodeid`) as a data change
+    /// by a caller without CAP_FSETID does on a local file system: set-user-ID always; set-group-ID
     /// where the group may execute, or else (a mandatory-locking mark) where the caller
     /// is not a member of the file's group. Done before the data changes (a program run
     /// between the two must not run changed bytes with the old privileges). The kernel
@@ -680,8 +751,14 @@ impl DirFs {
     /// `fallocate` and `copy_file_range` to the daemon ([`DirFs::kill_unless_fsetid`]).
     /// Only a daemon running as root needs to: one without CAP_FSETID has the source's
     /// kernel clear them by itself. (File capabilities the source file system removes on
-    /// its own.)
-    fn kill_suidgid_of(&self, req: &Request<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    /// its own.) The kernel is told its cached attributes went stale: it invalidates
+    /// only size and times after a data change, and would show the old mode.
+    fn kill_suidgid_of(
+        &self,
+        req: &Request<'_>,
+        nodeid: u64,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<()> {
         if !self.as_root {
             return Ok(());
         }
@@ -695,6 +772,7 @@ impl DirFs {
         }
         if mode != old {
             sys::chmod(fd, mode)?;
+            self.notify.stale(nodeid);
         }
         Ok(())
     }
@@ -702,11 +780,16 @@ impl DirFs {
     /// The privilege bits of the file behind `fd` cleared before a `fallocate` or a
     /// `copy_file_range` into it, unless the caller holds CAP_FSETID
     /// ([`caller::has_capability`]).
-    fn kill_unless_fsetid(&self, req: &Request<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    fn kill_unless_fsetid(
+        &self,
+        req: &Request<'_>,
+        nodeid: u64,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<()> {
         if caller::has_capability(req.uid, req.pid, caller::CAP_FSETID) {
             return Ok(());
         }
-        self.kill_suidgid_of(req, fd)
+        self.kill_suidgid_of(req, nodeid, fd)
     }
 
     /// Runs a READDIR or READDIRPLUS, counting it and its time in the listing stats.
@@ -1019,7 +1102,7 @@ impl DirFs {
             Some(open) => sys::fstat(open.fd().as_fd()),
             None => self.tree.getattr(req.nodeid),
         };
-        self.attr(req.unique, s, st)
+        self.attr(req, s, st)
     }
 
     /// MKDIR, MKNOD and SYMLINK: the new entry, given to its caller ([`DirFs::own`]).
@@ -1052,7 +1135,10 @@ impl DirFs {
             .or_else(|_| self.tree.open(node, asked))
             .map_err(errno)?;
         let inode = self.tree.node(node).map_err(errno)?;
-        self.fill_open(req, &mut s.open, &inode, fd, asked);
+        if self.fill_open(req, &mut s.open, &inode, fd, asked) {
+            // Attributes cached before this open would hide what its mappings change.
+            self.notify.stale(node);
+        }
         Ok(Reply::arg(req.unique, &s.open))
     }
 
@@ -1070,8 +1156,9 @@ impl DirFs {
             .create(node, name, self.source_flags(asked), arg.mode, arg.umask)
             .map_err(errno)?;
         let e = self.own(req, node, Ok(made)).map_err(errno)?;
-        self.fill_entry(&mut s.entry, &e);
+        // The open first: a passthrough writer's entry is valid for no time.
         self.fill_open(req, &mut s.open, &e.inode, fd, asked);
+        self.fill_entry(&mut s.entry, &e);
         Ok(Reply::create(req.unique, &s.entry, &s.open))
     }
 
@@ -1097,7 +1184,7 @@ impl DirFs {
         let open = self.file(arg.fh)?;
         let fd = open.fd();
         let done = self
-            .kill_unless_fsetid(req, fd.as_fd())
+            .kill_unless_fsetid(req, req.nodeid, fd.as_fd())
             .and_then(|()| cx.fallocate(fd, arg.mode as i32, arg.offset, arg.length));
         status(req.unique, done)
     }
@@ -1169,6 +1256,9 @@ impl DirFs {
                 l.streams.add(&stream.stats());
             }
             Some(Open::File(_, Some(b))) => {
+                if b.writes {
+                    b.inode.writers.released();
+                }
                 if let Some(id) = b.inode.backing.release(b.mode) {
                     self.passthrough.unregister(id);
                 }
@@ -1296,6 +1386,7 @@ impl FileSystem for DirFs {
     }
 
     fn session_started(&self, negotiated: &Negotiated, session: BorrowedFd<'_>) {
+        self.notify.start(session);
         if self.wants_passthrough() {
             self.passthrough
                 .start(negotiated.has(FUSE_PASSTHROUGH), session);

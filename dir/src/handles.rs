@@ -31,6 +31,8 @@ pub enum Open {
 pub struct Backed {
     pub inode: Arc<Inode>,
     pub mode: Mode,
+    /// Counted among the node's passthrough writers ([`Inode::writers`]).
+    pub writes: bool,
 }
 
 /// Every open handle.

@@ -73,6 +73,9 @@ pub struct Inode {
     pub generation: u64,
     /// Its FUSE passthrough mode while opens of it live ([`crate::fs`]).
     pub backing: fuse::backing::Inode,
+    /// Its passthrough opens that may write: its attributes are then answered valid for
+    /// no time ([`crate::fresh`]).
+    pub writers: crate::fresh::Writers,
 }
 
 impl Inode {
@@ -203,6 +206,7 @@ impl Inodes {
             kind: attr.st_mode & libc::S_IFMT,
             generation: self.generations.fetch_add(1, Ordering::Relaxed),
             backing: Default::default(),
+            writers: Default::default(),
         })
     }
 

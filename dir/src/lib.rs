@@ -11,7 +11,8 @@
 //! - [`handles`]: open files and directories by file handle; [`attr`]: `stat` as FUSE
 //!   attributes; [`caller`]: the capabilities of a request's caller, where the daemon
 //!   must decide for it; [`locks`]: POSIX and flock locks taken on the source per lock
-//!   owner;
+//!   owner; [`fresh`]: attributes the kernel must ask for again (changes it did not see
+//!   go through a request);
 //! - `sys`: the `*at` system calls on the tree's descriptors (the crate's only unsafe code).
 //!
 //! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
@@ -26,6 +27,7 @@ pub mod attr;
 pub mod caller;
 pub mod creds;
 pub mod dirstream;
+pub mod fresh;
 pub mod fs;
 pub mod handles;
 pub mod inodes;

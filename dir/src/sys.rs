@@ -229,6 +229,12 @@ pub fn utimens(handle: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Resul
         .map(drop)
 }
 
+/// The file status flags of an open descriptor (`fcntl(F_GETFL)`: O_DIRECT among them).
+pub fn status_flags(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    // SAFETY: F_GETFL only reads the flags of a descriptor we hold.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}
+
 pub fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
     let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: a plain call on a descriptor we hold.

@@ -50,6 +50,7 @@
 //! - [`abi`]: the kernel structs and constants (ABI 7.45).
 //! - [`session`]: the INIT handshake of a mount, on the session fd.
 //! - [`backing`]: FUSE passthrough's backing files (register, unregister).
+//! - [`notify`]: notifications the server sends unasked (attributes invalidated).
 //!
 //! A minimal blocking server loop:
 //!
@@ -91,6 +92,7 @@ pub mod flags;
 pub mod init;
 pub mod mount;
 pub mod mountinfo;
+pub mod notify;
 pub mod reply;
 pub mod request;
 pub mod session;

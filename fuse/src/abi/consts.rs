@@ -104,6 +104,10 @@ pub const FUSE_IOCTL: u32 = 39;
 pub const FUSE_POLL: u32 = 40;
 /// Reply to a NOTIFY_RETRIEVE.
 pub const FUSE_NOTIFY_REPLY: u32 = 41;
+/// Notification code (in `fuse_out_header::error`, `unique` 0): drop an inode's cached
+/// attributes and, for `off >= 0`, its cached pages in a range
+/// ([`fuse_notify_inval_inode_out`](super::fuse_notify_inval_inode_out)).
+pub const FUSE_NOTIFY_INVAL_INODE: i32 = 2;
 /// Several FORGETs in one request (no reply).
 pub const FUSE_BATCH_FORGET: u32 = 42;
 /// fallocate(2): preallocate, punch holes, zero ranges.

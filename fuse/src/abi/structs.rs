@@ -157,6 +157,14 @@ abi_structs! {
         pub backing_id: i32,
     }
 
+    /// FUSE_NOTIFY_INVAL_INODE's argument: the node `ino` (a node id), and the byte range
+    /// of its page cache to drop (`off` < 0: only the attributes).
+    pub struct fuse_notify_inval_inode_out {
+        pub ino: u64,
+        pub off: i64,
+        pub len: i64,
+    }
+
     /// The argument of FUSE_DEV_IOC_BACKING_OPEN: an open file to pass I/O through to.
     pub struct fuse_backing_map {
         pub fd: i32,

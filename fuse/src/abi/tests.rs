@@ -120,6 +120,12 @@ fn ioctl_numbers() {
     assert_eq!(FUSE_DEV_IOC_SYNC_INIT, ioc(0, 229, 3, 0));
 }
 
+/// `struct fuse_notify_inval_inode_out` is 24 bytes, as in the kernel header.
+#[test]
+fn notify_inval_inode_is_24_bytes() {
+    assert_eq!(size_of::<fuse_notify_inval_inode_out>(), 24);
+}
+
 /// FUSE_OVER_IO_URING is bit 9 of `flags2`.
 #[test]
 fn high_init_flags_live_in_flags2() {

@@ -13,7 +13,8 @@
 //! (renameat2 with `RENAME_WHITEOUT`), `unlink FILE`, `listxattr FILE`, `setxattr FILE
 //! NAME` (value `v`), `mknod-dev FILE` (a character device 1:3), `link FROM TO`,
 //! `create FILE` (a new file, mode 0644), `mkdir DIR` (mode 0755), `setacl FILE` (the
-//! access ACL `u::rwx,g::r-x,o::r-x`, as `setfacl` would set it).
+//! access ACL `u::rwx,g::r-x,o::r-x`, as `setfacl` would set it), `write-direct FILE`
+//! (4 KiB at offset 0 through an `O_DIRECT` descriptor).
 //!
 //! `UNPRIVILEGED_GROUPS=G1,G2,...` gives the user those supplementary groups.
 
@@ -82,6 +83,8 @@ fn run(op: &str, args: &[String]) -> io::Result<Option<String>> {
             };
             sys::fallocate(&writable(arg(0)?)?, mode, 0, 4096)?
         }
+        "write-direct" => corofuse_tests::open_direct(arg(0)?, true)?
+            .write_all_at(&corofuse_tests::AlignedBuf::zeroed(4096), 0)?,
         "whiteout" => sys::renameat2(arg(0)?, arg(1)?, libc::RENAME_WHITEOUT)?,
         "unlink" => std::fs::remove_file(arg(0)?)?,
         "listxattr" => return Ok(Some(sys::listxattr(arg(0)?)?.join(","))),
