@@ -23,6 +23,13 @@ use crate::probe::{foreign_format, PROBE_BYTES};
 use crate::serial::Serial;
 use crate::{BackendStats, BlockBackend, Ctx, Extent, InjectStats};
 
+/// What is read of the image to check its first sector: a page (see `guarded`).
+const HEAD_BYTES: usize = 4096;
+
+/// A page-aligned page.
+#[repr(C, align(4096))]
+struct Head([u8; HEAD_BYTES]);
+
 /// A writable raw image whose format was probed.
 pub struct ProbedRaw {
     inner: Arc<dyn BlockBackend>,
@@ -73,10 +80,14 @@ impl ProbedRaw {
             return op();
         }
         let _held = self.first_sector.lock(cx);
-        let mut sector = [0u8; PROBE_BYTES];
-        let mut n = self
+        // A whole page, page-aligned, so that an O_DIRECT image reads it in place (no
+        // bounce buffer) whatever its logical block size; on the stack, not allocated.
+        let mut head = Head([0u8; HEAD_BYTES]);
+        let n = self
             .inner
-            .readv(cx, &mut [IoSliceMut::new(&mut sector)], 0)?;
+            .readv(cx, &mut [IoSliceMut::new(&mut head.0)], 0)?;
+        let sector = &mut head.0[..PROBE_BYTES];
+        let mut n = n.min(PROBE_BYTES);
         match change {
             Change::Write(bufs, offset) => {
                 let mut at = offset as usize;
