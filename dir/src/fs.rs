@@ -35,9 +35,9 @@
 //!   (`FOPEN_DIRECT_IO` beside `FOPEN_PASSTHROUGH`). Attributes still come from here:
 //!   after a passthrough write the kernel asks again; a shared mapping's writes change
 //!   the source's times with no request, so while an open that passes through may
-//!   write, its node's attributes are answered valid for no time ([`crate::fresh`]). Without the kernel's support or
-//!   CAP_SYS_ADMIN (EPERM at the first registration), one log line, and every open is
-//!   served as before.
+//!   write, its node's attributes are answered valid for no time ([`crate::fresh`]).
+//!   Without the kernel's support or CAP_SYS_ADMIN (EPERM at the first registration),
+//!   one log line, and every open is served as before.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
 //!   through the ring. On a network or FUSE source ([`MetadataPolicy`]) metadata calls
 //!   run off the loop too: LOOKUP's path walk through the ring (`IORING_OP_OPENAT2`, a
@@ -398,7 +398,7 @@ impl DirFs {
         Ok(Reply::entry(unique, &s.entry))
     }
 
-    /// A GETATTR or SETATTR reply: `st` as node `nodeid`'s attributes.
+    /// A GETATTR or SETATTR reply: `st` as the attributes of `req`'s node.
     fn attr<'b>(
         &self,
         req: &Request<'_>,
