@@ -128,7 +128,8 @@ pub struct Args {
 /// loop spends ~10-15 us per request on the client side (one carries ~70k IOPS); a second
 /// loop pinned to the other CPU, on a machine where the server and the load also run,
 /// made reads at iodepth 1 0.63-0.76x of one loop's at 1.5-2.5x its CPU per request, and
-/// gained nothing elsewhere (BENCHMARKS.md, "NBD client: one loop").
+/// gained nothing elsewhere (benches/HISTORY.md, "NBD client: one loop", its `--queues 1,2`
+/// table).
 fn serve_args(args: &Args) -> ServeArgs {
     let mut serve = args.serve.clone();
     if backend::nbd::is_nbd(&args.image) && serve.queues.is_none() {
