@@ -86,7 +86,7 @@ pub fn watch(signals: &SignalFd, handle: &ServeHandle, stats: &StatsFile) {
 }
 
 /// The next signal, or `None` after `timeout_ms` without one.
-fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
+pub fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
     let mut fds = [libc::pollfd {
         fd: signals.as_fd().as_raw_fd(),
         events: libc::POLLIN,
