@@ -67,10 +67,11 @@ impl Object {
         }
         let id = f.req_str("id")?;
         if !is_identifier(&id) {
-            return Err(format!(
-                "Parameter 'id' expects an identifier\nIdentifiers consist of letters, digits, \
-                 '-', '.', '_', starting with a letter."
-            ));
+            return Err(
+                "Parameter 'id' expects an identifier\nIdentifiers consist of letters, \
+                        digits, '-', '.', '_', starting with a letter."
+                    .into(),
+            );
         }
         let object = match kind.as_str() {
             "iothread" => {

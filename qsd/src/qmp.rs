@@ -93,24 +93,30 @@ impl Session {
         if line.trim().is_empty() {
             return None;
         }
-        let request: Value = match serde_json::from_str(line) {
+        let request = serde_json::from_str(line).map_err(|e| e.to_string());
+        Some(self.handle_value(request, commands))
+    }
+
+    /// The answer to one message from the client's JSON stream (or why it did not parse).
+    /// QMP messages need no line breaks between them: read them as a stream
+    /// (`serde_json::Deserializer::into_iter`), not as lines.
+    pub fn handle_value(
+        &mut self,
+        request: Result<Value, String>,
+        commands: &mut dyn Commands,
+    ) -> String {
+        let request = match request {
             Ok(v) => v,
-            Err(e) => {
-                return Some(error(
-                    &QmpError::generic(format!("JSON parse error, {e}")),
-                    None,
-                ))
-            }
+            Err(e) => return error(&QmpError::generic(format!("JSON parse error, {e}")), None),
         };
         let (name, arguments, id) = match parse_request(request) {
             Ok(parts) => parts,
-            Err((e, id)) => return Some(error(&QmpError::generic(e), id.as_ref())),
+            Err((e, id)) => return error(&QmpError::generic(e), id.as_ref()),
         };
-        let result = self.dispatch(&name, arguments, commands);
-        Some(match result {
+        match self.dispatch(&name, arguments, commands) {
             Ok(value) => answer(&value, id.as_ref()),
             Err(e) => error(&e, id.as_ref()),
-        })
+        }
     }
 
     fn dispatch(
@@ -159,10 +165,11 @@ fn check_capabilities(arguments: Value) -> Result<(), QmpError> {
     Ok(())
 }
 
+/// A request's `execute`, `arguments` and `id`.
+type Request = (String, Value, Option<Value>);
+
 /// `execute`, `arguments` and `id` of a request, or why it is malformed (with its id).
-fn parse_request(
-    request: Value,
-) -> Result<(String, Value, Option<Value>), (String, Option<Value>)> {
+fn parse_request(request: Value) -> Result<Request, (String, Option<Value>)> {
     let Value::Object(mut map) = request else {
         return Err(("QMP input must be a JSON object".into(), None));
     };

@@ -4,7 +4,7 @@
 //! QEMU: `block-export-del` answers, then `BLOCK_EXPORT_DELETED` follows), to every
 //! client that negotiated capabilities.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,17 +117,20 @@ fn serve_client(stream: UnixStream, hub: &Hub) {
         return;
     }
     let mut session = Session::default();
-    for line in BufReader::new(stream).lines() {
-        let Ok(line) = line else { break };
+    let messages = serde_json::Deserializer::from_reader(BufReader::new(stream)).into_iter();
+    for message in messages {
+        // A syntax error ends the stream (it cannot be resynchronised): answer, then close.
+        let broken = message.as_ref().is_err_and(|e| !e.is_io());
+        if message.as_ref().is_err_and(|e| e.is_io() || e.is_eof()) {
+            break;
+        }
         let answer = {
             let mut commands = Runner { hub };
-            session.handle(&line, &mut commands)
+            session.handle_value(message.map_err(|e| e.to_string()), &mut commands)
         };
         negotiated.store(session.negotiated(), Ordering::SeqCst);
-        if let Some(answer) = answer {
-            if out.write_all(format!("{answer}\r\n").as_bytes()).is_err() {
-                break;
-            }
+        if out.write_all(format!("{answer}\r\n").as_bytes()).is_err() || broken {
+            break;
         }
         hub.send_events();
     }

@@ -85,9 +85,7 @@ impl Daemon {
             return Err(format!("Failed to find node with node-name='{name}'"));
         }
         if self.opened.contains_key(name) {
-            return Err(format!(
-                "Node '{name}' is busy: block device is in use by block export"
-            ));
+            return Err(format!("Node {name} is in use"));
         }
         self.nodes.remove(name);
         Ok(())
