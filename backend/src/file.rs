@@ -394,6 +394,17 @@ impl BlockBackend for FileBackend {
         cx.fdatasync(&self.file)
     }
 
+    /// Flushes, then drops the image's locks now rather than when the fd closes: the fd
+    /// may outlive the export (an `Arc` held for `--stats`, FUSE passthrough's backing
+    /// reference in the kernel), and the next export must not find the image locked.
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        let flushed = self.flush(cx);
+        lock::release(&self.file).map_err(|e| {
+            io::Error::new(e.kind(), format!("unlocking {}: {e}", self.path.display()))
+        })?;
+        flushed
+    }
+
     fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.check_writable()?;
         let end = checked_end(offset, len)?;

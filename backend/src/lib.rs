@@ -154,6 +154,14 @@ pub trait BlockBackend: Send + Sync {
         None
     }
 
+    /// Ends the export's use of the image, after its last request: the closing writes done
+    /// and durable, and the image's locks released, so that the next opener (a new export
+    /// started the moment this one's mount is gone) finds it free. Nothing is read or
+    /// written through the backend after it. By default a [`flush`](BlockBackend::flush).
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        self.flush(cx)
+    }
+
     /// Gives up on what waits for something outside this process: requests waiting for an
     /// NBD server fail with `EIO` now, and every later one at once. For a daemon told to
     /// stop while its server no longer answers. Local storage finishes by itself: nothing

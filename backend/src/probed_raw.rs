@@ -145,6 +145,10 @@ impl BlockBackend for ProbedRaw {
         self.inner.flush(cx)
     }
 
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        self.inner.close(cx)
+    }
+
     fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.guarded(cx, Change::Zeroes(offset, len), || {
             self.inner.discard(cx, offset, len)

@@ -46,6 +46,21 @@ pub(crate) fn ofd_lock(
     Ok(c_int::from(lock.l_type))
 }
 
+/// Releases the OFD locks of `fd`'s open file description on `len` bytes from `start`.
+pub(crate) fn ofd_unlock(fd: BorrowedFd<'_>, start: u64, len: u64) -> io::Result<()> {
+    let mut lock = libc::flock {
+        l_type: libc::F_UNLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: to_off(start)?,
+        l_len: to_off(len)?,
+        l_pid: 0, // OFD commands require 0
+    };
+    // SAFETY: the fd is open for the call and `lock` is a valid `struct flock`; SETLK
+    // with F_UNLCK never blocks.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &mut lock) })?;
+    Ok(())
+}
+
 /// `statx(2)` with `STATX_DIOALIGN` (Linux 6.1): `(memory, offset)` alignment that O_DIRECT
 /// needs, or `None` if the kernel or filesystem does not report it.
 pub(crate) fn dio_align(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u32)>> {

@@ -8,6 +8,7 @@ mod mount_dir;
 mod out_file;
 mod pidfile;
 mod signals;
+mod storage_daemon;
 mod umount;
 
 use std::process::ExitCode;
@@ -53,9 +54,35 @@ enum Command {
     Stats(lab::stats_cmd::Args),
     /// Remove a corofuse mount, live or left behind by a killed daemon (never another's).
     Umount(umount::Args),
+    /// Stand in for qemu-storage-daemon: its options (--blockdev, --export, --object,
+    /// --chardev, --monitor, --pidfile, --daemonize) and QMP; see `storage-daemon --help`.
+    /// The binary run under the name `qemu-storage-daemon` is this
+    #[command(disable_help_flag = true)]
+    StorageDaemon {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
+/// The name that makes the binary qemu-storage-daemon (a symlink to it).
+const QSD_NAME: &str = "qemu-storage-daemon";
+
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let invoked = argv.first().map(std::path::Path::new);
+    let as_qsd = invoked
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == QSD_NAME);
+    if as_qsd || argv.get(1).is_some_and(|a| a == "storage-daemon") {
+        // qemu-storage-daemon is silent while all is well: warnings and errors only.
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+            .format_timestamp_millis()
+            .init();
+        return match as_qsd {
+            true => storage_daemon::run(QSD_NAME, &argv[1..]),
+            false => storage_daemon::run("corofuse storage-daemon", &argv[2..]),
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -69,6 +96,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => lab::run(&args),
         Command::Stats(args) => lab::stats_cmd::run(&args),
         Command::Umount(args) => umount::run(&args),
+        Command::StorageDaemon { .. } => unreachable!("run before clap parses"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

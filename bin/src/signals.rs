@@ -101,7 +101,7 @@ fn name(signo: i32) -> &'static str {
 }
 
 /// The next signal, or `None` after `timeout_ms` without one.
-fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
+pub fn wait_signal(signals: &SignalFd, timeout_ms: i32) -> Option<i32> {
     let mut fds = [libc::pollfd {
         fd: signals.as_fd().as_raw_fd(),
         events: libc::POLLIN,

@@ -308,6 +308,11 @@ impl FileSystem for Export {
         self.backend.flush(cx)
     }
 
+    /// The backend's close: durable, its closing writes done, its image locks released.
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        self.backend.close(cx)
+    }
+
     fn describe(&self) -> String {
         self.backend.describe()
     }

@@ -46,6 +46,11 @@ impl<F: FileSystem> Background<F> {
         &self.fs
     }
 
+    /// Whether serving has ended by itself (unmounted from outside, or failed).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
     /// The statistics so far (`None` if the server does not answer within a second).
     pub fn snapshot(&self) -> Option<Report> {
         self.handle.snapshot(Duration::from_secs(1))

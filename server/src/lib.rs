@@ -30,7 +30,8 @@
 //! `server` ([`Server`]: the mount's life), `loops` (coroutine and inline event loops,
 //! one thread each, with the loop placement's supervisor), `threads` (worker threads),
 //! `control` ([`ServeHandle`]: stop and snapshots from another thread), `background`
-//! ([`Background`]: serving on a thread of its own, stopped when dropped, for tests).
+//! ([`Background`]: serving on a thread of its own, stopped when dropped, for tests),
+//! `exports` ([`Exports`]: several mounts by id, added and removed while others serve).
 //!
 //! Depends on `fuse` (mounting, INIT), `runtime` (the loops) and `transport` (queues and
 //! the [`FileSystem`] trait); no file system and no block backend.
@@ -39,6 +40,7 @@
 
 mod background;
 mod control;
+mod exports;
 mod loops;
 pub mod options;
 mod server;
@@ -46,6 +48,7 @@ mod threads;
 
 pub use background::Background;
 pub use control::ServeHandle;
+pub use exports::Exports;
 pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport};
 pub use server::{Report, Served, Server, Target};
 

@@ -4,8 +4,9 @@
 //! session started (the mount is live from here: requests queue in the kernel until
 //! serving starts, so a caller may write a pidfile between the two); [`Server::serve`]
 //! starts the loops or workers, serves until [`ServeHandle::stop`] or the unmount from
-//! outside, lets the requests in flight finish, flushes the file system once, unmounts
-//! and returns the final statistics.
+//! outside, lets the requests in flight finish, closes the file system once (flushed,
+//! image locks released: [`FileSystem::close`]), *then* unmounts, so that whoever waits
+//! for the mount to go finds the storage free; and returns the final statistics.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -206,11 +207,13 @@ impl<F: FileSystem> Server<F> {
             && self.options.placement == LoopPlacement::Adaptive
     }
 
-    /// Makes the file system durable once the last request is done.
+    /// Once the last request is done, and before the unmount: closes the file system
+    /// (durable, its image locks released), so that the storage is free the moment the
+    /// mount is gone.
     pub(crate) fn flush(&self) -> Result<(), String> {
-        log::info!("no request left in flight; flushing {}", self.fs.describe());
         let what = self.fs.describe();
-        (self.fs.flush(&Ctx::Blocking)).map_err(|e| format!("the final flush of {what}: {e}"))
+        log::info!("no request left in flight; flushing and closing {what}");
+        (self.fs.close(&Ctx::Blocking)).map_err(|e| format!("closing {what}: {e}"))
     }
 }
 

@@ -349,3 +349,67 @@ fn statfs(m: &Path) -> Vec<u64> {
         .map(|n| n.parse().unwrap())
         .collect()
 }
+
+/// `server::Exports`: two memfs mounts in one process; one is removed while the other
+/// serves on, and the one left keeps its files; the mount of the removed one is gone when
+/// `remove` returns.
+#[test]
+fn memfs_exports_added_and_removed_while_others_serve() {
+    require_fuse!();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let owner = fs::metadata(dirs[0].path()).unwrap();
+    let mut exports = server::Exports::default();
+    for (i, dir) in dirs.iter().enumerate() {
+        let target = Target {
+            mountpoint: dir.path().to_path_buf(),
+            name: format!("memfs{i}"),
+            directory: true,
+            read_only: false,
+        };
+        let fs = Arc::new(MemFs::new(CAPACITY, owner.uid(), owner.gid()));
+        let options = ServeOptions {
+            queues: Some(1),
+            ..ServeOptions::default()
+        };
+        exports
+            .add(&format!("e{i}"), fs, &target, &options)
+            .expect("mount");
+    }
+    assert!(
+        exports
+            .add(
+                "e0",
+                Arc::new(MemFs::new(CAPACITY, 0, 0)),
+                &Target {
+                    mountpoint: dirs[0].path().to_path_buf(),
+                    name: "dup".into(),
+                    directory: true,
+                    read_only: false,
+                },
+                &ServeOptions::default()
+            )
+            .is_err(),
+        "ids are unique"
+    );
+    fs::write(dirs[0].path().join("a"), b"zero").unwrap();
+    fs::write(dirs[1].path().join("b"), b"one").unwrap();
+    let served = exports.remove("e0").expect("e0 is live");
+    assert_eq!(served.result, Ok(()));
+    assert_eq!(
+        fuse_mounts_at(dirs[0].path()),
+        0,
+        "e0's mount is gone on return"
+    );
+    assert!(exports.remove("e0").is_none());
+    assert_eq!(
+        fs::read(dirs[1].path().join("b")).unwrap(),
+        b"one",
+        "e1 still serves"
+    );
+    fs::write(dirs[1].path().join("c"), b"two").unwrap();
+    assert_eq!(exports.ids().collect::<Vec<_>>(), ["e1"]);
+    for (id, served) in exports.stop_all() {
+        assert_eq!(served.result, Ok(()), "{id}");
+    }
+    assert_eq!(fuse_mounts_at(dirs[1].path()), 0);
+}

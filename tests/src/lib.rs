@@ -54,6 +54,7 @@ pub mod nbd;
 pub mod pjdfstest;
 pub mod qcow2;
 pub mod qemu;
+pub mod qsd;
 pub mod require;
 pub mod sandbox;
 pub mod sys;

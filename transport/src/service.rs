@@ -20,7 +20,9 @@
 //! - `data` is page-aligned and at least `max_write` bytes when
 //!   [`FileSystem::needs_data_buffer`] says the opcode needs it, and empty otherwise.
 //! - `session_started` runs once, after INIT and before the first request.
-//! - `flush` runs once, after the last request, before the transport ends.
+//! - `close` runs once, after the last request and before the unmount, so that the mount
+//!   goes only once the file system is durable and free for the next user; by default it
+//!   is `flush`.
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -63,8 +65,18 @@ pub trait FileSystem: Send + Sync + 'static {
         data: &'b mut [u8],
     ) -> Option<Reply<'b>>;
 
-    /// Makes everything written so far durable: called once when serving ends.
+    /// Makes everything written so far durable.
     fn flush(&self, cx: &Ctx<'_>) -> io::Result<()>;
+
+    /// Ends serving, once the last request is done and before the unmount: makes
+    /// everything durable and lets go of what others wait for (an image's locks, its
+    /// closing writes), so that whoever opens the same storage the moment the mount is
+    /// gone finds it free and whole. Nothing is served after it. By default, [`flush`].
+    ///
+    /// [`flush`]: FileSystem::flush
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        self.flush(cx)
+    }
 
     /// One line for logs, e.g. the image it exports.
     fn describe(&self) -> String;

@@ -140,6 +140,14 @@ pub(crate) fn lock_backing(file: &File, path: &Path) -> Result<(), LockError> {
     lock_as(file, path, false, Claim::BACKING)
 }
 
+/// Drops every lock byte this open of the image holds (an export's or a backing file's),
+/// before the fd closes. Nobody else's locks change: OFD locks belong to one open file
+/// description.
+pub(crate) fn release(file: &File) -> io::Result<()> {
+    let len = SHARED_BASE + PERMS.len() as u64 - PERM_BASE;
+    sys::ofd_unlock(file.as_fd(), PERM_BASE, len)
+}
+
 fn lock_as(file: &File, path: &Path, writable: bool, claim: Claim) -> Result<(), LockError> {
     let failed = |error| LockError::Failed {
         image: path.to_owned(),

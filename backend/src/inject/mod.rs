@@ -276,6 +276,11 @@ impl BlockBackend for InjectBackend {
         self.run_all(cx, io(Op::Flush, 0, 0), || self.inner.flush(cx))
     }
 
+    /// A `flush` rule matches the close too (its flush at exit).
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        self.run_all(cx, io(Op::Flush, 0, 0), || self.inner.close(cx))
+    }
+
     fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
         let discard = io(Op::Discard, offset, len);
         self.run_all(cx, discard, || self.inner.discard(cx, offset, len))

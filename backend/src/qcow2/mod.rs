@@ -58,7 +58,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod alloc;
@@ -121,6 +121,8 @@ pub struct Qcow2Backend {
     writable: bool,
     /// Damaged tables met while serving (see `corrupt`).
     corrupt_seen: AtomicU64,
+    /// The closing writes have run ([`BlockBackend::close`], or Drop).
+    closed: AtomicBool,
 }
 
 /// Opens the image at `path` as `opts.format` says, probing the magic for
@@ -304,6 +306,7 @@ impl Qcow2Backend {
             zbufs: BouncePool::new(2 * cs, 4096, 4),
             writable: opts.writable,
             corrupt_seen: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
             host,
             h,
         })
@@ -417,6 +420,14 @@ impl BlockBackend for Qcow2Backend {
         alloc.apply_frees(cx, &self.host, pending)
     }
 
+    /// The closing writes, then the image file's and the backing file's locks released.
+    fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
+        let finished = self.finish(cx);
+        let host = self.host.file.close(cx);
+        let backing = self.backing.as_ref().map_or(Ok(()), |b| b.close(cx));
+        finished.and(host).and(backing)
+    }
+
     fn discard(&self, cx: &Ctx<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.zero(cx, offset, len, true)
     }
@@ -477,36 +488,51 @@ impl BlockBackend for Qcow2Backend {
     }
 }
 
-impl Drop for Qcow2Backend {
-    /// Syncs, frees what waited for a flush and returns the unused reservation, so that a
-    /// cleanly stopped export leaves no leaked clusters; then, all of that durable, clears
-    /// the DIRTY bit (v3). If any of it fails, the bit stays: the next open repairs.
-    fn drop(&mut self) {
+impl Qcow2Backend {
+    /// The closing writes, once ([`closed`](Self::closed) says whether they ran): syncs,
+    /// frees what waited for a flush and returns the unused reservation, so that a
+    /// cleanly stopped export leaves no leaked clusters; then, all of that durable,
+    /// clears the DIRTY bit (v3). If any of it fails, the bit stays: the next open repairs.
+    fn finish(&self, cx: &Ctx<'_>) -> io::Result<()> {
         let Some(alloc) = self.alloc.as_ref() else {
-            return;
+            return Ok(());
         };
-        let cx = Ctx::Blocking;
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         let pending = alloc.take_pending();
         let done = self
             .host
             .file
-            .flush(&cx)
-            .and_then(|()| alloc.apply_frees(&cx, &self.host, pending))
-            .and_then(|()| alloc.release(&cx, &self.host))
-            .and_then(|()| self.host.file.flush(&cx))
+            .flush(cx)
+            .and_then(|()| alloc.apply_frees(cx, &self.host, pending))
+            .and_then(|()| alloc.release(cx, &self.host))
+            .and_then(|()| self.host.file.flush(cx))
             .and_then(|()| match self.h.version {
                 3 => self.host.write_durable(
-                    &cx,
+                    cx,
                     &self.h.incompatible.to_be_bytes(),
                     header::INCOMPATIBLE_FIELD,
                 ),
                 _ => Ok(()),
             });
-        if let Err(e) = done {
-            log::warn!(
-                "qcow2 {}: closing: {e} (clusters may be leaked)",
-                self.path.display()
-            );
+        done.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "qcow2 {}: closing: {e} (clusters may be leaked)",
+                    self.path.display()
+                ),
+            )
+        })
+    }
+}
+
+impl Drop for Qcow2Backend {
+    /// The closing writes of a backend dropped without [`close`](BlockBackend::close).
+    fn drop(&mut self) {
+        if let Err(e) = self.finish(&Ctx::Blocking) {
+            log::warn!("{e}");
         }
     }
 }

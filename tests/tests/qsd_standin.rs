@@ -1,0 +1,310 @@
+//! corofuse standing in for qemu-storage-daemon: the same command lines and the same QMP
+//! script run against the real qemu-storage-daemon (10.0, from the PATH) and against
+//! corofuse run under its name, and what each did compared: the errors for bad arguments
+//! (text and exit status), the exports listed, sizes, the data written through each,
+//! the events. Also what only corofuse is asked for here: several exports from one
+//! command line with `--daemonize` and a pidfile, quiet while all is well, sd_notify.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use corofuse_tests::mountinfo::fuse_mounts_at;
+use corofuse_tests::qsd::{wait_for, StorageDaemon, Which};
+use corofuse_tests::{pattern, require_fuse, require_tool, Sandbox, MIB};
+
+fn words(line: &str) -> Vec<String> {
+    line.split(' ').map(String::from).collect()
+}
+
+/// Bad command lines: both daemons print the same line and exit with the same status.
+#[test]
+fn qsd_errors_for_bad_arguments_match_qemu_storage_daemon() {
+    require_fuse!();
+    require_tool!("qemu-storage-daemon");
+    let sandbox = Sandbox::new();
+    let mnt = sandbox.mountpoint("mnt");
+    let null = "--blockdev driver=null-co,node-name=n,size=1048576";
+    let cases = [
+        "--blockdev driver=file".to_string(),
+        "--blockdev driver=foo,node-name=a".into(),
+        "--blockdev node-name=a".into(),
+        "--blockdev driver=null-co,node-name=n,size=1M".into(),
+        "--blockdev driver=null-co,node-name=n,read-zeroes=maybe".into(),
+        "--blockdev driver=null-co,size=1".into(),
+        "--blockdev driver=null-co,node-name=1n".into(),
+        "--blockdev driver=null-co,node-name=n --blockdev driver=null-co,node-name=n".into(),
+        "--blockdev null-co,node-name=n,size".into(),
+        "--blockdev null-co,node-name=n,cache.direct=on,cache=x".into(),
+        "--blockdev null-co,node-name=n,x.0=1,x.2=3".into(),
+        "--blockdev driver=file,node-name=n,filename=/nonexistent/a,,b".into(),
+        r#"--blockdev {"driver":"null-co","node-name":"n","size":"5"}"#.into(),
+        "--blockdev driver=qcow2,node-name=q,file=nope".into(),
+        "--blockdev driver=raw,node-name=q".into(),
+        "--blockdev driver=nbd,node-name=n,server.type=unix".into(),
+        "--blockdev driver=nbd,node-name=n,server.type=unix,server.path=/x,tls-creds=t".into(),
+        "--blockdev driver=file,node-name=f,filename=/etc/hostname --blockdev driver=qcow2,node-name=q,file=f".into(),
+        "--export type=fuse,id=e,node-name=n,mountpoint=/tmp/x".into(),
+        format!("{null} --export type=fuse,id=e,node-name=n"),
+        format!("{null} --export type=fuse,id=e,node-name=n,mountpoint=/nonexistent"),
+        format!("{null} --export type=foo,id=e,node-name=n"),
+        format!("{null} --export id=e,node-name=n"),
+        format!("{null} --export type=fuse,node-name=n,mountpoint={}", mnt.display()),
+        format!("{null} --export type=fuse,id=e,node-name=n,mountpoint={},allow-other=maybe", mnt.display()),
+        format!("{null} --export type=fuse,id=e,node-name=n,mountpoint={},bogus=1", mnt.display()),
+        format!("{null} --export type=fuse,id=e,node-name=n,mountpoint={},iothread=nope", mnt.display()),
+        "--object iothread".into(),
+        "--object foo,id=x".into(),
+        "--object iothread,id=a --object iothread,id=a".into(),
+        "--object tls-creds-x509,id=t,dir=/nonexistent".into(),
+        "--monitor chardev=nope".into(),
+        "--chardev socket,path=/tmp/x".into(),
+        "--pidfile".into(),
+        "--bogus".into(),
+        "foo".into(),
+        "--blockdev=driver=file".into(),
+    ];
+    let mut differ = Vec::new();
+    for case in &cases {
+        let args = words(case);
+        let [qemu, ours] =
+            Which::BOTH.map(|w| StorageDaemon::run_to_exit(w, &args, std::slice::from_ref(&mnt)));
+        assert_eq!(qemu.code, Some(1), "qsd accepted {case}: the case is wrong");
+        if qemu != ours {
+            differ.push(format!(
+                "{case}\n  qsd:      {qemu:?}\n  corofuse: {ours:?}"
+            ));
+        }
+        assert_eq!(fuse_mounts_at(&mnt), 0, "{case} left a mount");
+    }
+    assert!(differ.is_empty(), "differences:\n{}", differ.join("\n"));
+}
+
+/// Why the `qemu.qmp` Python package cannot be used, if it cannot.
+fn qemu_qmp_missing() -> Option<String> {
+    let ok = Command::new("python3")
+        .args(["-c", "import qemu.qmp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (!ok).then(|| "the Python package qemu.qmp is missing (pip install qemu.qmp)".to_string())
+}
+
+/// The QMP script (tests/qmp/script.py, with the `qemu.qmp` client) run against `which`
+/// in a fresh work directory; returns what it observed.
+fn qmp_script(which: Which) -> serde_json::Value {
+    let sandbox = Sandbox::new();
+    sandbox.sparse("disk.img", 4 * MIB);
+    let mounts = [sandbox.mountpoint("mnt0"), sandbox.mountpoint("mnt1")];
+    let socket = sandbox.path("qmp.sock");
+    let args = words(&format!(
+        "--chardev socket,id=c,path={},server=on,wait=off --monitor c",
+        socket.display()
+    ));
+    let mut daemon = StorageDaemon::start(which, &args, &mounts);
+    assert!(
+        wait_for(&socket),
+        "{which:?}: no monitor socket; {}",
+        daemon.stderr()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("qmp/script.py");
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("python3")
+        .arg(script)
+        .arg(&socket)
+        .arg(sandbox.path(""))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{which:?}: the QMP script failed: {}\ndaemon: {}",
+        String::from_utf8_lossy(&out.stderr),
+        daemon.stderr()
+    );
+    let status = daemon.wait_exit(Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{which:?} after quit"
+    );
+    assert_eq!(daemon.stderr(), "", "{which:?} must be quiet");
+    serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+}
+
+/// One QMP session with the `qemu.qmp` library: nodes and exports added, listed,
+/// written through, resized, deleted with their event, errors, quit; the same
+/// observations from both daemons (but `SHUTDOWN`, which only corofuse sends).
+#[test]
+fn qsd_qmp_script_sees_the_same_from_both() {
+    require_fuse!();
+    require_tool!("qemu-storage-daemon", "python3");
+    if let Some(why) = qemu_qmp_missing() {
+        return corofuse_tests::require::report_skip(&why);
+    }
+    let [mut qemu, mut ours] = Which::BOTH.map(qmp_script);
+    assert_eq!(qemu["read-back"], true, "{qemu}");
+    let shutdown = ours.as_object_mut().unwrap().remove("shutdown-event");
+    qemu.as_object_mut().unwrap().remove("shutdown-event");
+    assert_eq!(
+        shutdown,
+        Some(serde_json::json!({"guest": false, "reason": "host-qmp-quit"}))
+    );
+    assert_eq!(qemu, ours, "qsd saw the left one, corofuse the right one");
+}
+
+/// Reads one QMP message (a line ending in CRLF, as QEMU writes them).
+fn read_message(reader: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("read from the monitor");
+    assert!(line.ends_with("\r\n"), "{line:?}");
+    line.trim_end().to_string()
+}
+
+/// Raw JSON on the socket, without newlines between requests: the greeting's shape and
+/// the answers' text, byte for byte as qsd writes them (but the version).
+#[test]
+fn qsd_qmp_raw_socket_text_matches() {
+    require_fuse!();
+    require_tool!("qemu-storage-daemon");
+    let session = |which: Which| {
+        let sandbox = Sandbox::new();
+        let socket = sandbox.path("qmp.sock");
+        let args = words(&format!(
+            "--chardev socket,id=c,path={},server=on,wait=off --monitor c",
+            socket.display()
+        ));
+        let daemon = StorageDaemon::start(which, &args, &[]);
+        assert!(wait_for(&socket), "{which:?}: {}", daemon.stderr());
+        let stream = UnixStream::connect(&socket).expect("connect");
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let greeting: serde_json::Value = serde_json::from_str(&read_message(&mut reader)).unwrap();
+        let mut seen = vec![greeting["QMP"]["capabilities"].to_string()];
+        let mut writer = stream;
+        let requests = [
+            r#"{"execute": "query-version"}"#,
+            r#"{"execute": "qmp_capabilities", "id": 7}"#,
+            r#"{"execute":"qmp_capabilities"}"#,
+            r#"{"execute": "nope", "id": "x"}"#,
+            r#"{"foo": 1}"#,
+            r#"{"execute": "query-block-exports", "arguments": {"x": 1}}"#,
+            r#"{"execute": "block-export-del", "arguments": {"id": "zz"}}"#,
+            r#"{"execute": "blockdev-add", "arguments": {"driver": "null-co"}, "id": [1]}"#,
+        ];
+        for request in requests {
+            writer.write_all(request.as_bytes()).unwrap();
+            seen.push(read_message(&mut reader));
+        }
+        seen
+    };
+    let [qemu, ours] = Which::BOTH.map(session);
+    assert_eq!(qemu, ours);
+}
+
+/// Two nodes and two exports from one command line, `--daemonize` and `--pidfile`: the
+/// parent exits 0 with both mounts live, nothing is printed, data goes through each,
+/// SIGTERM unmounts both and removes the pidfile.
+#[test]
+fn qsd_command_line_serves_several_exports() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = sandbox.sparse("disk.img", 4 * MIB);
+    let mounts = [sandbox.mountpoint("m0"), sandbox.mountpoint("m1")];
+    let pidfile = sandbox.path("pid");
+    let args = words(&format!(
+        "--object iothread,id=io0 --blockdev file,node-name=f,filename={} \
+         --blockdev {{\"driver\":\"null-co\",\"node-name\":\"z\",\"size\":1048576}} \
+         --export fuse,id=e0,node-name=f,mountpoint={},writable=on,iothread=io0 \
+         --export type=fuse,id=e1,node-name=z,mountpoint={} --pidfile {} --daemonize",
+        image.display(),
+        mounts[0].display(),
+        mounts[1].display(),
+        pidfile.display()
+    ));
+    let ended = StorageDaemon::run_to_exit(Which::Corofuse, &args, &[]);
+    assert_eq!(
+        ended,
+        corofuse_tests::qsd::Ended {
+            code: Some(0),
+            stderr: String::new()
+        }
+    );
+    // The guard for the daemonized child: its mounts are cleaned up whatever happens.
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _cleanup = Guard(pid, mounts.to_vec());
+    for m in &mounts {
+        assert_eq!(
+            fuse_mounts_at(m),
+            1,
+            "{} is live when the parent exits",
+            m.display()
+        );
+    }
+    let data = pattern(3, 0, MIB as usize);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&mounts[0])
+        .unwrap();
+    file.write_all_at(&data, MIB).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(&mounts[1]).unwrap().len(), MIB);
+    corofuse_tests::sys::kill(pid, libc::SIGTERM).unwrap();
+    let gone = (0..2000).any(|_| {
+        std::thread::sleep(Duration::from_millis(5));
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    assert!(gone, "the daemon ends on SIGTERM");
+    assert!(mounts.iter().all(|m| fuse_mounts_at(m) == 0));
+    assert!(!pidfile.exists(), "the pidfile is removed at exit");
+    let on_disk = std::fs::read(&image).unwrap();
+    assert_eq!(&on_disk[MIB as usize..2 * MIB as usize], &data[..]);
+}
+
+/// Kills a daemonized daemon by PID and detaches its mounts, if a test fails midway.
+struct Guard(u32, Vec<PathBuf>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if Path::new(&format!("/proc/{}", self.0)).exists() {
+            let _ = corofuse_tests::sys::kill(self.0, libc::SIGTERM);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        for m in &self.1 {
+            while fuse_mounts_at(m) > 0 && corofuse_tests::sys::umount_lazy(m).is_ok() {}
+        }
+    }
+}
+
+/// `Type=notify`: READY=1 reaches NOTIFY_SOCKET once the export is live.
+#[test]
+fn qsd_tells_the_service_manager_once_exports_are_live() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let mnt = sandbox.mountpoint("m");
+    let notify = sandbox.path("notify.sock");
+    let listener = UnixDatagram::bind(&notify).unwrap();
+    listener
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let args = words(&format!(
+        "--blockdev null-co,node-name=z,size=4096 --export fuse,id=e,node-name=z,mountpoint={}",
+        mnt.display()
+    ));
+    std::env::set_var("NOTIFY_SOCKET", &notify);
+    let daemon = StorageDaemon::start(Which::Corofuse, &args, std::slice::from_ref(&mnt));
+    std::env::remove_var("NOTIFY_SOCKET");
+    let mut buf = [0u8; 64];
+    let n = listener.recv(&mut buf).expect("READY=1 within 20 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert_eq!(fuse_mounts_at(&mnt), 1, "the export is live by READY=1");
+    drop(daemon);
+    assert_eq!(fuse_mounts_at(&mnt), 0);
+}
