@@ -45,6 +45,7 @@ fn qsd_errors_for_bad_arguments_match_qemu_storage_daemon() {
         "--blockdev driver=qcow2,node-name=q,file=nope".into(),
         "--blockdev driver=raw,node-name=q".into(),
         "--blockdev driver=nbd,node-name=n,server.type=unix".into(),
+        "--blockdev driver=nbd,node-name=n,server.type=unix,server.path=/nonexistent".into(),
         "--blockdev driver=nbd,node-name=n,server.type=unix,server.path=/x,tls-creds=t".into(),
         "--blockdev driver=file,node-name=f,filename=/etc/hostname --blockdev driver=qcow2,node-name=q,file=f".into(),
         "--export type=fuse,id=e,node-name=n,mountpoint=/tmp/x".into(),
