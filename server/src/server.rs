@@ -213,8 +213,7 @@ impl<F: FileSystem> Server<F> {
     pub(crate) fn flush(&self) -> Result<(), String> {
         let what = self.fs.describe();
         log::info!("no request left in flight; flushing and closing {what}");
-        (self.fs.close(&Ctx::Blocking))
-            .map_err(|e| format!("the final flush of {what} (closing it): {e}"))
+        (self.fs.close(&Ctx::Blocking)).map_err(|e| format!("the final flush of {what}: {e}"))
     }
 }
 

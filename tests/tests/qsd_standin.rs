@@ -45,6 +45,7 @@ fn qsd_errors_for_bad_arguments_match_qemu_storage_daemon() {
         "--blockdev driver=qcow2,node-name=q,file=nope".into(),
         "--blockdev driver=raw,node-name=q".into(),
         "--blockdev driver=nbd,node-name=n,server.type=unix".into(),
+        "--blockdev driver=nbd,node-name=n,server.type=unix,server.path=/nonexistent".into(),
         "--blockdev driver=nbd,node-name=n,server.type=unix,server.path=/x,tls-creds=t".into(),
         "--blockdev driver=file,node-name=f,filename=/etc/hostname --blockdev driver=qcow2,node-name=q,file=f".into(),
         "--export type=fuse,id=e,node-name=n,mountpoint=/tmp/x".into(),
@@ -307,4 +308,90 @@ fn qsd_tells_the_service_manager_once_exports_are_live() {
     assert_eq!(fuse_mounts_at(&mnt), 1, "the export is live by READY=1");
     drop(daemon);
     assert_eq!(fuse_mounts_at(&mnt), 0);
+}
+
+/// Sends one QMP request and returns its answer, skipping events (kept in `events`).
+fn qmp(
+    writer: &mut UnixStream,
+    reader: &mut impl BufRead,
+    request: &str,
+    events: &mut Vec<serde_json::Value>,
+) -> serde_json::Value {
+    writer.write_all(request.as_bytes()).unwrap();
+    loop {
+        let message: serde_json::Value = serde_json::from_str(&read_message(reader)).unwrap();
+        if message.get("event").is_some() {
+            events.push(message);
+        } else {
+            return message;
+        }
+    }
+}
+
+/// Release on `block-export-del`: the same writable export deleted and added again at
+/// once, 20 times in one daemon (a second open of the image while the first still held
+/// its locks would be refused), each round reading what the one before wrote.
+#[test]
+fn qsd_export_deleted_and_added_again_at_once() {
+    require_fuse!();
+    let sandbox = Sandbox::new();
+    let image = sandbox.sparse("disk.img", 4 * MIB);
+    let mnt = sandbox.mountpoint("m");
+    let socket = sandbox.path("qmp.sock");
+    let args = words(&format!(
+        "--chardev socket,id=c,path={},server=on,wait=off --monitor c \
+         --blockdev file,node-name=f,filename={}",
+        socket.display(),
+        image.display()
+    ));
+    let daemon = StorageDaemon::start(Which::Corofuse, &args, std::slice::from_ref(&mnt));
+    assert!(wait_for(&socket), "{}", daemon.stderr());
+    let mut writer = UnixStream::connect(&socket).unwrap();
+    let mut reader = BufReader::new(writer.try_clone().unwrap());
+    read_message(&mut reader);
+    let mut events = Vec::new();
+    qmp(
+        &mut writer,
+        &mut reader,
+        r#"{"execute": "qmp_capabilities"}"#,
+        &mut events,
+    );
+    let add = format!(
+        r#"{{"execute": "block-export-add", "arguments": {{"type": "fuse", "id": "e",
+            "node-name": "f", "mountpoint": "{}", "writable": true}}}}"#,
+        mnt.display()
+    );
+    let del = r#"{"execute": "block-export-del", "arguments": {"id": "e"}}"#;
+    for round in 0..20u64 {
+        let added = qmp(&mut writer, &mut reader, &add, &mut events);
+        assert_eq!(added, serde_json::json!({"return": {}}), "round {round}");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&mnt)
+            .unwrap();
+        if round > 0 {
+            let mut back = vec![0u8; 4096];
+            file.read_exact_at(&mut back, 0).unwrap();
+            assert_eq!(back, pattern(round - 1, 0, 4096), "round {round}");
+        }
+        file.write_all_at(&pattern(round, 0, 4096), 0).unwrap();
+        drop(file);
+        let deleted = qmp(&mut writer, &mut reader, del, &mut events);
+        assert_eq!(deleted, serde_json::json!({"return": {}}), "round {round}");
+        assert_eq!(
+            fuse_mounts_at(&mnt),
+            0,
+            "the mount is gone when del answers"
+        );
+    }
+    // The event follows each answer.
+    let message: serde_json::Value = serde_json::from_str(&read_message(&mut reader)).unwrap();
+    events.push(message);
+    let deleted = events
+        .iter()
+        .filter(|e| e["event"] == "BLOCK_EXPORT_DELETED" && e["data"]["id"] == "e")
+        .count();
+    assert!(deleted >= 20, "{events:?}");
+    assert_eq!(daemon.stderr(), "");
 }

@@ -55,12 +55,21 @@ impl Graph<'_> {
                 }
             }
             Driver::Null { .. } => Ok(()),
-            Driver::Nbd { tls_creds, .. } => match tls_creds {
-                Some(id) if !self.tls.contains_key(id) => {
-                    Err(format!("No TLS credentials with id '{id}'"))
+            Driver::Nbd {
+                tls_creds, server, ..
+            } => {
+                if let Some(id) = tls_creds.as_ref().filter(|id| !self.tls.contains_key(*id)) {
+                    return Err(format!("No TLS credentials with id '{id}'"));
                 }
-                _ => Ok(()),
-            },
+                // qsd connects here; corofuse connects when the node is exported, but a
+                // socket that is not there fails now, in qsd's words.
+                match server {
+                    SocketAddress::Unix(path) => std::fs::metadata(path)
+                        .map(drop)
+                        .map_err(|e| format!("Failed to connect to '{path}': {}", reason(&e))),
+                    SocketAddress::Inet(..) => Ok(()),
+                }
+            }
         }
     }
 
@@ -144,9 +153,13 @@ impl Graph<'_> {
 
 /// QEMU's sentence: "Could not open '/x': No such file or directory".
 fn could_not_open(filename: &str, e: &io::Error) -> String {
+    format!("Could not open '{filename}': {}", reason(e))
+}
+
+/// An I/O error as QEMU words it: strerror's text, without Rust's "(os error N)".
+pub fn reason(e: &io::Error) -> String {
     let text = e.to_string();
-    let reason = text.split(" (os error").next().unwrap_or(&text);
-    format!("Could not open '{filename}': {reason}")
+    text.split(" (os error").next().unwrap_or(&text).to_string()
 }
 
 fn is_qcow2(filename: &str) -> bool {

@@ -13,6 +13,8 @@ use image_export::{Export, ExportOptions};
 use serde_json::{json, Value};
 use server::{Exports, ServeOptions, Target};
 
+use super::open::reason;
+
 /// A node opened for its exports.
 struct Opened {
     backend: Arc<dyn BlockBackend>,
@@ -47,11 +49,8 @@ impl Daemon {
             Object::Iothread { id, poll_max_ns } => self.iothreads.push((id, poll_max_ns)),
             Object::TlsCredsX509 { id, dir, .. } => {
                 let ca = format!("{dir}/ca-cert.pem");
-                std::fs::metadata(&ca).map_err(|e| {
-                    let reason = e.to_string();
-                    let reason = reason.split(" (os error").next().unwrap_or_default();
-                    format!("Unable to access credentials {ca}: {reason}")
-                })?;
+                std::fs::metadata(&ca)
+                    .map_err(|e| format!("Unable to access credentials {ca}: {}", reason(&e)))?;
                 self.tls.insert(id, dir);
             }
         }
@@ -108,8 +107,7 @@ impl Daemon {
             return Err(format!("iothread \"{missing}\" not found"));
         }
         if let Err(e) = std::fs::metadata(&export.mountpoint) {
-            let reason = e.to_string();
-            let reason = reason.split(" (os error").next().unwrap_or_default();
+            let reason = reason(&e);
             return Err(format!("Failed to stat '{}': {reason}", export.mountpoint));
         }
         if export.writable && node.read_only {
