@@ -135,7 +135,7 @@ fn one_line(rendered: &str) -> String {
             }
             break;
         }
-        if !line.is_empty() {
+        if !line.is_empty() && !line.starts_with("For more information") {
             parts.push(line.trim_start_matches("error: "));
         }
     }
@@ -183,6 +183,11 @@ mod tests {
             error_of(&["corofuse", "mount", "raw.img", "x", "--writeable"]),
             "unexpected argument '--writeable' found; tip: a similar argument exists: \
              '--writable' (see corofuse mount --help)"
+        );
+        assert_eq!(
+            error_of(&["corofuse", "mount", "i", "m", "--transport", "foo"]),
+            "invalid value 'foo' for '--transport <TRANSPORT>': expected dev, uring or auto \
+             (see corofuse --help)"
         );
         let typo = error_of(&["corofuse", "mont"]);
         assert!(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use backend::{Format, OpenOptions};
 use image_export::{Export, ExportOptions};
-use server::{Dispatch, Report, ServeOptions, Server, Target};
+use server::{Dispatch, LoopPlacement, Report, ServeOptions, Server, Target, Transport};
 use transport::FileSystem;
 
 use crate::signals::SignalFd;
@@ -219,8 +219,8 @@ pub struct ServeArgs {
     /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
     /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...) or `auto` (uring where
     /// the kernel offers it, else dev with a warning)
-    #[arg(long, default_value = "dev", value_parser = ["dev", "uring", "auto"], help_heading = "Serving")]
-    pub transport: String,
+    #[arg(long, default_value = "dev", value_parser = parse_transport, help_heading = "Serving")]
+    pub transport: Transport,
     /// Ring entries per CPU queue with `--transport uring`
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = "Serving")]
     pub uring_depth: u16,
@@ -228,8 +228,8 @@ pub struct ServeArgs {
     /// (a loop whose CPU the client keeps busy steps back while another loop has room,
     /// and comes back to measure again; see transport::placement) or `all` (every loop,
     /// always)
-    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "all"], help_heading = "Serving")]
-    pub placement: String,
+    #[arg(long, default_value = "adaptive", value_parser = parse_placement, help_heading = "Serving")]
+    pub placement: LoopPlacement,
 }
 
 impl ServeArgs {
@@ -256,9 +256,9 @@ impl ServeArgs {
             poll_us: self.poll_us,
             queues: self.queues.map(usize::from),
             cpus: self.cpus.clone().map(|c| c.0),
-            transport: self.transport.parse().expect("clap checked the value"),
+            transport: self.transport,
             uring_depth: usize::from(self.uring_depth),
-            placement: self.placement.parse().expect("clap checked the value"),
+            placement: self.placement,
             // Per-request accounting is on when there is somewhere to write it.
             accounting: self.stats.is_some(),
         }
@@ -278,6 +278,16 @@ fn parse_cpus(text: &str) -> Result<Cpus, String> {
 }
 
 fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
+    text.parse()
+}
+
+/// `--transport`, by the server's own parser (one list of values).
+fn parse_transport(text: &str) -> Result<Transport, String> {
+    text.parse()
+}
+
+/// `--placement`, by the server's own parser.
+fn parse_placement(text: &str) -> Result<LoopPlacement, String> {
     text.parse()
 }
 
@@ -463,7 +473,6 @@ fn open_error(e: &std::io::Error) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
-    use server::{LoopPlacement, Transport};
 
     #[derive(Parser)]
     struct Cli {
