@@ -235,7 +235,12 @@ impl DirFs {
 
     /// What the listings of released directories cost.
     pub fn listing_stats(&self) -> ListingStats {
-        *self.listing.lock().unwrap_or_else(|e| e.into_inner())
+        *self.listing()
+    }
+
+    /// The listing stats, to add to (a poisoned lock is taken over: they are counters).
+    fn listing(&self) -> std::sync::MutexGuard<'_, ListingStats> {
+        self.listing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `op` changes the tree as its caller ([`crate::creds`]): the node-making

@@ -10,13 +10,15 @@
 //! - GETATTR with a file handle this server opened stats the open file, else the node.
 //! - SETATTR changes mode, owner, size and times (atime and mtime: to the time given, or
 //!   to now) as the kernel names them, through the open file where it names one
-//!   ([`Tree::setattr`](crate::tree::Tree::setattr)), with the caller's credentials (the
-//!   dispatch table), so that the source's own permission checks apply.
-//! - Privilege bits: set-user-ID and set-group-ID are cleared before a data change by a
-//!   caller without CAP_FSETID, as a local file system clears them
+//!   ([`Tree::setattr`](crate::tree::Tree::setattr)), with the caller's credentials where
+//!   the daemon takes them on (the dispatch table, [`crate::creds`]), so that the source's
+//!   own permission checks apply.
+//! - Privilege bits: before a data change by a caller without CAP_FSETID, set-user-ID is
+//!   cleared, and set-group-ID where a local file system would clear it
 //!   ([`DirFs::kill_suidgid_of`]): where the kernel asks (HANDLE_KILLPRIV_V2: writes,
 //!   truncation, `O_TRUNC` opens), and before `fallocate` and `copy_file_range`, which it
-//!   leaves to the daemon ([`DirFs::kill_unless_fsetid`]).
+//!   leaves to the daemon ([`DirFs::kill_unless_fsetid`]). Only a daemon running as root
+//!   clears them; under any other, the source's kernel does, as for its own writes.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

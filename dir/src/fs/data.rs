@@ -86,9 +86,7 @@ impl DirFs {
                 arg.offset,
             )
             .map_err(errno)?;
-        s.write = FromZeros::new_zeroed();
-        s.write.size = n as u32;
-        Ok(Reply::arg(req.unique, &s.write))
+        Ok(written(req.unique, s, n))
     }
 
     /// A descriptor of its own for a write the kernel sends from the page cache
@@ -169,9 +167,7 @@ impl DirFs {
             s.copy.bytes_copied = n as u64;
             return Ok(Reply::arg(req.unique, &s.copy));
         }
-        s.write = FromZeros::new_zeroed();
-        s.write.size = n as u32; // at most COPY_CHUNK
-        Ok(Reply::arg(req.unique, &s.write))
+        Ok(written(req.unique, s, n)) // at most COPY_CHUNK
     }
 
     /// COPY_FILE_RANGE between two open files: at most [`COPY_CHUNK`] bytes, after the
@@ -197,4 +193,11 @@ impl DirFs {
         sys::copy_file_range(from.fd().as_fd(), off_in, to.fd().as_fd(), off_out, len)
             .map_err(errno)
     }
+}
+
+/// The reply of a WRITE, and of a COPY_FILE_RANGE with a 32-bit count: `n` bytes written.
+fn written(unique: u64, s: &mut Scratch, n: usize) -> Reply<'_> {
+    s.write = FromZeros::new_zeroed();
+    s.write.size = n as u32;
+    Reply::arg(unique, &s.write)
 }

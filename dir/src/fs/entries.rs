@@ -8,13 +8,14 @@
 //!   [`DirOptions::node_fds`](super::DirOptions::node_fds) most recently used; the others
 //!   are closed and reopened from their file handles when next used ([`crate::nodefd`]),
 //!   so the nodes held at once are not bounded by the open-file limit (where file handles
-//!   work: as root, on a file system that has them). A node lives until the kernel forgets
-//!   its last lookup (FORGET, BATCH_FORGET).
-//! - Credentials: a node a caller makes is the caller's, as on a local file system. The
-//!   dispatch table makes it with the caller's credentials where the daemon can take them
-//!   on ([`crate::creds`]); where it cannot, [`DirFs::own`] gives the node to the caller
-//!   after, keeping the group of a set-group-ID parent. The whiteout RENAME_WHITEOUT leaves
-//!   is given to the caller the same way.
+//!   work: as root, on a file system that has them). Each entry replied counts one lookup
+//!   of its node, which FORGET and BATCH_FORGET take off ([`crate::inodes`]: at zero the
+//!   node goes, or is kept, forgotten, where file handles of the mount may ask for it).
+//! - Credentials: a node a caller makes is the caller's, as on a local file system: made
+//!   with the caller's credentials where the daemon takes them on ([`crate::creds`],
+//!   switched by the dispatch table), else given to the caller after by a daemon running
+//!   as root ([`DirFs::own`]), the group of a set-group-ID parent kept. The whiteout
+//!   RENAME_WHITEOUT leaves under the old name is given to the caller the same way.
 //! - An entry's attributes are valid for the export's timeout, or for no time while an
 //!   open of the node that passes through may write ([`DirFs::attr_valid`]).
 

@@ -226,7 +226,7 @@ impl DirFs {
         match self.handles.remove(fh).as_deref() {
             Some(Open::Dir(stream)) => {
                 let stream = stream.lock().unwrap_or_else(|e| e.into_inner());
-                let mut l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+                let mut l = self.listing();
                 l.streams.add(&stream.stats());
             }
             Some(Open::File(_, Some(b))) => {

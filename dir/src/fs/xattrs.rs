@@ -6,9 +6,10 @@
 //!   over only for requests that fit its small-request area; a longer one gets ERANGE.
 //! - LISTXATTR shows `trusted.*` names to callers with CAP_SYS_ADMIN only, as the
 //!   source's own file system lists them.
-//! - SETXATTR and REMOVEXATTR run with the caller's credentials (the dispatch table), so
-//!   the source's own checks decide; a SETXATTR value split between the request's head
-//!   and tail is refused (E2BIG) rather than copied.
+//! - SETXATTR and REMOVEXATTR run with the caller's credentials where the daemon takes
+//!   them on (the dispatch table, [`crate::creds`]), so the source's own checks decide; a
+//!   SETXATTR value split between the request's head and tail is refused (E2BIG) rather
+//!   than copied.
 
 use std::ffi::CStr;
 use std::io;
