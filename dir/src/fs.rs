@@ -8,7 +8,7 @@
 //! between the transport's buffers and the source file with no copy of ours.
 //!
 //! This file keeps the export's state ([`DirFs`], its [`Scratch`] and statistics) and the
-//! dispatch table ([`DirFs::dispatch`]): which family answers a request, on which thread,
+//! dispatch table (`DirFs::dispatch`): which family answers a request, on which thread,
 //! with whose credentials. Each family of requests is answered in a module of its own,
 //! whose doc says which rules of the source it keeps:
 //! - `entries`: names and node lifetime (LOOKUP, MKDIR, MKNOD, SYMLINK, LINK, UNLINK,
@@ -27,7 +27,7 @@
 //! - Credentials: the requests that change the tree (making nodes, links, renames,
 //!   attribute and extended attribute changes) run with their caller's file system
 //!   credentials where the daemon can take them on ([`crate::creds`],
-//!   [`DirFs::changes_as_caller`]).
+//!   `DirFs::changes_as_caller`).
 //! - POLL, TMPFILE and STATX answer ENOSYS: the kernel falls back to GETATTR.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
 //!   through the ring. On a network or FUSE source ([`MetadataPolicy`]) metadata calls

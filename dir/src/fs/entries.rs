@@ -87,7 +87,7 @@ impl DirFs {
     /// is set-group-ID (the group the source file system gave it then stands). Only a
     /// daemon running as root can, and only a caller other than root needs it, and
     /// only where the node was not made with the caller's credentials in the first place
-    /// ([`Tree::acts_as_callers`]); says whether it changed anything.
+    /// ([`Tree::acts_as_callers`](crate::tree::Tree::acts_as_callers)); says whether it changed anything.
     fn give(&self, req: &Request<'_>, parent: u64, handle: BorrowedFd<'_>) -> io::Result<bool> {
         if !self.as_root || (req.uid == 0 && req.gid == 0) {
             return Ok(false);

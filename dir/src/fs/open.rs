@@ -201,7 +201,7 @@ impl DirFs {
     }
 
     /// The flags a file is opened with on the source: as the client asked, but under the
-    /// writeback cache read-write for writing and without O_APPEND (see [`DirOptions`]).
+    /// writeback cache read-write for writing and without O_APPEND (see [`DirOptions`](super::DirOptions)).
     fn source_flags(&self, flags: i32) -> i32 {
         if !self.options.writeback {
             return flags;

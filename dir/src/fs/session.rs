@@ -24,7 +24,7 @@ impl FileSystem for DirFs {
     /// then sends no GETXATTR of `security.capability` before each WRITE; the daemon
     /// clears set-user-ID and set-group-ID where the kernel says so, see
     /// [`DirFs::kill_suidgid`]), DONT_MASK (the caller's umask comes unapplied, and the
-    /// tree applies it unless a default ACL decides: [`Tree::creation_mode`]), POSIX_ACL
+    /// tree applies it unless a default ACL decides: [`Tree::creation_mode`](crate::tree::Tree::creation_mode)), POSIX_ACL
     /// (the kernel's permission checks, `default_permissions`, then read the source's
     /// access ACLs with GETXATTR of `system.posix_acl_access` and enforce them; without
     /// it they would check the mode bits alone, and an ACL entry denying a user would not
