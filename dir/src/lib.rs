@@ -17,7 +17,9 @@
 //!
 //! - [`fs`]: [`DirFs`], all of the above as a `transport::FileSystem` (requests decoded
 //!   by `fuse`, data through `runtime::Ctx`), which every transport can serve (the `server`
-//!   crate mounts and serves it, for `corofuse mount-dir`, the tests and the benches).
+//!   crate mounts and serves it, for `corofuse mount-dir`, the tests and the benches);
+//!   `fs.rs` keeps its state and dispatch table, and each family of requests (entries,
+//!   attributes, open, data, directories, xattrs, locks) is answered in `fs/`.
 //!
 //! Depends on libc, log, slab, zerocopy, `fuse` (the protocol), `transport` (the
 //! FileSystem trait) and `runtime` (for `Ctx`, the I/O context): no block backend, no

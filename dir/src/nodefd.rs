@@ -236,19 +236,28 @@ impl Descriptors {
         let Some(fd) = &state.fd else {
             return;
         };
-        if state.handle.is_none() {
-            match sys::file_handle(fd.as_fd()) {
-                Ok((handle, mount_id)) if mount_id == self.mount_id => {
-                    state.handle = Some(handle);
-                }
-                _ => {
-                    self.pinned.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-            }
+        if !self.keep_handle(&mut state.handle, fd.as_fd()) {
+            self.pinned.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         state.fd = None;
         self.closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the file handle of the node behind `fd` into `handle`, where it has none
+    /// yet; `false` where it has none to take (another mount, a file system without
+    /// handles): it could not be reopened.
+    fn keep_handle(&self, handle: &mut Option<FileHandle>, fd: BorrowedFd<'_>) -> bool {
+        if handle.is_some() {
+            return true;
+        }
+        match sys::file_handle(fd) {
+            Ok((taken, mount_id)) if mount_id == self.mount_id => {
+                *handle = Some(taken);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether nodes can be reopened from file handles here.
@@ -272,13 +281,8 @@ impl Descriptors {
         if sys::stat(fd.as_fd()).map_or(true, |st| st.st_nlink == 0) {
             return false;
         }
-        if state.handle.is_none() {
-            match sys::file_handle(fd.as_fd()) {
-                Ok((handle, mount_id)) if mount_id == self.mount_id => {
-                    state.handle = Some(handle);
-                }
-                _ => return false,
-            }
+        if !self.keep_handle(&mut state.handle, fd.as_fd()) {
+            return false;
         }
         state.fd = None;
         true

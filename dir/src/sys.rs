@@ -54,10 +54,7 @@ pub fn getdents(dir: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
             buf.len(),
         )
     };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    cvt_size(n as libc::ssize_t)
 }
 
 /// Moves a directory stream to `cookie` (0: the start; else a `d_off` it returned).
@@ -192,18 +189,14 @@ pub fn rename(
 pub fn readlink(handle: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the path is empty and NUL-terminated (the handle itself); `buf` is writable
     // for its length.
-    let n = unsafe {
+    cvt_size(unsafe {
         libc::readlinkat(
             handle.as_raw_fd(),
             c"".as_ptr(),
             buf.as_mut_ptr().cast(),
             buf.len(),
         )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    })
 }
 
 /// chmod of the file behind `handle` (symlinks have no mode of their own: EOPNOTSUPP).
