@@ -64,8 +64,8 @@ pub struct DirOptions {
 /// on a helper thread while its coroutine waits on the ring, [`crate::offload`]), or on
 /// the loop (direct system calls).
 ///
-/// Measured (benches/HISTORY.md, "Metadata off the loop (issue 22)", the ring against direct calls): on a local ext4 source the ring
-/// costs nothing where the name is in the source's dentry cache but sends every other
+/// Measured (benches/HISTORY.md, "Metadata off the loop (issue 22)", the ring against
+/// direct calls): on a local ext4 source the ring costs nothing where the name is in the source's dentry cache but sends every other
 /// name, and every name a CREATE looks up first, to an io_uring worker thread: `create`
 /// ran at 0.4-1.0x with up to 2.9x the daemon CPU per file; a helper thread costs a
 /// hand-off per request too. A local file system answers from its page cache without
