@@ -66,11 +66,11 @@ pub struct DirOptions {
 ///
 /// Measured (benches/HISTORY.md, "Metadata off the loop (issue 22)", the ring against
 /// direct calls): on a local ext4 source the ring costs nothing where the name is in the
-/// source's dentry cache but sends every other name, and every name a CREATE looks up first, to an io_uring worker thread: `create`
-/// ran at 0.4-1.0x with up to 2.9x the daemon CPU per file; a helper thread costs a
-/// hand-off per request too. A local file system answers from its page cache without
-/// waiting, so off the loop buys nothing there; a network or FUSE source is where a
-/// metadata call waits.
+/// source's dentry cache but sends every other name, and every name a CREATE looks up
+/// first, to an io_uring worker thread: `create` ran at 0.4-1.0x with up to 2.9x the daemon
+/// CPU per file; a helper thread costs a hand-off per request too. A local file system
+/// answers from its page cache without waiting, so off the loop buys nothing there; a
+/// network or FUSE source is where a metadata call waits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MetadataPolicy {
     /// Off the loop where the source is a network or FUSE file system (NFS, SMB, 9p,
