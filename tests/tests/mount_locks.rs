@@ -112,7 +112,9 @@ fn mount_dir_locks_meet_each_other_and_the_source(mode: Dispatch) {
         );
 
         // Held on the source: the mount sees it; a blocking lock through the mount waits
-        // for the holder's exit.
+        // for the holder's exit. (First the lock taken through the mount just above must
+        // be gone from the source: its RELEASE comes after its process's exit.)
+        assert_eq!(lock_when_let_go(kind, &direct), "locked", "{mode} {kind}");
         let holder = lock(kind, "ex", "nowait", &direct, 1_000);
         assert_eq!(holder.line, "locked");
         assert_eq!(try_lock(kind, "sh", &through), "busy", "{mode} {kind}");
