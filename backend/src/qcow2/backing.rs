@@ -51,7 +51,7 @@ pub(crate) fn open(
         snapshot: None, // the top image's, not the backing file's
         ..opts.clone()
     };
-    super::open_image(&path, &backing_opts, depth + 1)
+    super::open_image(&path, &backing_opts, depth + 1, None)
 }
 
 /// `name` as QEMU finds it: absolute, or relative to the image's directory.

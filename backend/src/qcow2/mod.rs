@@ -82,6 +82,7 @@ mod zero;
 
 use crate::pool::BouncePool;
 use crate::range_lock::{Mode, RangeGuard, RangeLocks, Span};
+use crate::record::{Level, RecordBackend, WriteLog};
 use crate::{BlockBackend, Ctx, Extent, FileBackend, Format, OpenOptions};
 
 use alloc::Allocator;
@@ -123,10 +124,13 @@ pub struct Qcow2Backend {
 
 /// Opens `path` as `opts.format` says (probing the magic for [`Format::Auto`]).
 /// `depth` > 0: a backing file (read-only, with a backing file's locks).
+/// With `log`, what reaches the file is recorded in it, and for a qcow2 image what the
+/// qcow2 layer is asked too ([`crate::record`]).
 pub(crate) fn open_image(
     path: &Path,
     opts: &OpenOptions,
     depth: u32,
+    log: Option<&Arc<WriteLog>>,
 ) -> io::Result<Arc<dyn BlockBackend>> {
     let file = match depth {
         0 => FileBackend::open(path, opts)?,
@@ -146,16 +150,17 @@ pub(crate) fn open_image(
             ),
         ));
     }
+    let file = RecordBackend::wrap(Arc::new(file), log, Level::Image);
     if !qcow2 {
-        return Ok(Arc::new(file));
+        return Ok(file);
     }
-    let disk = Qcow2Backend::open_on(Arc::new(file), path, opts, depth, false).map_err(|e| {
+    let disk = Qcow2Backend::open_on(file, path, opts, depth, false).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("cannot open image {}: {e}", path.display()),
         )
     })?;
-    Ok(Arc::new(disk))
+    Ok(RecordBackend::wrap(Arc::new(disk), log, Level::Guest))
 }
 
 /// Whether the file at `path` starts with the qcow2 magic. Read through a plain fd of its
