@@ -50,6 +50,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 
 mod aligned;
+pub mod crash;
 mod direct;
 mod file;
 pub mod inject;

@@ -27,7 +27,7 @@
 
 pub mod format;
 mod log;
-mod replay;
+pub mod replay;
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
