@@ -15,7 +15,11 @@
 //! cluster), its data is written with `RWF_DSYNC`, durable before the entry: else a power
 //! loss could keep the entry and lose those bytes. A write covering the whole cluster, or
 //! one into a fresh cluster of a disk that reads zeroes there, needs no such wait: the
-//! bytes at stake are the write's own, not yet flushed. For a new L2 table: its refcount, its contents (zeroes, or a copy of the table
+//! bytes at stake are the write's own, not yet flushed. The wait is costly: on ext4, 4 KiB
+//! random writes into a fresh image over a backing file (a copy-on-write each) went from
+//! ~28k to ~0.9k IOPS at iodepth 1 (fio through the mount). QEMU instead holds the L2
+//! update back until the next flush (its L2 cache depends on a flush after copy-on-write):
+//! the way to win it back. For a new L2 table: its refcount, its contents (zeroes, or a copy of the table
 //! snapshots share) written with `RWF_DSYNC`, its L1 entry.
 //!
 //! Internal snapshots share L2 tables and data clusters with the active state (refcount
