@@ -4,7 +4,7 @@
 //!   covers the data's writes lies before the marker write the client sent once the call
 //!   returned. (`sync_file_range` never reaches a FUSE server: the kernel only starts the
 //!   writeback of its own page cache, and promises no durability; it is reported, not
-//!   required.)
+//!   required.) The same through an NBD export: each reaches nbdkit as NBD_CMD_FLUSH.
 //! - workloads through the mount (`qemu-img convert` into the export, synced writes, a
 //!   `--growable` export grown by writes) leave a log whose crash states all pass
 //!   `corofuse crash-check`.
@@ -16,6 +16,7 @@ use std::process::Command;
 
 use backend::record::format::{read_log, Record};
 use backend::record::{Kind, Level};
+use corofuse_tests::nbd::{NbdServer, Via};
 use corofuse_tests::qcow2::{create, qemu_img};
 use corofuse_tests::{bin, pattern, require_tool, Dispatch, MountedExport, Sandbox, KIB, MIB};
 
@@ -86,6 +87,22 @@ impl Durability {
     }
 }
 
+/// Each way in turn: 64 KiB of data at its slot, the call, then (once it returned) a
+/// 512-byte marker at its place past [`MARKERS`].
+fn drive_syncs(mount: &Path) {
+    // Opened once, closed at the end: a close flushes.
+    let marker = OpenOptions::new().write(true).open(mount).unwrap();
+    for (i, sync) in Durability::ALL.iter().enumerate() {
+        let at = i as u64 * SLOT;
+        let file = sync.run(mount, &pattern(i as u64, at, 64 * 1024), at);
+        // Sent once the call returned: everything the call made durable lies before it.
+        marker
+            .write_all_at(&[0xa5; 512], MARKERS + i as u64 * 4096)
+            .unwrap();
+        drop(file);
+    }
+}
+
 fn log_of(path: &Path) -> Vec<Record> {
     let log = read_log(File::open(path).expect("open the log"), "log").expect("read the log");
     assert_eq!(log.truncated, None);
@@ -127,18 +144,7 @@ fn sync_calls_reach_the_image_as_flushes(mode: Dispatch, opts: &str) {
         mode,
         &["-w", "--record-writes", log_arg],
     );
-    // Opened once, closed at the end: a close flushes.
-    let marker = OpenOptions::new().write(true).open(export.path()).unwrap();
-    for (i, sync) in Durability::ALL.iter().enumerate() {
-        let at = i as u64 * SLOT;
-        let file = sync.run(export.path(), &pattern(i as u64, at, 64 * 1024), at);
-        // Sent once the call returned: everything the call made durable lies before it.
-        marker
-            .write_all_at(&[0xa5; 512], MARKERS + i as u64 * 4096)
-            .unwrap();
-        drop(file);
-    }
-    drop(marker);
+    drive_syncs(export.path());
     export.stop();
     let records = log_of(&log_path);
     // The guest level where there is one (qcow2), else the image's.
@@ -174,6 +180,47 @@ fn mount_crash_states_sync_calls_flush_raw() {
 fn mount_crash_states_sync_calls_flush_qcow2() {
     require_tool!("qemu-img");
     sync_calls_reach_the_image_as_flushes(Dispatch::Coroutine, "compat=1.1");
+}
+
+/// Over NBD: each call's data reaches the server, then an NBD_CMD_FLUSH completes, before
+/// the marker is sent (nbdkit's log filter lists the commands in order).
+#[test]
+fn mount_crash_states_sync_calls_flush_nbd() {
+    require_tool!("nbdkit");
+    let sandbox = Sandbox::new();
+    let log = sandbox.path("nbdkit.log");
+    let logfile = format!("logfile={}", log.display());
+    let server = NbdServer::nbdkit(Via::Unix, &["--filter=log", "memory", "8M", &logfile]);
+    let export = MountedExport::start(
+        server.uri(),
+        &sandbox.mountpoint("mnt"),
+        Dispatch::Coroutine,
+        &["-w"],
+    );
+    drive_syncs(export.path());
+    export.stop();
+    let text = fs::read_to_string(&log).expect("the nbdkit log");
+    let lines: Vec<&str> = text.lines().collect();
+    let write_at = |offset: u64| {
+        let at = format!("offset={offset:#x} ");
+        lines
+            .iter()
+            .position(|l| l.contains(" Write id=") && l.contains(&at))
+    };
+    for (i, sync) in Durability::ALL.iter().enumerate() {
+        let data = write_at(i as u64 * SLOT).expect("the data's write");
+        let marker = write_at(MARKERS + i as u64 * 4096).expect("the marker's write");
+        let flushed = lines[data..marker]
+            .iter()
+            .any(|l| l.contains("...Flush id=") && l.contains("return=0"));
+        match sync {
+            Durability::SyncFileRange => eprintln!("nbd: sync_file_range flushed: {flushed}"),
+            _ => assert!(
+                flushed,
+                "nbd: {sync:?} returned with no NBD flush after its write:\n{text}"
+            ),
+        }
+    }
 }
 
 /// `corofuse crash-check BASE LOG` passes (exit 0, "passed").
