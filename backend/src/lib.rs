@@ -38,7 +38,9 @@
 //! allocation, compression, backing files, one file each); `file` (with its write_zeroes strategy in `file/zeroes` and QEMU's image locks
 //! in `file/lock`), `null` and `nbd` (a client of an NBD server: URI, handshake, wire
 //! format, replies, connection), one backend each; `inject` (a wrapper that fails or delays
-//! chosen operations: `--inject`); `direct` and `pool`
+//! chosen operations: `--inject`); `record` (a wrapper that logs every modification and
+//! flush: `--record-writes`) and `crash` (crash states built from such a log, checked);
+//! `direct` and `pool`
 //! (O_DIRECT alignment and bounce buffers); `serial` (the size lock, for every context) and `range_lock` (block
 //! ranges, so that an O_DIRECT read-modify-write waits only for requests on its blocks);
 //! `iov` (iovec helpers); `sys` (all the unsafe code: raw syscalls).
@@ -48,6 +50,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 
 mod aligned;
+pub mod crash;
 mod direct;
 mod file;
 pub mod inject;
@@ -59,6 +62,7 @@ pub mod probe;
 mod probed_raw;
 mod qcow2;
 mod range_lock;
+pub mod record;
 mod serial;
 mod sys;
 
@@ -268,12 +272,33 @@ pub enum Format {
 /// Errors are one line naming what failed: "cannot open image /x: No such file or
 /// directory (os error 2)", "invalid image spec \"null:1X\": ...".
 pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>> {
+    open_with_log(spec, opts, None)
+}
+
+/// [`open`], recording in `log` every modification and flush that reaches the storage
+/// (for qcow2: the image file under the qcow2 layer) and, for a qcow2 image, what the
+/// qcow2 layer is asked: see [`record`]. Backing files are read-only, so not recorded.
+pub fn open_recorded(
+    spec: &str,
+    opts: &OpenOptions,
+    log: &Arc<record::WriteLog>,
+) -> io::Result<Arc<dyn BlockBackend>> {
+    open_with_log(spec, opts, Some(log))
+}
+
+fn open_with_log(
+    spec: &str,
+    opts: &OpenOptions,
+    log: Option<&Arc<record::WriteLog>>,
+) -> io::Result<Arc<dyn BlockBackend>> {
+    use record::{Level, RecordBackend};
     if let Some(size) = spec.strip_prefix("null:") {
         if opts.snapshot.is_some() {
             return Err(invalid_spec(spec, "the null backend has no snapshots"));
         }
         let len = parse_size(size).map_err(|e| invalid_spec(spec, &e))?;
-        return Ok(Arc::new(NullBackend::new(len, opts.writable)));
+        let null = Arc::new(NullBackend::new(len, opts.writable));
+        return Ok(RecordBackend::wrap(null, log, Level::Image));
     }
     if spec == "null" {
         return Err(invalid_spec(
@@ -282,14 +307,14 @@ pub fn open(spec: &str, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>>
         ));
     }
     if nbd::is_nbd(spec) {
-        return nbd::open_image(spec, opts, &NbdOptions::default());
+        return nbd::open_image_recorded(spec, opts, &NbdOptions::default(), log);
     }
     match spec.strip_prefix("file:").unwrap_or(spec) {
         "" => Err(invalid_spec(
             spec,
             "give a path, or null:SIZE (e.g. null:1G)",
         )),
-        path => qcow2::open_image(std::path::Path::new(path), opts),
+        path => qcow2::open_image(std::path::Path::new(path), opts, log),
     }
 }
 

@@ -3,6 +3,7 @@
 //! types and call into it).
 
 mod alloc_count;
+mod crash_check;
 mod mount;
 mod mount_dir;
 mod out_file;
@@ -52,6 +53,8 @@ enum Command {
     Bench(Box<lab::Args>),
     /// Summarise a `corofuse mount --stats` JSON file.
     Stats(lab::stats_cmd::Args),
+    /// Check the crash states a power loss may leave, from a write log (mount --record-writes).
+    CrashCheck(crash_check::Args),
     /// Remove a corofuse mount, live or left behind by a killed daemon (never another's).
     Umount(umount::Args),
     /// Stand in for qemu-storage-daemon: its options (--blockdev, --export, --object,
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => lab::run(&args),
         Command::Stats(args) => lab::stats_cmd::run(&args),
         Command::Umount(args) => umount::run(&args),
+        Command::CrashCheck(args) => crash_check::run(&args),
         Command::StorageDaemon { .. } => unreachable!("run before clap parses"),
     };
     match result {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use backend::record::WriteLog;
 use backend::{Format, OpenOptions};
 use image_export::{Export, ExportOptions};
 use server::{Dispatch, LoopPlacement, Report, ServeOptions, Server, Target, Transport};
@@ -77,6 +78,15 @@ pub struct Args {
     /// Example: read:EIO:1/100,write:ENOSPC:after=64M,flush:EIO:once,delay:read:2ms
     #[arg(long, value_name = "SPEC", value_parser = backend::inject::parse, verbatim_doc_comment, help_heading = "Diagnostics")]
     inject: Option<backend::inject::Spec>,
+    /// Record every write, discard, write_zeroes, resize and flush that reaches the image
+    /// (for qcow2: the image file under the qcow2 layer, and what the qcow2 layer is
+    /// asked), with the data, in PATH, for `corofuse crash-check`. Off by default
+    #[arg(long, value_name = "PATH")]
+    record_writes: Option<PathBuf>,
+    /// Most bytes the write log may hold; past it image writes fail with ENOSPC (one
+    /// error line)
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = backend::parse_size, requires = "record_writes")]
+    record_writes_max: u64,
     /// Connections to an NBD server that advertises CAN_MULTI_CONN (one otherwise).
     /// Default: one per event loop (one loop for NBD unless --queues) or worker thread
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64), help_heading = "NBD and TLS")]
@@ -143,8 +153,15 @@ fn open_image(
     args: &Args,
     options: &OpenOptions,
 ) -> std::io::Result<Arc<dyn backend::BlockBackend>> {
+    let log = match &args.record_writes {
+        Some(path) => Some(Arc::new(WriteLog::create(path, args.record_writes_max)?)),
+        None => None,
+    };
     if !backend::nbd::is_nbd(&args.image) {
-        return backend::open(&args.image, options);
+        return match &log {
+            Some(log) => backend::open_recorded(&args.image, options, log),
+            None => backend::open(&args.image, options),
+        };
     }
     let serve = serve_args(args).options();
     let connections = match (args.nbd_connections, serve.dispatch) {
@@ -168,7 +185,7 @@ fn open_image(
                 hostname: args.tls_hostname.clone(),
             }),
     };
-    backend::nbd::open_image(&args.image, options, &nbd)
+    backend::nbd::open_image_recorded(&args.image, options, &nbd, log.as_ref())
 }
 
 /// How a mount is served, for `mount` and `mount-dir` alike.

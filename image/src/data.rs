@@ -34,6 +34,7 @@ impl Export {
 
     /// WRITE: straight from the request buffers to the backend (no copy). Past the end it
     /// grows a growable export; otherwise it is short up to the end and ENOSPC after it.
+    /// A write with O_SYNC or O_DSYNC is flushed before the reply.
     pub(super) fn write<'a>(
         &self,
         cx: &Ctx<'_>,
@@ -64,6 +65,13 @@ impl Export {
         self.backend
             .writev(cx, parts, arg.offset)
             .map_err(Errno::from)?;
+        if arg.flags as i32 & libc::O_DSYNC != 0 {
+            // O_SYNC or O_DSYNC (the file's, or RWF_DSYNC/RWF_SYNC on this write): the
+            // kernel sends no FSYNC after a write to a FOPEN_DIRECT_IO file, it only
+            // passes the flag here; so the write is made durable before the reply, as
+            // the client was promised. (O_SYNC includes O_DSYNC's bit.)
+            self.backend.flush(cx).map_err(Errno::from)?;
+        }
         out.size = size as u32;
         Ok(out)
     }

@@ -183,9 +183,25 @@ pub fn open_image(
     opts: &OpenOptions,
     nbd: &NbdOptions,
 ) -> io::Result<std::sync::Arc<dyn BlockBackend>> {
+    open_image_recorded(spec, opts, nbd, None)
+}
+
+/// [`open_image`], recording what reaches the export (and, for qcow2, what the qcow2
+/// layer is asked) in `log` ([`crate::record`]).
+pub fn open_image_recorded(
+    spec: &str,
+    opts: &OpenOptions,
+    nbd: &NbdOptions,
+    log: Option<&std::sync::Arc<crate::record::WriteLog>>,
+) -> io::Result<std::sync::Arc<dyn BlockBackend>> {
+    use crate::record::{Level, RecordBackend};
     let export = std::sync::Arc::new(open(spec, opts, nbd)?);
+    let export = RecordBackend::wrap(export, log, Level::Image);
     match opts.format {
-        crate::Format::Qcow2 => crate::qcow2::open_on_backend(export, spec, opts),
+        crate::Format::Qcow2 => {
+            let disk = crate::qcow2::open_on_backend(export, spec, opts)?;
+            Ok(RecordBackend::wrap(disk, log, Level::Guest))
+        }
         _ => Ok(export),
     }
 }

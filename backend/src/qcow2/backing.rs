@@ -86,7 +86,7 @@ pub(crate) fn open(
     };
     let file = FileBackend::from_backing(file, &path, &backing_opts)?;
     match qcow2 {
-        true => super::open_qcow2(file, &path, &backing_opts, depth + 1),
+        true => super::open_qcow2(file, &path, &backing_opts, depth + 1, None),
         false => Ok(Arc::new(file)),
     }
 }

@@ -82,6 +82,7 @@ mod zero;
 
 use crate::pool::BouncePool;
 use crate::range_lock::{Mode, RangeGuard, RangeLocks, Span};
+use crate::record::{Level, RecordBackend, WriteLog};
 use crate::{BlockBackend, Ctx, Extent, FileBackend, Format, OpenOptions, ProbedRaw};
 
 use alloc::Allocator;
@@ -128,8 +129,13 @@ pub struct Qcow2Backend {
 /// Opens the image at `path` as `opts.format` says, probing the magic for
 /// [`Format::Auto`]. A probed raw image opened for writing is a [`ProbedRaw`]: its first
 /// sector can never be made to probe as another format. A probed qcow2 image's backing
-/// file is not followed (`backing.rs`).
-pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn BlockBackend>> {
+/// file is not followed (`backing.rs`). With `log`, what reaches the file is recorded in
+/// it, and for a qcow2 image what the qcow2 layer is asked too ([`crate::record`]).
+pub(crate) fn open_image(
+    path: &Path,
+    opts: &OpenOptions,
+    log: Option<&Arc<WriteLog>>,
+) -> io::Result<Arc<dyn BlockBackend>> {
     let file = FileBackend::open(path, opts)?;
     let qcow2 = match opts.format {
         Format::Raw => false,
@@ -145,27 +151,31 @@ pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn 
             ),
         ));
     }
+    let recorded = |file: FileBackend| RecordBackend::wrap(Arc::new(file), log, Level::Image);
     match (qcow2, opts.format, opts.writable) {
-        (true, ..) => open_qcow2(file, path, opts, 0),
-        (false, Format::Auto, true) => Ok(Arc::new(ProbedRaw::new(Arc::new(file), path))),
-        (false, ..) => Ok(Arc::new(file)),
+        (true, ..) => open_qcow2(file, path, opts, 0, log),
+        (false, Format::Auto, true) => Ok(Arc::new(ProbedRaw::new(recorded(file), path))),
+        (false, ..) => Ok(recorded(file)),
     }
 }
 
-/// The qcow2 image in `file`, at `depth` in its backing chain (0: the exported image).
+/// The qcow2 image in `file`, at `depth` in its backing chain (0: the exported image);
+/// with `log`, recorded under the qcow2 layer and above it.
 fn open_qcow2(
     file: FileBackend,
     path: &Path,
     opts: &OpenOptions,
     depth: u32,
+    log: Option<&Arc<WriteLog>>,
 ) -> io::Result<Arc<dyn BlockBackend>> {
-    let disk = Qcow2Backend::open_on(Arc::new(file), path, opts, depth, false).map_err(|e| {
+    let file = RecordBackend::wrap(Arc::new(file), log, Level::Image);
+    let disk = Qcow2Backend::open_on(file, path, opts, depth, false).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("cannot open image {}: {e}", path.display()),
         )
     })?;
-    Ok(Arc::new(disk))
+    Ok(RecordBackend::wrap(Arc::new(disk), log, Level::Guest))
 }
 
 /// Whether the file at `path` starts with the qcow2 magic. Read through a plain fd of its

@@ -10,7 +10,16 @@
 //! KiB), where a cluster at a time took 16 of each.
 //!
 //! Order on disk for a new cluster: its refcount (reserved, durable), its data, its L2
-//! entry. For a new L2 table: its refcount, its contents (zeroes, or a copy of the table
+//! entry. Where the new cluster holds bytes the write does not cover (a partial write
+//! into a cluster with a backing file, a snapshot's or compressed data, or a reused
+//! cluster), its data is written with `RWF_DSYNC`, durable before the entry: else a power
+//! loss could keep the entry and lose those bytes. A write covering the whole cluster, or
+//! one into a fresh cluster of a disk that reads zeroes there, needs no such wait: the
+//! bytes at stake are the write's own, not yet flushed. The wait is costly: on ext4, 4 KiB
+//! random writes into a fresh image over a backing file (a copy-on-write each) went from
+//! ~28k to ~0.9k IOPS at iodepth 1 (fio through the mount). QEMU instead holds the L2
+//! update back until the next flush (its L2 cache depends on a flush after copy-on-write):
+//! the way to win it back. For a new L2 table: its refcount, its contents (zeroes, or a copy of the table
 //! snapshots share) written with `RWF_DSYNC`, its L1 entry.
 //!
 //! Internal snapshots share L2 tables and data clusters with the active state (refcount
@@ -255,7 +264,12 @@ impl Qcow2Backend {
             let mut buf = self.bufs.take();
             self.read_cluster(cx, cluster, old, &mut buf)?;
             src.copy_to(&mut buf[within as usize..(within + len) as usize]);
-            self.host.write(cx, &buf, new.at)?;
+            // Durable before the L2 entry links it: the bytes this write does not cover
+            // (copied from the backing file, a shared or compressed cluster, or zeroes
+            // over a reused cluster) must never be lost to a power loss that keeps the
+            // entry. (Found by the crash-state checker: the entry could land alone, and
+            // those bytes read as zeroes.)
+            self.host.write_durable(cx, &buf, new.at)?;
         }
         self.set_l2(cx, table, l2i, Mapping::data_entry(new.at))?;
         alloc.free_later(old.host_clusters(self.h.cluster_bits));
