@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use fuse::dev::FuseDev;
 use runtime::{Co, Config, CounterSnapshot, EventFd, Runtime};
 use transport::accounting::Accounting;
-use transport::placement::{Controller, Placement};
+use transport::placement::{Controller, ControllerStats, Placement};
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
@@ -123,6 +123,8 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
     let mut placer = placement
         .as_deref()
         .map(|p| (p, Controller::new(p, Instant::now())));
+    // The controller's counts at its last tick (kept once the session ends).
+    let mut placed = None;
     while !loops.iter().all(|(handle, _)| handle.is_finished()) {
         let mut wait = Duration::from_millis(100);
         if let Some((placement, controller)) = placer.as_mut() {
@@ -134,6 +136,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
                 placer = None;
             } else {
                 let next = controller.tick(placement, Instant::now());
+                placed = Some(controller.stats());
                 if next.changed {
                     kick_all(&loops);
                 }
@@ -144,7 +147,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
             if server.uring {
-                let left = settle_and_leave(server, &loops, &reports);
+                let left = settle_and_leave(server, &loops, &reports, placed);
                 return Served {
                     result: Err("an event loop failed (see above); unmounted".into()),
                     ..left
@@ -157,7 +160,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
             match command {
                 Command::Snapshot(reply) => {
                     let (merged, per_queue) = snapshot(&loops, &reports);
-                    let _ = reply.send(merged.into_report(per_queue));
+                    let _ = reply.send(merged.into_report(per_queue, placed.clone()));
                 }
                 Command::Stop => stop = true,
             }
@@ -165,7 +168,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
         if stop {
             stop_all(&loops);
             if server.uring {
-                return settle_and_leave(server, &loops, &reports);
+                return settle_and_leave(server, &loops, &reports, placed);
             }
             break;
         }
@@ -173,7 +176,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
     let (result, merged, per_queue) = finish(loops);
     Served {
         result: result.and(server.flush()),
-        report: merged.into_report(per_queue),
+        report: merged.into_report(per_queue, placed),
     }
 }
 
@@ -187,6 +190,7 @@ fn settle_and_leave<F: FileSystem>(
     server: &Server<F>,
     loops: &[Started],
     reports: &Receiver<LoopReport>,
+    placed: Option<ControllerStats>,
 ) -> Served {
     let started = std::time::Instant::now();
     let (merged, per_queue) = loop {
@@ -204,7 +208,7 @@ fn settle_and_leave<F: FileSystem>(
     std::thread::sleep(Duration::from_millis(10));
     Served {
         result: server.flush(),
-        report: merged.into_report(per_queue),
+        report: merged.into_report(per_queue, placed),
     }
 }
 
@@ -326,12 +330,13 @@ impl LoopReport {
         }
     }
 
-    fn into_report(self, per_queue: Vec<QueueStats>) -> Report {
+    fn into_report(self, per_queue: Vec<QueueStats>, placement: Option<ControllerStats>) -> Report {
         Report {
             runtime: self.runtime,
             queue: self.queue,
             ops: self.accounting.report(),
             per_queue,
+            placement,
         }
     }
 
