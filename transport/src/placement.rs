@@ -16,8 +16,9 @@
 //! at most [`MAX_TRIAL`]), makes one move, lets it [`SETTLE`], measures again, undoes
 //! the move and measures a third time; it makes the move for good only if the moved
 //! rate beat *each* of the two others by [`GAIN`] (the third measurement cancels a load
-//! that drifts during the trial). A move that serves less than half the rate before it
-//! is undone after [`TRIAL`], without the third measurement.
+//! that drifts during the trial). A move that serves less than the rate before it after
+//! [`TRIAL`] is undone then, without the third measurement: a move that loses costs
+//! [`TRIAL`], however long the measurements of a slow workload.
 //! The move is: pause the queue of the loop whose thread waited longest for its CPU (the
 //! run delay of `/proc/thread-self/schedstat`, which the loops publish too: the CPU the
 //! client, or another process, keeps busy), if more than one loop takes requests; else
@@ -409,10 +410,8 @@ impl Controller {
         kept
     }
 
-    /// Ends a trial whose move is clearly losing ([`losing`]) before its measurement is
-    /// done: the move is undone at once, and not measured without it again. A move that
-    /// holds a session back to a tenth (a loop pinned to a contended CPU taken back)
-    /// then costs [`TRIAL`], not three measurements of up to [`MAX_TRIAL`].
+    /// Ends a trial whose move is losing ([`losing`]) before its measurement is done:
+    /// the move is undone at once, and not measured without it again.
     fn give_up(
         &mut self,
         placement: &Placement,
@@ -475,9 +474,12 @@ fn measured(count: u64, over: Duration) -> Option<u64> {
 }
 
 /// Whether a move's measurement that counted `count` requests in `over` so far is
-/// clearly losing against the rate `before` it: after [`TRIAL`], less than half of it.
+/// losing against the rate `before` it: after [`TRIAL`], below it. Such a move could
+/// still win by the end of a longer measurement, through noise; given up, it is only not
+/// kept, and its cost stays that of [`TRIAL`] (the move that holds a session back to a
+/// tenth: a loop pinned to a contended CPU taken back).
 fn losing(count: u64, over: Duration, before: u64) -> bool {
-    over >= TRIAL && per_second(count, over) * 2 < before
+    over >= TRIAL && per_second(count, over) < before
 }
 
 /// How long a measurement that counted `count` requests in `over` is expected to last
