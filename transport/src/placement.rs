@@ -58,6 +58,12 @@ pub const TRIAL: Duration = Duration::from_millis(50);
 pub const TRIAL_REQUESTS: u64 = 1000;
 /// The longest measurement.
 pub const MAX_TRIAL: Duration = Duration::from_millis(400);
+/// A move is kept only on a measurement that counted this many requests: at 100 per
+/// second, 40 in [`MAX_TRIAL`] swing by more than [`GAIN`].
+pub const KEEP_REQUESTS: u64 = 200;
+/// A move's measurement is judged early ([`losing`]) only once the rate before it would
+/// have counted this many.
+pub const GIVE_UP_REQUESTS: u64 = 50;
 /// Time given to a change before its rate is measured (the client moves between CPUs,
 /// queued requests drain).
 pub const SETTLE: Duration = Duration::from_millis(20);
@@ -202,8 +208,13 @@ enum Stage {
     Before,
     /// The move made, and the rate before it.
     After { m: Move, before: u64 },
-    /// The move undone, and the two rates so far.
-    Back { m: Move, before: u64, after: u64 },
+    /// The move undone, the two rates so far, and the requests the moved one counted.
+    Back {
+        m: Move,
+        before: u64,
+        after: u64,
+        counted: u64,
+    },
 }
 
 /// What the controller did: the `placement` section of `--stats`.
@@ -310,11 +321,13 @@ impl Controller {
                 match (measured(requests - r0, over), stage) {
                     (None, Stage::After { m, before }) if losing(requests - r0, over, before) => {
                         changed = true;
-                        self.give_up(placement, m, before, per_second(requests - r0, over), now)
+                        let after = (per_second(requests - r0, over), requests - r0);
+                        self.give_up(placement, m, before, after, now)
                     }
                     (None, _) => self.phase,
                     (Some(rate), _) => {
-                        let (phase, moved) = self.decide(placement, stage, rate, now);
+                        let counted = requests - r0;
+                        let (phase, moved) = self.decide(placement, stage, rate, counted, now);
                         changed = moved;
                         phase
                     }
@@ -339,6 +352,7 @@ impl Controller {
         placement: &Placement,
         stage: Stage,
         rate: u64,
+        counted: u64,
         now: Instant,
     ) -> (Phase, bool) {
         let settle = |stage| Phase::Settle {
@@ -365,10 +379,23 @@ impl Controller {
             Stage::After { m, before } => {
                 placement.apply(m, false);
                 let after = rate;
-                (settle(Stage::Back { m, before, after }), true)
+                (
+                    settle(Stage::Back {
+                        m,
+                        before,
+                        after,
+                        counted,
+                    }),
+                    true,
+                )
             }
-            Stage::Back { m, before, after } => {
-                let kept = self.conclude(m, before, after, rate);
+            Stage::Back {
+                m,
+                before,
+                after,
+                counted,
+            } => {
+                let kept = self.conclude(m, before, (after, counted), rate);
                 if kept {
                     placement.apply(m, true);
                 }
@@ -389,13 +416,13 @@ impl Controller {
     }
 
     /// Ends a trial: whether its move is kept, given the rates before it, with it made
-    /// and after it was undone. The move must beat both measurements without it by
-    /// [`GAIN`], not their mean: a rate that swings between measurements then keeps no
-    /// move by chance, and a kept move is undone only by a trial that beats it as
-    /// clearly.
-    fn conclude(&mut self, m: Move, before: u64, after: u64, back: u64) -> bool {
+    /// (and the requests that measurement counted) and after it was undone. The move
+    /// must beat both measurements without it by [`GAIN`], not their mean, on at least
+    /// [`KEEP_REQUESTS`]: a rate that swings between measurements then keeps no move by
+    /// chance, and a kept move is undone only by a trial that beats it as clearly.
+    fn conclude(&mut self, m: Move, before: u64, (after, counted): (u64, u64), back: u64) -> bool {
         self.stats.trials += 1;
-        let kept = after * 1000 > before.max(back) * GAIN;
+        let kept = counted >= KEEP_REQUESTS && after * 1000 > before.max(back) * GAIN;
         if kept {
             self.stats.kept += 1;
             self.hold = HOLD;
@@ -403,7 +430,8 @@ impl Controller {
             self.hold = (self.hold * 2).min(MAX_HOLD);
         }
         log::debug!(
-            "placement trial {m:?}: {before}/s, {after}/s moved, {back}/s: {}; next in {} ms",
+            "placement trial {m:?}: {before}/s, {after}/s moved ({counted} requests), \
+             {back}/s: {}; next in {} ms",
             if kept { "kept" } else { "not kept" },
             self.hold.as_millis()
         );
@@ -417,7 +445,7 @@ impl Controller {
         placement: &Placement,
         m: Move,
         before: u64,
-        after: u64,
+        after: (u64, u64),
         now: Instant,
     ) -> Phase {
         placement.apply(m, false);
@@ -474,12 +502,15 @@ fn measured(count: u64, over: Duration) -> Option<u64> {
 }
 
 /// Whether a move's measurement that counted `count` requests in `over` so far is
-/// losing against the rate `before` it: after [`TRIAL`], below it. Such a move could
+/// losing against the rate `before` it: after [`TRIAL`], and once `before` would have
+/// counted [`GIVE_UP_REQUESTS`] (fewer say nothing: 1 MiB writes at 120/s are 6 in 50
+/// ms), below it. Such a move could
 /// still win by the end of a longer measurement, through noise; given up, it is only not
 /// kept, and its cost stays that of [`TRIAL`] (the move that holds a session back to a
 /// tenth: a loop pinned to a contended CPU taken back).
 fn losing(count: u64, over: Duration, before: u64) -> bool {
-    over >= TRIAL && per_second(count, over) < before
+    let expected = u128::from(before) * over.as_micros() / 1_000_000;
+    over >= TRIAL && expected >= u128::from(GIVE_UP_REQUESTS) && per_second(count, over) < before
 }
 
 /// How long a measurement that counted `count` requests in `over` is expected to last
@@ -663,6 +694,21 @@ mod tests {
         }
         // The old rule kept 10 of 33 trials' pauses.
         assert_eq!(c.stats().kept, 0, "{:?}", c.stats());
+    }
+
+    /// 1 MiB writes that the disk holds to ~120/s, whatever the loops do: 48 requests in
+    /// 0.4 s swing by more than 8%, and no move may be kept on them.
+    #[test]
+    fn too_few_requests_keep_no_move() {
+        let p = Placement::new(2);
+        let mut t = Instant::now();
+        let mut c = Controller::new(&p, t);
+        // Noise drawn every 200 ms: a 0.4 s measurement sees two draws.
+        drive(&p, &mut c, &mut t, 60, |_, ms| {
+            (120.0 * noise(ms / 10)) as u64
+        });
+        assert_eq!(c.stats().kept, 0, "{:?}", c.stats());
+        assert!(c.stats().trials >= 10, "{:?}", c.stats());
     }
 
     #[test]
