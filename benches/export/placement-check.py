@@ -145,7 +145,7 @@ def main():
         for r in range(1, args.rounds + 1):
             for export, workload in cells:
                 image, extra, target, size = table[export]
-                chosen = [s for s in servers(image, extra) if s.name == 'default'
+                chosen = [s for s in servers(image, extra) if s.name.startswith('default')
                           or not args.servers or s.name in args.servers.split(',')]
                 for server in chosen if r % 2 else list(reversed(chosen)):
                     if export.startswith('ext4'):
