@@ -118,6 +118,10 @@ def main():
     p.add_argument('--servers', help='comma-separated server names (default always runs)')
     p.add_argument('--busy', type=int, help='keep this CPU busy with a spinning process')
     p.add_argument('--floor', type=float, default=0.9)
+    p.add_argument('--no-warmup', action='store_true',
+                   help='count the first run too (by default one run of the first cell '
+                        'is made and dropped: the first run of a series is slow for '
+                        'every server)')
     p.add_argument('--from', dest='saved', help='check the TSV lines of an earlier run')
     args = p.parse_args()
     if args.saved:
@@ -142,6 +146,13 @@ def main():
                                  'while :; do :; done'])
     results = {}
     try:
+        if not args.no_warmup:
+            export, workload = cells[0]
+            image, extra, target, size = table[export]
+            got = fs.run_server(servers(image, extra)[0], mnt, target or 'null', workload,
+                                args.seconds, size)
+            shown = f'{got[0]:.0f} IOPS' if got else 'FAILED'
+            print(f'# warm-up run (not counted): {shown}', flush=True)
         for r in range(1, args.rounds + 1):
             for export, workload in cells:
                 image, extra, target, size = table[export]

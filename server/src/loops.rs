@@ -123,7 +123,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
     let mut placer = placement
         .as_deref()
         .map(|p| (p, Controller::new(p, Instant::now())));
-    // The controller's counts at its last tick (kept once the session ends).
+    // The controller's counts, kept when it stops at the end of the session.
     let mut placed = None;
     while !loops.iter().all(|(handle, _)| handle.is_finished()) {
         let mut wait = Duration::from_millis(100);
@@ -133,10 +133,10 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
                 // that with. Take every loop back, for good.
                 placement.resume_all();
                 kick_all(&loops);
+                placed = Some(controller.stats());
                 placer = None;
             } else {
                 let next = controller.tick(placement, Instant::now());
-                placed = Some(controller.stats());
                 if next.changed {
                     kick_all(&loops);
                 }
@@ -147,6 +147,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
             if server.uring {
+                let placed = placement_stats(&placer, placed);
                 let left = settle_and_leave(server, &loops, &reports, placed);
                 return Served {
                     result: Err("an event loop failed (see above); unmounted".into()),
@@ -160,7 +161,8 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
             match command {
                 Command::Snapshot(reply) => {
                     let (merged, per_queue) = snapshot(&loops, &reports);
-                    let _ = reply.send(merged.into_report(per_queue, placed.clone()));
+                    let placed = placement_stats(&placer, placed.clone());
+                    let _ = reply.send(merged.into_report(per_queue, placed));
                 }
                 Command::Stop => stop = true,
             }
@@ -168,16 +170,27 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
         if stop {
             stop_all(&loops);
             if server.uring {
+                let placed = placement_stats(&placer, placed);
                 return settle_and_leave(server, &loops, &reports, placed);
             }
             break;
         }
     }
+    let placed = placement_stats(&placer, placed);
     let (result, merged, per_queue) = finish(loops);
     Served {
         result: result.and(server.flush()),
         report: merged.into_report(per_queue, placed),
     }
+}
+
+/// The placement controller's counts: the running controller's, else those it had when
+/// it stopped (`None` without adaptive placement).
+fn placement_stats(
+    placer: &Option<(&Placement, Controller)>,
+    placed: Option<ControllerStats>,
+) -> Option<ControllerStats> {
+    placer.as_ref().map(|(_, c)| c.stats()).or(placed)
 }
 
 type Started = (JoinHandle<Result<LoopReport, String>>, Arc<Control>);
