@@ -709,7 +709,7 @@ mod tests {
         let p = Placement::new(2);
         let mut t = Instant::now();
         let mut c = Controller::new(&p, t);
-        // Noise drawn every 200 ms: a 0.4 s measurement sees two draws.
+        // Noise drawn every 200 ms: a 0.2 s measurement sees one or two draws.
         drive(&p, &mut c, &mut t, 60, |_, ms| {
             (120.0 * noise(ms / 10)) as u64
         });
