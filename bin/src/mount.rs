@@ -454,6 +454,7 @@ impl StatsFile {
             allocations,
             ops: served.ops.clone(),
             per_queue: served.per_queue.clone(),
+            placement: served.placement.clone(),
         };
         if let Err(e) = crate::out_file::replace(path, stats.to_json().as_bytes()) {
             log::error!("cannot write stats to {}: {e}", path.display());

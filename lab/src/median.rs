@@ -58,6 +58,24 @@ pub fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The runs of a figure that disagree with the others (indices into `v`): with three
+/// runs or more, each below half or above twice their [`median`] (which one run cannot
+/// move far); with
+/// two, both when one is more than twice the other (which one is off cannot be told).
+/// None with one run.
+pub fn outliers(v: &[f64]) -> Vec<usize> {
+    match v {
+        [a, b] if a.max(*b) > 2.0 * a.min(*b) => vec![0, 1],
+        [_, _, _, ..] => {
+            let m = median(v.iter().copied());
+            (0..v.len())
+                .filter(|&i| v[i] < m / 2.0 || v[i] > m * 2.0)
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn sorted(v: impl IntoIterator<Item = f64>) -> Vec<f64> {
     let mut v: Vec<f64> = v.into_iter().collect();
     v.sort_by(f64::total_cmp);
@@ -86,6 +104,12 @@ mod tests {
         let s = Spread::of([110.0, 90.0, 100.0]);
         assert_eq!((s.min, s.median, s.max), (90.0, 100.0, 110.0));
         assert_eq!(ratio(3.0, 2.0), 1.5);
+        // Issue 37's cliff: one run of three at a tenth.
+        assert_eq!(outliers(&[3457.0, 368.0, 4099.0]), [1]);
+        assert_eq!(outliers(&[3457.0, 2000.0, 4099.0]), [] as [usize; 0]);
+        assert_eq!(outliers(&[368.0, 3457.0]), [0, 1]);
+        assert_eq!(outliers(&[1900.0, 3457.0]), [] as [usize; 0]);
+        assert_eq!(outliers(&[368.0]), [] as [usize; 0]);
         assert!(ratio(1.0, 0.0).is_nan());
     }
 }

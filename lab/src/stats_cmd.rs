@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use daemon_stats::{OpReport, Stats};
+use daemon_stats::{OpReport, PlacementStats, Stats};
 use runtime::histogram::Summary;
 use serde_json::Value;
 
@@ -50,6 +50,9 @@ pub fn summary(name: &str, stats: &Stats, ring_replies: bool) -> String {
     }
     if stats.per_queue.len() > 1 {
         out.push_str(&per_queue(stats));
+    }
+    if let Some(p) = &stats.placement {
+        out.push_str(&placement(p));
     }
     out.push_str(&format!(
         "\nheap allocations by the daemon so far: {}\n",
@@ -196,6 +199,18 @@ fn per_queue(stats: &Stats) -> String {
     format!("\nper loop\n{}", t.render())
 }
 
+/// What the adaptive loop placement did, and how long each state held.
+fn placement(p: &PlacementStats) -> String {
+    let mut out = format!(
+        "\nloop placement: {} trials, {} moves kept, {} idle measurements, {} ms in trials\n",
+        p.trials, p.kept, p.idle, p.trial_ms
+    );
+    for (paused, ms) in p.ms_with_paused.iter().enumerate() {
+        out.push_str(&format!("  {paused} loop(s) paused: {ms} ms\n"));
+    }
+    out
+}
+
 /// Per opcode, busiest first: its count and costs, then where its time went.
 fn ops_tables(stats: &Stats) -> String {
     let mut ops: Vec<(&String, &OpReport)> = stats.ops.iter().collect();
@@ -282,6 +297,13 @@ mod tests {
             allocations: 321,
             ops: accounting.report(),
             per_queue: vec![queue, QueueStats::default()],
+            placement: Some(PlacementStats {
+                trials: 7,
+                kept: 2,
+                idle: 1,
+                ms_with_paused: vec![4000, 1500],
+                trial_ms: 900,
+            }),
             ..Stats::default()
         };
         stats.set_section("backend", &BackendStats::default());
@@ -309,6 +331,11 @@ mod tests {
         assert!(line(&s, "enter_calls").contains("1001"));
         assert!(s.contains("\nbackend\n") && !s.contains("\ndir\n"), "{s}");
         assert!(s.contains("per loop"), "{s}");
+        assert!(
+            s.contains("loop placement: 7 trials, 2 moves kept, 1 idle measurements, 900 ms"),
+            "{s}"
+        );
+        assert!(s.contains("  1 loop(s) paused: 1500 ms"), "{s}");
         assert!(s.contains("heap allocations by the daemon so far: 321"));
         let ops = &s[s.find("ops (per opcode").expect("ops")..];
         assert!(ops.find("READ: 1000").unwrap() < ops.find("GETATTR: 1").unwrap());

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use fuse::dev::FuseDev;
 use runtime::{Co, Config, CounterSnapshot, EventFd, Runtime};
 use transport::accounting::Accounting;
-use transport::placement::{Controller, Placement};
+use transport::placement::{Controller, ControllerStats, Placement};
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
@@ -123,6 +123,8 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
     let mut placer = placement
         .as_deref()
         .map(|p| (p, Controller::new(p, Instant::now())));
+    // The controller's counts, kept when it stops at the end of the session.
+    let mut placed = None;
     while !loops.iter().all(|(handle, _)| handle.is_finished()) {
         let mut wait = Duration::from_millis(100);
         if let Some((placement, controller)) = placer.as_mut() {
@@ -131,6 +133,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
                 // that with. Take every loop back, for good.
                 placement.resume_all();
                 kick_all(&loops);
+                placed = Some(controller.stats());
                 placer = None;
             } else {
                 let next = controller.tick(placement, Instant::now());
@@ -144,7 +147,8 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
             if server.uring {
-                let left = settle_and_leave(server, &loops, &reports);
+                let placed = placement_stats(&placer, placed);
+                let left = settle_and_leave(server, &loops, &reports, placed);
                 return Served {
                     result: Err("an event loop failed (see above); unmounted".into()),
                     ..left
@@ -157,7 +161,8 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
             match command {
                 Command::Snapshot(reply) => {
                     let (merged, per_queue) = snapshot(&loops, &reports);
-                    let _ = reply.send(merged.into_report(per_queue));
+                    let placed = placement_stats(&placer, placed.clone());
+                    let _ = reply.send(merged.into_report(per_queue, placed));
                 }
                 Command::Stop => stop = true,
             }
@@ -165,16 +170,27 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
         if stop {
             stop_all(&loops);
             if server.uring {
-                return settle_and_leave(server, &loops, &reports);
+                let placed = placement_stats(&placer, placed);
+                return settle_and_leave(server, &loops, &reports, placed);
             }
             break;
         }
     }
+    let placed = placement_stats(&placer, placed);
     let (result, merged, per_queue) = finish(loops);
     Served {
         result: result.and(server.flush()),
-        report: merged.into_report(per_queue),
+        report: merged.into_report(per_queue, placed),
     }
+}
+
+/// The placement controller's counts: the running controller's, else those it had when
+/// it stopped (`None` without adaptive placement).
+fn placement_stats(
+    placer: &Option<(&Placement, Controller)>,
+    placed: Option<ControllerStats>,
+) -> Option<ControllerStats> {
+    placer.as_ref().map(|(_, c)| c.stats()).or(placed)
 }
 
 type Started = (JoinHandle<Result<LoopReport, String>>, Arc<Control>);
@@ -187,6 +203,7 @@ fn settle_and_leave<F: FileSystem>(
     server: &Server<F>,
     loops: &[Started],
     reports: &Receiver<LoopReport>,
+    placed: Option<ControllerStats>,
 ) -> Served {
     let started = std::time::Instant::now();
     let (merged, per_queue) = loop {
@@ -204,7 +221,7 @@ fn settle_and_leave<F: FileSystem>(
     std::thread::sleep(Duration::from_millis(10));
     Served {
         result: server.flush(),
-        report: merged.into_report(per_queue),
+        report: merged.into_report(per_queue, placed),
     }
 }
 
@@ -326,12 +343,13 @@ impl LoopReport {
         }
     }
 
-    fn into_report(self, per_queue: Vec<QueueStats>) -> Report {
+    fn into_report(self, per_queue: Vec<QueueStats>, placement: Option<ControllerStats>) -> Report {
         Report {
             runtime: self.runtime,
             queue: self.queue,
             ops: self.accounting.report(),
             per_queue,
+            placement,
         }
     }
 

@@ -16,6 +16,7 @@ use fuse::init::InitConfig;
 use fuse::mount::{Mount, MountOptions, ENABLE_URING};
 use fuse::session::handshake;
 use runtime::{CounterSnapshot, Ctx};
+use transport::placement::ControllerStats;
 use transport::{FileSystem, OpReport, QueueConfig, QueueStats};
 
 use crate::control::{Commands, ServeHandle};
@@ -46,6 +47,8 @@ pub struct Report {
     pub ops: BTreeMap<String, OpReport>,
     /// Each event loop's own queue counters, in loop order (empty with worker threads).
     pub per_queue: Vec<QueueStats>,
+    /// What the adaptive loop placement did (`None` where it does not run).
+    pub placement: Option<ControllerStats>,
 }
 
 /// How serving ended: the first error (a loop failed, the request stream broke, the

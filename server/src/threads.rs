@@ -40,6 +40,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>, threads: usize) -> Served {
                         queue,
                         ops,
                         per_queue: Vec::new(),
+                        placement: None,
                     });
                 }
                 Command::Stop => break 'serving,
@@ -54,6 +55,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>, threads: usize) -> Served {
             queue,
             ops: accounting.report(),
             per_queue: Vec::new(),
+            placement: None,
         },
     }
 }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
 
 pub use runtime::CounterSnapshot;
+pub use transport::placement::ControllerStats as PlacementStats;
 pub use transport::{OpReport, QueueStats};
 
 /// One `--stats` snapshot.
@@ -42,6 +43,10 @@ pub struct Stats {
     pub ops: BTreeMap<String, OpReport>,
     /// Each event loop's own queue counters, in loop order (empty with `threads:N`).
     pub per_queue: Vec<QueueStats>,
+    /// What the adaptive loop placement did: trials, moves kept, idle measurements and
+    /// the time spent with each number of loops paused (null where it does not run).
+    #[serde(default)]
+    pub placement: Option<PlacementStats>,
 }
 
 impl Stats {

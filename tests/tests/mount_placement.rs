@@ -80,6 +80,20 @@ fn mount_placement_trials_pause_loops_and_every_request_is_served() {
     let n = pauses(&stats);
     assert!(n >= 1, "no trial paused a loop in 2 s of load");
     assert!(done.load(Ordering::Relaxed) > 1000, "too little I/O");
+    // The controller's own account (issue 37): its trials, and the time with 0, 1 and 2
+    // loops paused, which covers the session.
+    let placement = &read_stats(&stats)["placement"];
+    assert!(placement["trials"].as_u64() >= Some(1), "{placement}");
+    let states = placement["ms_with_paused"]
+        .as_array()
+        .expect("ms_with_paused");
+    let ms: Vec<u64> = states.iter().filter_map(|v| v.as_u64()).collect();
+    assert_eq!(ms.len(), 3, "{placement}");
+    assert!(
+        ms[1] > 0 && ms[2] == 0,
+        "a trial paused one loop, never both: {placement}"
+    );
+    assert!(ms.iter().sum::<u64>() >= 1500, "{placement}");
 }
 
 #[test]

@@ -17,7 +17,7 @@ use super::affinity::{Cpus, Placement};
 use super::env::Environment;
 use super::export::{ExportKind, Server};
 use super::matrix::{Cell, Run};
-use super::median::{median, median_of_all, ratio, Spread};
+use super::median::{median, median_of_all, outliers, ratio, Spread};
 use super::storage::Image;
 use super::variant::Variant;
 
@@ -97,7 +97,40 @@ pub struct CellReport {
     pub vs_base: Option<f64>,
     /// With several corofuse variants: this one had the most IOPS in its cell.
     pub best: bool,
+    /// The runs whose IOPS disagree with the cell's other runs ([`outliers`]), by index.
+    pub outliers: Vec<usize>,
     pub runs: Vec<Run>,
+}
+
+impl CellReport {
+    /// Whether the cell's median is no verdict: its runs disagree and no majority of
+    /// them agrees (two runs apart, or outliers among half the runs or more).
+    pub fn undecided(&self) -> bool {
+        !self.outliers.is_empty() && self.outliers.len() * 2 >= self.runs.len()
+    }
+
+    /// What the table says of the cell's outliers: "run 2 of 3: 368 IOPS, an outlier"
+    /// or "runs disagree: 368, 3457 IOPS"; `None` when the runs agree.
+    pub fn outlier_note(&self) -> Option<String> {
+        let iops = |i: &usize| format!("{:.0}", self.runs[*i].load.iops);
+        let listed: Vec<String> = self.outliers.iter().map(iops).collect();
+        match self.outliers.as_slice() {
+            [] => None,
+            _ if self.undecided() => Some(format!("runs disagree: {} IOPS", listed.join(", "))),
+            [i] => Some(format!(
+                "run {} of {}: {} IOPS, an outlier",
+                i + 1,
+                self.runs.len(),
+                listed[0]
+            )),
+            _ => Some(format!(
+                "{} of {} runs outliers: {} IOPS",
+                listed.len(),
+                self.runs.len(),
+                listed.join(", ")
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -133,6 +166,7 @@ impl Report {
                 vs_limit: None,
                 vs_base: None,
                 best: false,
+                outliers: outliers(&c.runs.iter().map(|r| r.load.iops).collect::<Vec<_>>()),
                 runs: c.runs,
             })
             .collect();

@@ -127,6 +127,18 @@ fn header(r: &Report) -> String {
         storage_header(r)
     ) + &qcow2_header(r)
         + &nbd_header(r)
+        + &runs_header(r)
+}
+
+/// How to read the "runs" column, when a cell's runs disagree.
+fn runs_header(r: &Report) -> String {
+    if r.cells.iter().all(|c| c.outliers.is_empty()) {
+        return String::new();
+    }
+    "runs = runs whose IOPS is below half or above twice their cell's median (of two \
+     runs: one twice the other); where they are half the cell's runs or more, its ratios \
+     are ? (no verdict: run again, or with more --trials).\n"
+        .into()
 }
 
 /// What the nbd row ran, and how to read "vs limit"; or that it had no limit.
@@ -265,35 +277,52 @@ fn table(r: &Report) -> Table {
             .collect()
     };
     let mut rows = Vec::new();
+    // A last column says which cells' runs disagree, if any do.
+    let noted = r.cells.iter().any(|c| c.outlier_note().is_some());
+    let note = |c: &CellReport, mut row: Vec<String>| {
+        if noted {
+            row.push(c.outlier_note().unwrap_or_default());
+        }
+        row
+    };
     // Cells of one (export, workload) are adjacent: print them, then their ratio row.
     for group in r
         .cells
         .chunk_by(|a, b| a.export == b.export && a.workload == b.workload)
     {
-        rows.extend(group.iter().map(|c| keep(row(c))));
+        rows.extend(group.iter().map(|c| note(c, keep(row(c)))));
         // The ratio to qsd of the one variant, or of the best of several.
         let vs_qsd = group
             .iter()
             .filter(|c| c.best || !variants)
-            .find_map(|c| c.vs_qsd);
-        if let Some(v) = vs_qsd {
+            .find_map(|c| Some((c.vs_qsd?, c.undecided())));
+        if let Some((v, undecided)) = vs_qsd {
             let label = if variants { "best/qsd" } else { "corofuse/qsd" };
+            let ratio = |v: f64| if undecided { "?".into() } else { ratio(v) };
             let mut ratio_row = vec![String::new(); 9];
             (ratio_row[2], ratio_row[3]) = (label.into(), ratio(v.iops));
             ratio_row.extend([ratio(v.mb_s), ratio(v.mean_us), ratio(v.p99_us)]);
-            rows.push(keep(ratio_row));
+            let mut ratio_row = keep(ratio_row);
+            ratio_row.resize(rows.last().map_or(0, Vec::len), String::new());
+            rows.push(ratio_row);
         }
     }
+    let mut headers = keep(HEADERS.map(String::from).to_vec());
+    if noted {
+        headers.push("runs".into());
+    }
     Table {
-        headers: keep(HEADERS.map(String::from).to_vec()),
+        headers,
         rows,
         left: if server { 3 } else { 2 },
     }
 }
 
-/// Every column of [`HEADERS`] for one cell.
+/// Every column of [`HEADERS`] for one cell. A cell whose runs disagree ([`CellReport::
+/// undecided`]) has "?" for its ratios: its median is no verdict.
 fn row(c: &CellReport) -> Vec<String> {
     let m = &c.median;
+    let ratio = |v: f64| if c.undecided() { "?".into() } else { ratio(v) };
     let server = if c.best {
         format!("{} (best)", c.server.name())
     } else {
@@ -490,6 +519,55 @@ mod tests {
         // 3 workloads: null, file, disk and disk-direct with corofuse, qsd and a ratio
         // row each, local and device with one row.
         assert_eq!(lines.len(), 1 + 4 * 3 * 3 + 3 + 3);
+    }
+
+    /// Issue 37: a cell whose runs disagree says so; with no majority among them its
+    /// ratios are "?", not a verdict such as 0.12x.
+    #[test]
+    fn says_which_runs_are_outliers_instead_of_a_verdict() {
+        let mut r = sample::with_storage(false);
+        fn disk(r: &mut Report, k: usize) -> &mut CellReport {
+            let mut cells = r.cells.iter_mut().filter(|c| c.export == ExportKind::Disk);
+            cells.nth(k).expect("a disk cell")
+        }
+        let set = |c: &mut CellReport, iops: &[f64]| {
+            c.runs.truncate(iops.len());
+            for (run, &v) in c.runs.iter_mut().zip(iops) {
+                run.load.iops = v;
+            }
+            let runs: Vec<f64> = c.runs.iter().map(|r| r.load.iops).collect();
+            c.outliers = crate::median::outliers(&runs);
+        };
+        set(disk(&mut r, 0), &[3457.0, 368.0, 4099.0]);
+        set(disk(&mut r, 1), &[368.0, 3457.0]);
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("disk ")).collect();
+        assert!(
+            text.contains("  runs\n") && text.contains("ratios are ?"),
+            "{text}"
+        );
+        assert!(
+            lines[0].ends_with("run 2 of 3: 368 IOPS, an outlier"),
+            "{text}"
+        );
+        assert!(
+            lines[0].contains("0.75x"),
+            "one outlier of three: the median holds"
+        );
+        assert!(
+            lines[1].ends_with("runs disagree: 368, 3457 IOPS"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains(" ? ") && !lines[1].contains('x'),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            !lines[2].contains("runs"),
+            "agreeing runs say nothing: {}",
+            lines[2]
+        );
     }
 
     #[test]

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""The default against the best explicit configuration, every run (issue 37): fio, the
+referee, through `corofuse mount` with its default (several loops, adaptive placement)
+and with each explicit configuration (--placement all, --queues 1, --dispatch threads:2),
+interleaved, on null, a tmpfs image and the 2 GiB ext4 image (buffered and --direct).
+
+Why every run and not medians: the adaptive placement may settle into a state that is
+slow for a whole run now and then (a cliff); a median hides that. The check fails a cell
+when any run of the default is below --floor (0.9) times the median of the best explicit
+configuration of that cell.
+
+Each run starts a fresh daemon; the page cache is dropped before every ext4 run. With
+--busy CPU a spinning process pinned to that CPU runs during every run (another
+engineer's compile on a 2-CPU machine: the loop pinned there gets a share of it).
+
+Prints one TSV line per run (round, export, workload, server, IOPS, daemon CPU us per
+I/O), then per cell the default's runs against the best explicit median, and exits 1 if
+any default run is below the floor.
+
+    benches/export/placement-check.py --rounds 10 --only ext4:write1m
+    benches/export/placement-check.py --rounds 3 --busy 0
+    benches/export/placement-check.py --from saved.tsv
+    benches/export/placement-check.py --rounds 10 --exports null,ext4-direct \\
+        --workloads randread4k-qd1,randread4k-qd64
+
+$COROFUSE_BASE names another binary whose default runs beside ("default (base)"; the
+code before a change), judged the same way but not failing the check.
+
+Needs root, fio, /dev/fuse and `cargo build --release -p corofuse` ($COROFUSE to name
+another binary); stops only the daemons it started.
+"""
+import argparse
+import importlib.util
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location('fio_servers', f'{HERE}/fio-servers.py')
+fs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fs)
+
+WORKLOADS = {
+    'write1m': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m',
+    'randwrite1m': '--rw=randwrite --ioengine=io_uring --iodepth=4 --bs=1m',
+    'read1m': '--rw=read --ioengine=io_uring --iodepth=4 --bs=1m',
+    'randread1m': '--rw=randread --ioengine=io_uring --iodepth=4 --bs=1m',
+    'write4k-qd64': '--rw=write --ioengine=io_uring --iodepth=64',
+    'randwrite4k-qd64': '--rw=randwrite --ioengine=io_uring --iodepth=64',
+    'read4k-qd64': '--rw=read --ioengine=io_uring --iodepth=64',
+    'randread4k-qd64': '--rw=randread --ioengine=io_uring --iodepth=64',
+    'randread4k-qd1': '--rw=randread --ioengine=psync --iodepth=1',
+    'randwrite4k-qd1': '--rw=randwrite --ioengine=psync --iodepth=1',
+}
+# Another binary whose default runs beside (e.g. the code before a change).
+BASE = os.environ.get('COROFUSE_BASE')
+EXPLICIT = [
+    ('--placement all', ['--placement', 'all']),
+    ('--queues 1', ['--queues', '1']),
+    ('--dispatch threads:2', ['--dispatch', 'threads:2']),
+]
+
+
+def exports():
+    """{name: (image spec, extra mount args, file fio opens for its size, size)}"""
+    tmpfs = f'{fs.SCRATCH}/image.raw'
+    return {
+        'null': ('null:1G', [], None, '1g'),
+        'tmpfs': (tmpfs, [], tmpfs, '1g'),
+        'ext4': (fs.EXT4_IMAGE, [], fs.EXT4_IMAGE, '2g'),
+        'ext4-direct': (fs.EXT4_IMAGE, ['--direct'], fs.EXT4_IMAGE, '2g'),
+    }
+
+
+def servers(image, extra):
+    default = [fs.corofuse('default', image, *extra)]
+    if BASE:
+        default.append(fs.Server('default (base)',
+                                 lambda mnt: [BASE, 'mount', '-w', image, mnt, *extra]))
+    return default + [fs.corofuse(name, image, *extra, *args) for name, args in EXPLICIT]
+
+
+def check(results, floor):
+    """Per cell: each default run over the best explicit configuration's median, and
+    over the best explicit run of its own round (the same minutes of a noisy machine);
+    False if a run of `default` is below `floor` on the first."""
+    ok = True
+    for (export, workload), by_server in results.items():
+        explicit = {s: v for s, v in by_server.items() if not s.startswith('default') and v}
+        if not explicit:
+            continue
+        medians = {s: statistics.median(v.values()) for s, v in explicit.items()}
+        best = max(medians, key=medians.get)
+        for name in [s for s in by_server if s.startswith('default')]:
+            runs = [iops / medians[best] for iops in by_server[name].values()]
+            rounds = [iops / max(v.get(r, 0) for v in explicit.values())
+                      for r, iops in by_server[name].items()
+                      if max(v.get(r, 0) for v in explicit.values()) > 0]
+            low = [f'{r:.2f}' for r in runs if r < floor]
+            ok &= not low or name != 'default'
+            print(f'# {export} {workload}: {name} min {min(runs):.2f}x median '
+                  f'{statistics.median(runs):.2f}x of {best} ({medians[best]:.0f}); '
+                  f'{len(low)}/{len(runs)} runs below {floor}x {" ".join(low)}; '
+                  f'against the best explicit run of the same round: min '
+                  f'{min(rounds):.2f}x median {statistics.median(rounds):.2f}x', flush=True)
+    return ok
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--rounds', type=int, default=10)
+    p.add_argument('--seconds', type=int, default=5)
+    p.add_argument('--exports', default='null,tmpfs,ext4,ext4-direct')
+    p.add_argument('--workloads', default=','.join(WORKLOADS))
+    p.add_argument('--only', help='export:workload pairs, comma-separated (instead)')
+    p.add_argument('--servers', help='comma-separated server names (default always runs)')
+    p.add_argument('--busy', type=int, help='keep this CPU busy with a spinning process')
+    p.add_argument('--floor', type=float, default=0.9)
+    p.add_argument('--no-warmup', action='store_true',
+                   help='count the first run too (by default one run of the first cell '
+                        'is made and dropped: the first run of a series is slow for '
+                        'every server)')
+    p.add_argument('--from', dest='saved', help='check the TSV lines of an earlier run')
+    args = p.parse_args()
+    if args.saved:
+        results = {}
+        for line in open(args.saved):
+            f = line.rstrip('\n').split('\t')
+            if len(f) >= 5 and f[0].isdigit() and f[4] != 'FAILED':
+                results.setdefault((f[1], f[2]), {}).setdefault(f[3], {})[int(f[0])] = float(f[4])
+        sys.exit(0 if check(results, args.floor) else 1)
+    cells = ([tuple(c.split(':')) for c in args.only.split(',')] if args.only else
+             [(e, w) for e in args.exports.split(',') for w in args.workloads.split(',')])
+    table = exports()
+    fs.prepare([(e, table[e][2], None, None, False) for e, _ in cells])
+    mnt = f'{fs.SCRATCH}/mnt'
+    if os.path.isdir(mnt):
+        os.rmdir(mnt)
+    open(mnt, 'a').close()
+    fs.WORKLOADS.update(WORKLOADS)
+    busy = None
+    if args.busy is not None:
+        busy = subprocess.Popen(['taskset', '-c', str(args.busy), 'sh', '-c',
+                                 'while :; do :; done'])
+    results = {}
+    try:
+        if not args.no_warmup:
+            export, workload = cells[0]
+            image, extra, target, size = table[export]
+            got = fs.run_server(servers(image, extra)[0], mnt, target or 'null', workload,
+                                args.seconds, size)
+            shown = f'{got[0]:.0f} IOPS' if got else 'FAILED'
+            print(f'# warm-up run (not counted): {shown}', flush=True)
+        for r in range(1, args.rounds + 1):
+            for export, workload in cells:
+                image, extra, target, size = table[export]
+                chosen = [s for s in servers(image, extra) if s.name.startswith('default')
+                          or not args.servers or s.name in args.servers.split(',')]
+                for server in chosen if r % 2 else list(reversed(chosen)):
+                    if export.startswith('ext4'):
+                        subprocess.run(['sync'])
+                        open('/proc/sys/vm/drop_caches', 'w').write('3\n')
+                    got = fs.run_server(server, mnt, target or 'null', workload,
+                                        args.seconds, size)
+                    if got is None:
+                        print(f'{r}\t{export}\t{workload}\t{server.name}\tFAILED', flush=True)
+                        continue
+                    iops, us, _, _ = got
+                    results.setdefault((export, workload), {}).setdefault(
+                        server.name, {})[r] = iops
+                    print(f'{r}\t{export}\t{workload}\t{server.name}\t{iops:.0f}\t{us:.1f}',
+                          flush=True)
+    finally:
+        if busy is not None:
+            busy.send_signal(signal.SIGTERM)
+            busy.wait()
+    sys.exit(0 if check(results, args.floor) else 1)
+
+
+if __name__ == '__main__':
+    main()
