@@ -85,7 +85,15 @@ fn record_and_check(image: &Path, ops: u64, mix: Mix) -> crash::Report {
     fs::copy(image, &base).unwrap();
     let log_path = image.with_extension("log");
     let log = Arc::new(WriteLog::create(&log_path, record::DEFAULT_CAP).unwrap());
-    let disk = backend::open_recorded(image.to_str().unwrap(), &RW, &log).unwrap();
+    // The format named, as a user names it (a probed qcow2's backing file is not followed).
+    let opts = OpenOptions {
+        format: match backend::crash::is_qcow2(std::path::Path::new(&image)).unwrap() {
+            true => backend::Format::Qcow2,
+            false => backend::Format::Raw,
+        },
+        ..RW
+    };
+    let disk = backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap();
     workload(&Ctx::Blocking, &*disk, &mut Rng::new(seed), ops, mix);
     drop(disk);
     check(&base, &log_path, seed)
@@ -227,7 +235,15 @@ fn crash_states_qcow2_dirty_image_repaired_at_open() {
     let base = base_of(&image);
     fs::copy(&image, &base).unwrap();
     let log = Arc::new(WriteLog::create(&log_path, record::DEFAULT_CAP).unwrap());
-    let disk = backend::open_recorded(image.to_str().unwrap(), &RW, &log).unwrap();
+    // The format named, as a user names it (a probed qcow2's backing file is not followed).
+    let opts = OpenOptions {
+        format: match backend::crash::is_qcow2(std::path::Path::new(&image)).unwrap() {
+            true => backend::Format::Qcow2,
+            false => backend::Format::Raw,
+        },
+        ..RW
+    };
+    let disk = backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap();
     workload(&Ctx::Blocking, &*disk, &mut Rng::new(6), 40, ZEROES);
     drop(disk);
     check(&base, &log_path, Seed::choose().value());
@@ -263,7 +279,15 @@ fn crash_states_qcow2_partial_write_copies_before_linking() {
         fs::copy(&image, &base).unwrap();
         let log_path = image.with_extension("log");
         let log = Arc::new(WriteLog::create(&log_path, record::DEFAULT_CAP).unwrap());
-        let disk = backend::open_recorded(image.to_str().unwrap(), &RW, &log).unwrap();
+        // The format named, as a user names it (a probed qcow2's backing file is not followed).
+        let opts = OpenOptions {
+            format: match backend::crash::is_qcow2(std::path::Path::new(&image)).unwrap() {
+                true => backend::Format::Qcow2,
+                false => backend::Format::Raw,
+            },
+            ..RW
+        };
+        let disk = backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap();
         let cx = Ctx::Blocking;
         disk.flush(&cx).unwrap();
         disk.writev(&cx, &[IoSlice::new(&[0xee; 4096])], 65536 + 8192)

@@ -20,6 +20,8 @@ pub mod model;
 pub mod plan;
 mod verify;
 
+pub use verify::is_qcow2;
+
 use std::fmt;
 use std::fs;
 use std::io::{self, IoSliceMut};
@@ -27,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::record::format::{self, Record};
-use crate::{Ctx, OpenOptions};
+use crate::{Ctx, Format, OpenOptions};
 use model::{Expect, Model};
 use plan::{State, Window};
 
@@ -140,7 +142,8 @@ pub fn check(base: &Path, log: &Path, opts: &Options) -> Result<Report, Box<Chec
         .map_err(|e| setup(e.to_string()))?;
     let records = read.records;
     let qcow2 = verify::is_qcow2(base).map_err(|e| setup(format!("{}: {e}", base.display())))?;
-    let initial = guest_bytes(base).map_err(|e| setup(format!("{}: {e}", base.display())))?;
+    let initial =
+        guest_bytes(base, qcow2).map_err(|e| setup(format!("{}: {e}", base.display())))?;
     let work = Work::new(base).map_err(|e| setup(format!("{}: {e}", base.display())))?;
     let mut model = Model::new(initial, &records);
     let windows = plan::windows(&records);
@@ -246,10 +249,13 @@ fn describe(records: &[Record], state: &State) -> Vec<String> {
         .collect()
 }
 
-/// The guest's bytes in the image at `path` (read-only, through corofuse).
-fn guest_bytes(path: &Path) -> io::Result<Vec<u8>> {
+/// The guest's bytes in the image at `path` (read-only, through corofuse), in the format
+/// the checker found it in (named, so that a qcow2 image's backing file is followed:
+/// the checker's user owns the images it is given).
+fn guest_bytes(path: &Path, qcow2: bool) -> io::Result<Vec<u8>> {
     let opts = OpenOptions {
         lock: false,
+        format: if qcow2 { Format::Qcow2 } else { Format::Raw },
         ..OpenOptions::default()
     };
     let disk = crate::open(path.to_str().unwrap_or_default(), &opts)?;
