@@ -84,19 +84,24 @@ fn record_and_check(image: &Path, ops: u64, mix: Mix) -> crash::Report {
     let base = base_of(image);
     fs::copy(image, &base).unwrap();
     let log_path = image.with_extension("log");
-    let log = Arc::new(WriteLog::create(&log_path, record::DEFAULT_CAP).unwrap());
-    // The format named, as a user names it (a probed qcow2's backing file is not followed).
+    let disk = open_recording(image, &log_path);
+    workload(&Ctx::Blocking, &*disk, &mut Rng::new(seed), ops, mix);
+    drop(disk);
+    check(&base, &log_path, seed)
+}
+
+/// `image` opened writable, in the format its magic names (as a user names it: a probed
+/// qcow2 image's backing file is not followed), recording into a new log at `log_path`.
+fn open_recording(image: &Path, log_path: &Path) -> Arc<dyn BlockBackend> {
+    let log = Arc::new(WriteLog::create(log_path, record::DEFAULT_CAP).unwrap());
     let opts = OpenOptions {
-        format: match backend::crash::is_qcow2(std::path::Path::new(&image)).unwrap() {
+        format: match backend::crash::is_qcow2(image).unwrap() {
             true => backend::Format::Qcow2,
             false => backend::Format::Raw,
         },
         ..RW
     };
-    let disk = backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap();
-    workload(&Ctx::Blocking, &*disk, &mut Rng::new(seed), ops, mix);
-    drop(disk);
-    check(&base, &log_path, seed)
+    backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap()
 }
 
 fn base_of(image: &Path) -> PathBuf {
@@ -234,16 +239,7 @@ fn crash_states_qcow2_dirty_image_repaired_at_open() {
     let log_path = image.with_extension("log");
     let base = base_of(&image);
     fs::copy(&image, &base).unwrap();
-    let log = Arc::new(WriteLog::create(&log_path, record::DEFAULT_CAP).unwrap());
-    // The format named, as a user names it (a probed qcow2's backing file is not followed).
-    let opts = OpenOptions {
-        format: match backend::crash::is_qcow2(std::path::Path::new(&image)).unwrap() {
-            true => backend::Format::Qcow2,
-            false => backend::Format::Raw,
-        },
-        ..RW
-    };
-    let disk = backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap();
+    let disk = open_recording(&image, &log_path);
     workload(&Ctx::Blocking, &*disk, &mut Rng::new(6), 40, ZEROES);
     drop(disk);
     check(&base, &log_path, Seed::choose().value());
@@ -278,16 +274,7 @@ fn crash_states_qcow2_partial_write_copies_before_linking() {
         let base = base_of(&image);
         fs::copy(&image, &base).unwrap();
         let log_path = image.with_extension("log");
-        let log = Arc::new(WriteLog::create(&log_path, record::DEFAULT_CAP).unwrap());
-        // The format named, as a user names it (a probed qcow2's backing file is not followed).
-        let opts = OpenOptions {
-            format: match backend::crash::is_qcow2(std::path::Path::new(&image)).unwrap() {
-                true => backend::Format::Qcow2,
-                false => backend::Format::Raw,
-            },
-            ..RW
-        };
-        let disk = backend::open_recorded(image.to_str().unwrap(), &opts, &log).unwrap();
+        let disk = open_recording(&image, &log_path);
         let cx = Ctx::Blocking;
         disk.flush(&cx).unwrap();
         disk.writev(&cx, &[IoSlice::new(&[0xee; 4096])], 65536 + 8192)

@@ -7,30 +7,9 @@ pub use backend::AlignedBuf;
 /// Alignment of [`AlignedBuf::zeroed`]: a page, enough for O_DIRECT anywhere.
 pub const ALIGN: usize = backend::PAGE_ALIGN;
 
-/// splitmix64: a small deterministic generator, so that failures reproduce.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+/// splitmix64, a small deterministic generator so that failures reproduce: the crash
+/// checker's own ([`backend::crash::plan::Rng`]), the same numbers for the same seed.
+pub use backend::crash::plan::Rng;
 
 /// The environment variable that fixes the seed of randomised tests ([`Seed`]).
 pub const SEED_ENV: &str = "COROFUSE_TEST_SEED";
