@@ -236,6 +236,14 @@ pub fn text<T: Serialize + ?Sized>(value: &T) -> String {
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
+/// ", " before every array value and object key but the first, as QEMU writes them.
+fn separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    match first {
+        true => Ok(()),
+        false => writer.write_all(b", "),
+    }
+}
+
 /// serde_json's compact format with QEMU's spaces.
 struct Spaced;
 
@@ -245,11 +253,7 @@ impl serde_json::ser::Formatter for Spaced {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separator(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -257,11 +261,7 @@ impl serde_json::ser::Formatter for Spaced {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separator(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
