@@ -26,9 +26,16 @@ use crate::task::{Park, TaskId};
 /// ```
 pub struct Co<'a> {
     yielder: &'a Yielder<i32, Park>,
-    pub(crate) inner: &'a Rc<Inner>,
+    /// The loop, one load away (every suspend and submit reads it).
+    pub(crate) inner: &'a Inner,
+    /// The same loop as an `Rc`, for spawns (a new worker holds a strong count).
+    rc: &'a Rc<Inner>,
     key: usize,
     id: Cell<TaskId>,
+    /// This coroutine's [`Co::on_first_suspend`] hook, while armed (its lifetime erased:
+    /// it is cleared before that call returns or unwinds). Beside `suspends`, which every
+    /// suspend writes anyway, so checking it costs no line and one load.
+    hook: Cell<Option<NonNull<SuspendHook<'static>>>>,
     suspends: Cell<u32>,
     sqes: Cell<u32>,
     io_wait_ns: Cell<u64>,
@@ -71,15 +78,17 @@ pub struct CoStats {
 impl<'a> Co<'a> {
     pub(crate) fn new(
         yielder: &'a Yielder<i32, Park>,
-        inner: &'a Rc<Inner>,
+        rc: &'a Rc<Inner>,
         key: usize,
         id: TaskId,
     ) -> Self {
         Co {
             yielder,
-            inner,
+            inner: rc,
+            rc,
             key,
             id: Cell::new(id),
+            hook: Cell::new(None),
             suspends: Cell::new(0),
             sqes: Cell::new(0),
             io_wait_ns: Cell::new(0),
@@ -165,7 +174,7 @@ impl<'a> Co<'a> {
     /// Hands control to the loop; returns the value the loop resumes us with.
     #[inline(always)]
     pub(crate) fn park(&self, why: Park) -> i32 {
-        if self.inner.suspend_hook.get().is_some() {
+        if self.hook.get().is_some() {
             self.run_first_suspend();
         }
         self.suspends.set(self.suspends.get().wrapping_add(1));
@@ -176,9 +185,8 @@ impl<'a> Co<'a> {
     /// once, on this coroutine, just before the first suspend. Returns what `body`
     /// returned, and whether the hook ran.
     ///
-    /// At most one hook is armed at a time, the running coroutine's: arming happens while
-    /// it runs, and its first suspend fires and disarms the hook before any other coroutine
-    /// runs. So the loop keeps it, in a line every suspend touches anyway.
+    /// The hook belongs to this coroutine's `Co`: arming happens while it runs, and its
+    /// first suspend fires and disarms the hook, so a suspend checks one field of its own.
     ///
     /// A FUSE reader serves the request it read in place, and hands reading over to a new
     /// reader only when serving has to wait: a request served without suspending costs no
@@ -204,19 +212,19 @@ impl<'a> Co<'a> {
         struct Disarm<'c, 'a>(&'c Co<'a>);
         impl Drop for Disarm<'_, '_> {
             fn drop(&mut self) {
-                self.0.inner.suspend_hook.set(None);
+                self.0.hook.set(None);
             }
         }
-        debug_assert!(self.inner.suspend_hook.get().is_none(), "hooks do not nest");
+        debug_assert!(self.hook.get().is_none(), "hooks do not nest");
         let armed: NonNull<SuspendHook<'_>> = NonNull::from(hook);
         // SAFETY: only the lifetime bound of the trait object changes; `Disarm` clears the
         // pointer before this call returns or unwinds, so it is never used after `hook`'s
         // borrow ends.
         let armed: NonNull<SuspendHook<'static>> = unsafe { std::mem::transmute(armed) };
-        self.inner.suspend_hook.set(Some(armed));
+        self.hook.set(Some(armed));
         let disarm = Disarm(self);
         let result = body();
-        let ran = self.inner.suspend_hook.get().is_none();
+        let ran = self.hook.get().is_none();
         drop(disarm);
         (result, ran)
     }
@@ -225,7 +233,7 @@ impl<'a> Co<'a> {
     #[cold]
     #[inline(never)]
     fn run_first_suspend(&self) {
-        if let Some(hook) = self.inner.suspend_hook.take() {
+        if let Some(hook) = self.hook.take() {
             // SAFETY: armed by `on_first_suspend`, whose caller's borrow of the hook lasts
             // until it disarms it; `take` disarmed it, so the hook runs once.
             unsafe { hook.as_ref()(self) };
@@ -248,7 +256,7 @@ impl<'a> Co<'a> {
 
     /// Starts another coroutine on this loop; it first runs after this one suspends.
     pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
-        self.inner.spawn("task", f)
+        self.rc.spawn("task", f)
     }
 
     /// Starts a named coroutine (the name appears in logs).
@@ -257,7 +265,7 @@ impl<'a> Co<'a> {
         name: &'static str,
         f: impl FnOnce(&Co<'_>) + 'static,
     ) -> io::Result<TaskId> {
-        self.inner.spawn(name, f)
+        self.rc.spawn(name, f)
     }
 
     /// Starts a coroutine whose result can be awaited with [`JoinHandle::join`].
@@ -265,7 +273,7 @@ impl<'a> Co<'a> {
         &self,
         f: impl FnOnce(&Co<'_>) -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
-        self.inner.spawn_joinable("task", f)
+        self.rc.spawn_joinable("task", f)
     }
 
     /// Cancels the I/O that coroutine `id` is suspended on, if any (it resumes with

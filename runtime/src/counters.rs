@@ -109,12 +109,16 @@ pub struct CounterSnapshot {
 }
 
 impl Counters {
-    /// A coroutine started: it is live, perhaps at a new peak.
+    /// A coroutine started: it is live, perhaps at a new peak. Returns how many have been
+    /// spawned, this one included (its id). Each counter is read once and written once.
     #[inline(always)]
-    pub(crate) fn started(&self) {
-        self.spawned.bump();
-        self.live.bump();
-        self.peak_live.set_max(self.live.get());
+    pub(crate) fn started(&self) -> u64 {
+        let spawned = self.spawned.get() + 1;
+        self.spawned.0.set(spawned);
+        let live = self.live.get().wrapping_add(1);
+        self.live.0.set(live);
+        self.peak_live.set_max(live);
+        spawned
     }
 
     /// A coroutine's job returned (`panicked: false`) or panicked.

@@ -15,11 +15,10 @@
 
 use std::cell::Cell;
 use std::io;
-use std::ptr::NonNull;
 use std::rc::Rc;
 use std::time::Instant;
 
-use crate::co::{Co, SuspendHook};
+use crate::co::Co;
 use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
@@ -46,9 +45,6 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     pub(crate) closing: Cell<bool>,
     pub(crate) running: Cell<bool>,
-    /// The running coroutine's [`Co::on_first_suspend`] hook, while armed (its lifetime
-    /// erased: it is cleared before that call returns or unwinds).
-    pub(crate) suspend_hook: Cell<Option<NonNull<SuspendHook<'static>>>>,
     poll: AdaptivePoll,
     account: bool,
     reaped_at: Cell<Option<Instant>>,
@@ -95,7 +91,6 @@ impl Runtime {
             counters: Counters::default(),
             closing: Cell::new(false),
             running: Cell::new(false),
-            suspend_hook: Cell::new(None),
             poll: AdaptivePoll::new(config.poll_ns),
             account: config.account,
             reaped_at: Cell::new(None),

@@ -1,12 +1,17 @@
-//! Resuming: the loop switches into a coroutine (in place in its slot, inside
-//! `catch_unwind`) and books how it came back: it yielded, parked on I/O or on a queue, its
-//! job returned (its worker goes idle, and idle workers beyond the pool's bound end), or it
-//! panicked (its worker ends; the loop goes on).
+//! Resuming: the loop switches into a coroutine (in place in its slot) and books how it
+//! came back: it yielded, parked on I/O or on a queue, its job returned (its worker goes
+//! idle, and idle workers beyond the pool's bound end), or its worker returned because its
+//! job panicked (the worker caught and reported the panic; the loop ends the worker and
+//! goes on).
+//!
+//! No `catch_unwind` here: each worker catches its jobs' panics once, at its entry (see
+//! `worker`), so a resume is the switch and a compare, and nothing unwinds into the loop.
+//! The two arms a request takes on every switch, a yield and an I/O wait, are tested first
+//! with plain compares (a jump table over all five cost five more instructions per switch).
 //!
 //! It is apart from the loop because the loop and both fast paths resume coroutines the
 //! same way, and ending a worker belongs with the resume that finds it done.
 
-use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use corosensei::CoroutineResult;
@@ -44,43 +49,55 @@ impl Inner {
         let co = unsafe { &mut *slot.as_ptr() }
             .as_mut()
             .expect("a ready coroutine is in its slot");
-        match panic::catch_unwind(AssertUnwindSafe(|| co.resume(value))) {
-            Ok(CoroutineResult::Yield(Park::Yield)) => {
+        match co.resume(value) {
+            CoroutineResult::Yield(Park::Yield) => {
                 self.counters.suspends.bump();
                 Back::Yielded
             }
-            Ok(CoroutineResult::Yield(Park::Done)) => {
-                self.retire(key);
-                Back::Other
-            }
-            Ok(CoroutineResult::Yield(Park::Io)) => {
+            CoroutineResult::Yield(Park::Io) => {
                 self.counters.suspends.bump();
                 self.sched.with(|s| s.tasks[key].state = State::Io);
                 Back::Io
             }
-            Ok(CoroutineResult::Yield(Park::Wait)) => {
-                self.counters.suspends.bump();
-                self.sched.with(|s| s.tasks[key].state = State::Waiting);
-                Back::Other
-            }
-            Ok(CoroutineResult::Return(())) => {
-                unreachable!("a worker returns only when resumed without a job")
-            }
-            Err(payload) => {
-                self.panicked(key, payload);
-                Back::Other
-            }
+            other => self.came_back(key, other),
         }
     }
 
-    /// Books the panic of the coroutine at `key` and ends its worker.
+    /// The rarer ways back: the job returned, the coroutine waits on a queue, or its
+    /// worker returned (its job panicked). Out of line, so that the compiler keeps the two
+    /// compares above instead of folding all five arms back into one jump table.
+    #[inline(never)]
+    fn came_back(&self, key: usize, how: CoroutineResult<Park, ()>) -> Back {
+        match how {
+            CoroutineResult::Yield(Park::Done) => self.retire(key),
+            CoroutineResult::Yield(Park::Wait) => {
+                self.counters.suspends.bump();
+                self.sched.with(|s| s.tasks[key].state = State::Waiting);
+            }
+            CoroutineResult::Yield(Park::Yield | Park::Io) => unreachable!("handled above"),
+            CoroutineResult::Return(()) => self.ended_by_panic(key),
+        }
+        Back::Other
+    }
+
+    /// Ends the worker at `key`, which returned because its job panicked (it has booked and
+    /// reported the panic, see `worker`): frees the slot and pools the stack.
     #[cold]
     #[inline(never)]
-    fn panicked(&self, key: usize, payload: Box<dyn std::any::Any + Send>) {
-        self.counters.finished(true);
-        let slot = self.sched.with(|s| s.release(key));
+    fn ended_by_panic(&self, key: usize) {
+        self.sched.with(|s| s.release(key));
         let co = self.coros.with(|coros| coros.take(key));
         self.end(key, co.expect("a panicked coroutine is in its slot"));
+    }
+
+    /// Books the panic of the job of the worker at `key` (called by that worker, on its
+    /// own stack, where it caught the panic): counts it and logs it with the job's
+    /// identity. The worker then returns, and the loop ends it (`ended_by_panic`).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn panicked(&self, key: usize, payload: Box<dyn std::any::Any + Send>) {
+        self.counters.finished(true);
+        let slot = self.sched.with(|s| s.tasks[key]);
         log::error!(
             "coroutine {} ({}) panicked: {}; the loop goes on",
             slot.id,

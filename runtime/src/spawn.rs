@@ -38,12 +38,11 @@ impl Inner {
             None => self.new_worker()?,
         };
         // Ids count the spawns from 1.
-        let id = TaskId(self.counters.spawned.get() + 1);
+        let id = TaskId(self.counters.started());
         if self.jobs.with(|jobs| jobs.push(id, name, f)) {
             self.counters.jobs_boxed.bump();
         }
         self.sched.with(|s| s.ready.push_back((key, START)));
-        self.counters.started();
         Ok(id)
     }
 
@@ -76,7 +75,10 @@ impl Inner {
         // runs it (see `JobQueue`).
         let (id, name) = unsafe { Job::identity(job.as_ptr()) };
         self.sched.with(|s| {
-            s.tasks[key] = Slot {
+            debug_assert!(key < s.tasks.len());
+            // SAFETY: every key comes from `Sched::new_key`, which makes its slot; slots
+            // are never removed.
+            *unsafe { s.tasks.get_unchecked_mut(key) } = Slot {
                 state: State::Ready,
                 id,
                 name,

@@ -19,9 +19,10 @@
 //!   loop's side, which drops the worker and keeps only its stack. A forced unwind (dropping
 //!   a worker suspended inside a job, at shutdown) ends it the same way.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
 
-use corosensei::Coroutine;
+use corosensei::{Coroutine, Yielder};
 
 use crate::co::Co;
 use crate::colored_stack::ColoredStack;
@@ -38,22 +39,36 @@ pub(crate) const END: i32 = i32::MIN;
 /// A new idle worker for `key` on `stack`.
 pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro {
     Coroutine::with_stack(stack, move |yielder, first: i32| {
-        let mut command = first;
         // One `Co` for every job of this worker, reset for each (`begin`).
         let co = Co::new(yielder, &inner, key, TaskId(0));
-        while command != END {
-            loop {
-                let (job, id) = inner.take_job(key);
-                co.begin(id);
-                // SAFETY: `take_job` just released this slot and nothing has spawned since
-                // (see `JobQueue`); `run` moves the closure out before calling it.
-                unsafe { Job::run(job.as_ptr(), &co) };
-                inner.counters.finished(false);
-                if !inner.chain_job() {
-                    break;
-                }
+        let served = panic::catch_unwind(AssertUnwindSafe(|| serve(&inner, &co, yielder, first)));
+        if let Err(payload) = served {
+            if inner.is_closing() {
+                // Shutdown's forced unwind of this worker (see the module's contract):
+                // corosensei's root must see its own payload to finish the drop.
+                panic::resume_unwind(payload);
             }
-            command = yielder.suspend(Park::Done);
+            inner.panicked(key, payload);
         }
     })
+}
+
+/// The worker's life: job after job until it is resumed with [`END`].
+#[inline(always)]
+fn serve(inner: &Inner, co: &Co<'_>, yielder: &Yielder<i32, Park>, first: i32) {
+    let mut command = first;
+    while command != END {
+        loop {
+            let (job, id) = inner.take_job(co.key());
+            co.begin(id);
+            // SAFETY: `take_job` just released this slot and nothing has spawned since
+            // (see `JobQueue`); `run` moves the closure out before calling it.
+            unsafe { Job::run(job.as_ptr(), co) };
+            inner.counters.finished(false);
+            if !inner.chain_job() {
+                break;
+            }
+        }
+        command = yielder.suspend(Park::Done);
+    }
 }
