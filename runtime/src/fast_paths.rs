@@ -14,8 +14,11 @@
 
 use std::io;
 
+use corosensei::CoroutineResult;
+
 use crate::executor::Inner;
 use crate::resume::Back;
+use crate::task::Park;
 
 /// Queue lengths from which the loop prefetches stacks ahead: below this, the coroutines'
 /// stacks stay in the caches and translation buffers anyway.
@@ -127,19 +130,40 @@ impl Inner {
     /// own: `stop` is checked before it, as after any turn, and the coroutine goes back to
     /// the queue as soon as anything else is ready or in flight (FIFO is kept). Returns
     /// whether `stop()` held.
+    ///
+    /// The coroutine's handle is moved out of its slot into this frame for as long as it
+    /// only yields, and back before anything else is booked. In the slot, every resume
+    /// reloaded the coroutine's saved stack pointer from memory that the switch before had
+    /// just stored (the switch clobbers memory, and the slot's address is known to the
+    /// rest of the loop): a store-to-load round trip on the switch's own dependency chain.
+    /// A local whose address nothing else has stays in a register, as in raw corosensei.
     #[inline]
     pub(crate) fn run_alone(&self, key: usize, stop: &mut impl FnMut() -> bool) -> bool {
         // Looked up once: the slot stays put while its coroutine lives.
         let slot = self.coros.with(|coros| coros.slot(key));
+        // SAFETY: the slot's address is stable (see `CoroStore`) and nothing touches the
+        // slot of the running or yielding coroutine but the loop's own resume (this
+        // function); it is put back below before anything else can look at it.
+        let mut co = unsafe { (*slot.as_ptr()).take() }.expect("a ready coroutine is in its slot");
+        // SAFETY: as above; the slot is empty since the `take`.
+        let put_back = |co| unsafe { *slot.as_ptr() = Some(co) };
         loop {
             if stop() {
+                put_back(co);
                 self.sched.with(|s| s.ready.push_back((key, 0)));
                 return true;
             }
-            if self.run_in(slot, key, 0) != Back::Yielded {
-                return false;
+            self.counters.resumes.bump();
+            match co.resume(0) {
+                CoroutineResult::Yield(Park::Yield) => self.counters.suspends.bump(),
+                other => {
+                    put_back(co);
+                    self.came_back(key, other);
+                    return false;
+                }
             }
             if !self.alone() {
+                put_back(co);
                 self.sched.with(|s| s.ready.push_back((key, 0)));
                 return false;
             }

@@ -71,19 +71,32 @@ impl Inner {
     /// job panicked). Out of line, so that the compiler keeps the three compares above
     /// instead of folding every arm back into one jump table (five instructions more on
     /// every switch).
+    ///
+    /// `run_alone` books every way back but a yield here too, once its coroutine is back
+    /// in its slot.
     #[inline(never)]
-    fn came_back(&self, key: usize, how: CoroutineResult<Park, ()>) -> Back {
+    pub(crate) fn came_back(&self, key: usize, how: CoroutineResult<Park, ()>) -> Back {
         match how {
             CoroutineResult::Yield(Park::Wait) => {
                 self.counters.suspends.bump();
                 self.sched.with(|s| s.tasks[key].state = State::Waiting);
+                Back::Other
             }
-            CoroutineResult::Yield(Park::Yield | Park::Io | Park::Done) => {
-                unreachable!("handled by run_in")
+            CoroutineResult::Yield(Park::Io) => {
+                self.counters.suspends.bump();
+                self.sched.with(|s| s.tasks[key].state = State::Io);
+                Back::Io
             }
-            CoroutineResult::Return(()) => self.ended_by_panic(key),
+            CoroutineResult::Yield(Park::Done) => {
+                self.retire(key);
+                Back::Other
+            }
+            CoroutineResult::Yield(Park::Yield) => unreachable!("handled by the callers"),
+            CoroutineResult::Return(()) => {
+                self.ended_by_panic(key);
+                Back::Other
+            }
         }
-        Back::Other
     }
 
     /// Ends the worker at `key`, which returned because its job panicked (it has booked and
