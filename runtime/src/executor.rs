@@ -146,9 +146,16 @@ impl Runtime {
         if self.inner.running.replace(true) {
             return Err(io::Error::other("the event loop is already running"));
         }
-        let result = self.inner.run_until(stop);
-        self.inner.running.set(false);
-        result
+        /// Marks the loop stopped when `run_until` returns or `stop()` unwinds out of it,
+        /// so that the runtime can still be run again or shut down.
+        struct Stopped<'a>(&'a Cell<bool>);
+        impl Drop for Stopped<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _stopped = Stopped(&self.inner.running);
+        self.inner.run_until(stop)
     }
 
     /// A copy of the loop's counters.

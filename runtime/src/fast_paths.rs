@@ -13,12 +13,14 @@
 //! conditions that send a coroutine back to the general loop are in one place.
 
 use std::io;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 
 use corosensei::CoroutineResult;
 
 use crate::executor::Inner;
 use crate::resume::Back;
-use crate::task::Park;
+use crate::task::{Coro, Park};
 
 /// Queue lengths from which the loop prefetches stacks ahead: below this, the coroutines'
 /// stacks stay in the caches and translation buffers anyway.
@@ -143,27 +145,30 @@ impl Inner {
         let slot = self.coros.with(|coros| coros.slot(key));
         // SAFETY: the slot's address is stable (see `CoroStore`) and nothing touches the
         // slot of the running or yielding coroutine but the loop's own resume (this
-        // function); it is put back below before anything else can look at it.
-        let mut co = unsafe { (*slot.as_ptr()).take() }.expect("a ready coroutine is in its slot");
-        // SAFETY: as above; the slot is empty since the `take`.
-        let put_back = |co| unsafe { *slot.as_ptr() = Some(co) };
+        // function); `Held` puts the handle back before anything else can look at it, also
+        // when `stop()` unwinds.
+        let taken = unsafe { (*slot.as_ptr()).take() }.expect("a ready coroutine is in its slot");
+        let mut held = Held {
+            slot,
+            co: ManuallyDrop::new(taken),
+        };
         loop {
             if stop() {
-                put_back(co);
+                drop(held);
                 self.sched.with(|s| s.ready.push_back((key, 0)));
                 return true;
             }
             self.counters.resumes.bump();
-            match co.resume(0) {
+            match held.co.resume(0) {
                 CoroutineResult::Yield(Park::Yield) => self.counters.suspends.bump(),
                 other => {
-                    put_back(co);
+                    drop(held);
                     self.came_back(key, other);
                     return false;
                 }
             }
             if !self.alone() {
-                put_back(co);
+                drop(held);
                 self.sched.with(|s| s.ready.push_back((key, 0)));
                 return false;
             }
@@ -194,5 +199,21 @@ impl Inner {
         self.reactor.enter(0, &self.counters)?;
         self.reap();
         Ok(Alone::Reaped)
+    }
+}
+
+/// A coroutine's handle taken out of its slot by `run_alone`; dropping it puts the handle
+/// back, whether the fast path ends or `stop()` unwinds through it.
+struct Held {
+    slot: NonNull<Option<Coro>>,
+    co: ManuallyDrop<Coro>,
+}
+
+impl Drop for Held {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: `co` is taken once, here, and never used after; the slot is live and
+        // empty since `run_alone` took the handle out of it.
+        unsafe { *self.slot.as_ptr() = Some(ManuallyDrop::take(&mut self.co)) };
     }
 }

@@ -155,3 +155,38 @@ fn shutdown_unwinds_a_job_suspended_in_a_worker_without_reporting_a_panic() {
     assert_eq!(rt.counters().panicked, 0, "a forced unwind is not a panic");
     assert!(logged().is_empty(), "{:?}", logged());
 }
+
+#[test]
+fn a_stop_that_panics_while_a_lone_yielder_runs_leaves_the_yielder_alive() {
+    let rt = rt();
+    let unwound = Rc::new(Cell::new(false));
+    let u = unwound.clone();
+    rt.spawn_named("yielder", move |co| {
+        let _guard = SetOnDrop(u);
+        loop {
+            co.yield_now(); // alone: the loop resumes it in its fast path
+        }
+    })
+    .unwrap();
+    let checks = Rc::new(Cell::new(0));
+    let c = checks.clone();
+    let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.run_until(move || {
+            c.set(c.get() + 1);
+            if c.get() == 10 {
+                panic!("stop fails");
+            }
+            false
+        })
+    }));
+    assert!(stopped.is_err(), "the panic of stop() reached the caller");
+    assert!(checks.get() >= 10);
+    // The yielder was neither unwound nor counted as panicked by stop()'s panic: it is
+    // still in its slot, and shutdown unwinds it as any suspended coroutine.
+    assert!(!unwound.get());
+    assert_eq!(rt.counters().panicked, 0);
+    rt.shutdown().unwrap();
+    assert!(unwound.get(), "shutdown unwound it");
+    assert_eq!(rt.counters().panicked, 0);
+    assert!(logged().is_empty(), "{:?}", logged());
+}
