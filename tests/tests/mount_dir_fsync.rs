@@ -67,7 +67,7 @@ impl Drop for LoopExt4 {
 
 /// A way to ask for durability of `data` written at `at`.
 #[derive(Clone, Copy, Debug)]
-enum Sync {
+enum Way {
     None,
     Fsync,
     Fdatasync,
@@ -76,11 +76,11 @@ enum Sync {
     SyncFileRange,
 }
 
-impl Sync {
+impl Way {
     fn write(self, path: &Path, data: &[u8], at: u64) -> File {
         let flags = match self {
-            Sync::OSync => libc::O_SYNC,
-            Sync::ODsync => libc::O_DSYNC,
+            Way::OSync => libc::O_SYNC,
+            Way::ODsync => libc::O_DSYNC,
             _ => 0,
         };
         let file = OpenOptions::new()
@@ -90,9 +90,9 @@ impl Sync {
             .unwrap();
         file.write_all_at(data, at).unwrap();
         match self {
-            Sync::Fsync => file.sync_all().unwrap(),
-            Sync::Fdatasync => file.sync_data().unwrap(),
-            Sync::SyncFileRange => {
+            Way::Fsync => file.sync_all().unwrap(),
+            Way::Fdatasync => file.sync_data().unwrap(),
+            Way::SyncFileRange => {
                 let how = libc::SYNC_FILE_RANGE_WAIT_BEFORE
                     | libc::SYNC_FILE_RANGE_WRITE
                     | libc::SYNC_FILE_RANGE_WAIT_AFTER;
@@ -101,7 +101,7 @@ impl Sync {
                 let rc = unsafe { libc::sync_file_range(fd, at as i64, data.len() as i64, how) };
                 assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
             }
-            Sync::None | Sync::OSync | Sync::ODsync => {}
+            Way::None | Way::OSync | Way::ODsync => {}
         }
         file
     }
@@ -122,12 +122,12 @@ fn mount_dir_fsync_reaches_the_source_device(mode: Dispatch) {
     fs::create_dir(&mnt).unwrap();
     let export = MountedExport::start_dir(&ext4.mountpoint, &mnt, mode, &[]);
     let ways = [
-        Sync::None,
-        Sync::Fsync,
-        Sync::Fdatasync,
-        Sync::OSync,
-        Sync::ODsync,
-        Sync::SyncFileRange,
+        Way::None,
+        Way::Fsync,
+        Way::Fdatasync,
+        Way::OSync,
+        Way::ODsync,
+        Way::SyncFileRange,
     ];
     for (way, name) in ways.into_iter().zip(names) {
         let path = export.path().join(name);
@@ -136,11 +136,11 @@ fn mount_dir_fsync_reaches_the_source_device(mode: Dispatch) {
             let file = way.write(&path, &[round + 1; 4096], 4096 * round as u64);
             let after = ext4.flushes();
             match way {
-                Sync::None => assert_eq!(
+                Way::None => assert_eq!(
                     after, before,
                     "{mode}: a plain write flushed the device: the count cannot tell"
                 ),
-                Sync::SyncFileRange => eprintln!("{mode}: sync_file_range: {before} -> {after}"),
+                Way::SyncFileRange => eprintln!("{mode}: sync_file_range: {before} -> {after}"),
                 _ => assert!(
                     after > before,
                     "{mode}: {way:?} returned with no flush of the source's device \
