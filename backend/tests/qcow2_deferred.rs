@@ -99,14 +99,14 @@ fn qcow2_deferred_entries_survive_l2_cache_evictions() {
     copies_read_back(&image, &spots, 65536, 8192, 4096);
 }
 
-/// More copies between two flushes than entries may wait ([`MAX_DEFERRED`], 4096): the
+/// More copies between two flushes than entries may wait (`MAX_DEFERRED`, 32768): the
 /// excess writes back first, and nothing is lost.
 #[test]
 fn qcow2_deferred_entries_past_the_most_that_wait() {
     require_tool!("qemu-img");
     let dir = tempfile::tempdir().unwrap();
-    let spots: Vec<u64> = (0..5000).map(|c| c * 1024).collect(); // every other cluster
-    let size = 5000 * 1024;
+    let spots: Vec<u64> = (0..34000).map(|c| c * 1024).collect(); // every other cluster
+    let size = 34000 * 1024;
     let image = over_backing(dir.path(), "compat=1.1,cluster_size=512", size, &spots, 512);
     copies_read_back(&image, &spots, 512, 100, 300);
 }
