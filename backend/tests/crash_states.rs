@@ -293,6 +293,53 @@ fn crash_states_qcow2_partial_write_copies_before_linking() {
     }
 }
 
+/// Thousands of copies between two flushes, 512-byte clusters over a backing file, v2 and
+/// v3: each copy's L2 entry waits for the flush, whose write-back (a sync, then the
+/// entries) a crash may cut anywhere; then discards and whole rewrites of copied clusters
+/// whose entries still wait. (More copies than may wait, written back before the flush:
+/// `qcow2_deferred.rs`; 32768 of them made this test 200 s long.)
+#[test]
+fn crash_states_qcow2_many_copies_over_backing_512() {
+    require_tool!("qemu-img");
+    let dir = scratch();
+    let backing = dir.path().join("backing.raw");
+    fs::write(&backing, pattern(9, 0, 5 << 20)).unwrap();
+    for compat in ["1.1", "0.10"] {
+        let image = dir.path().join(format!("deferred-{compat}.qcow2"));
+        let opts = format!(
+            "compat={compat},cluster_size=512,backing_file={},backing_fmt=raw",
+            backing.display()
+        );
+        create(&image, &opts, None);
+        let base = base_of(&image);
+        fs::copy(&image, &base).unwrap();
+        let log_path = image.with_extension("log");
+        let disk = open_recording(&image, &log_path);
+        let cx = Ctx::Blocking;
+        for c in 0..4200u64 {
+            let at = c * 1024 + 100 + c % 300;
+            disk.writev(&cx, &[IoSlice::new(&pattern(c, at, 200))], at)
+                .unwrap();
+        }
+        disk.discard(&cx, 1024 * 4100, 512).unwrap();
+        disk.writev(&cx, &[IoSlice::new(&[0xee; 512])], 1024 * 4101)
+            .unwrap();
+        disk.write_zeroes(&cx, 1024 * 4102 + 8, 300, false).unwrap();
+        disk.flush(&cx).unwrap();
+        drop(disk);
+        let opts = crash::Options {
+            states: 6,
+            seed: Seed::choose().value(),
+            sector: 512,
+            recheck_every: 3,
+        };
+        match crash::check(&base, &log_path, &opts) {
+            Ok(report) => eprintln!("{}: {report}", image.display()),
+            Err(e) => panic!("{}: {e}", image.display()),
+        }
+    }
+}
+
 /// An export that acknowledges a flush before the writes it covers reach the image (it
 /// holds them back, and writes them after syncing): the checker must fail, name the
 /// seed, and shrink the state to the few records that show it.

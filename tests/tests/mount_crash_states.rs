@@ -274,3 +274,61 @@ fn mount_crash_states_convert_and_growth_qcow2() {
     export.stop();
     assert_crash_check_passes(&base, &log, "6");
 }
+
+/// fio's verify-style random writes (4-64 KiB, O_DIRECT, iodepth 8, an fsync every 8
+/// writes, then its read-back check) through a qcow2 export over a raw backing file, so
+/// that most writes copy a cluster whose L2 entry waits for the fsync: every crash state
+/// passes.
+#[test]
+fn mount_crash_states_fio_fsync_over_backing_qcow2() {
+    require_tool!("qemu-img");
+    require_tool!("fio");
+    let sandbox = Sandbox::new();
+    let backing = sandbox.file("backing.raw", &pattern(5, 0, 8 * MIB as usize));
+    let image = sandbox.path("over.qcow2");
+    let opts = format!(
+        "compat=1.1,backing_file={},backing_fmt=raw",
+        backing.display()
+    );
+    create(&image, &opts, None);
+    let base = sandbox.path("base.qcow2");
+    fs::copy(&image, &base).unwrap();
+    let log = sandbox.path("w.log");
+    let args = [
+        "-w",
+        "--format",
+        "qcow2",
+        "--record-writes",
+        log.to_str().unwrap(),
+    ];
+    let export = MountedExport::start(
+        &image,
+        &sandbox.mountpoint("mnt"),
+        Dispatch::Coroutine,
+        &args,
+    );
+    let out = Command::new("fio")
+        .args([
+            "--name=crash",
+            "--ioengine=io_uring",
+            "--iodepth=8",
+            "--direct=1",
+            "--rw=randwrite",
+            "--bsrange=4k-64k",
+            "--fsync=8",
+            "--size=8M",
+            "--io_size=1M",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--do_verify=1",
+            "--verify_state_save=0",
+            "--randseed=35",
+        ])
+        .arg(format!("--filename={}", export.path().display()))
+        .output()
+        .expect("run fio");
+    let report = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "fio failed:\n{report}");
+    export.stop();
+    assert_crash_check_passes(&base, &log, "2");
+}

@@ -20,8 +20,10 @@
 //!   cluster ([`alloc`], crash-safe order) filled with the old contents (backing file,
 //!   zeroes, decompressed data) around the new bytes, then the L2 entry. write_zeroes and
 //!   discard set v3 zero clusters or deallocate (`zero.rs`); an L2 table of the image's
-//!   own that a request held whole and left mapping nothing is unlinked and freed. Flush
-//!   syncs the file, then frees the clusters unlinked before it.
+//!   own that a request held whole and left mapping nothing is unlinked and freed. The L2
+//!   entry of a copied-on-write cluster waits for the next flush (`deferred.rs`). Flush
+//!   syncs the file, writes those entries, syncs again, then frees the clusters unlinked
+//!   before it.
 //! - Internal snapshots (`snapshot.rs`): the active state is served, and clusters and L2
 //!   tables that snapshots share (refcount above one, no COPIED bit) are copied before
 //!   they change (`write.rs`); or, with [`OpenOptions::snapshot`], one snapshot's L1
@@ -64,6 +66,7 @@ use std::sync::Arc;
 mod alloc;
 mod backing;
 mod compress;
+mod deferred;
 mod entry;
 mod header;
 mod hostio;
@@ -103,6 +106,8 @@ pub struct Qcow2Backend {
     size: AtomicU64,
     l1: l1::L1,
     l2: L2Cache,
+    /// Writes the L2 entries that wait for a flush.
+    write_back: deferred::WriteBack,
     /// Guest clusters held by requests.
     clusters: RangeLocks,
     /// L1 entries whose L2 table is being made.
@@ -305,6 +310,7 @@ impl Qcow2Backend {
             size: AtomicU64::new(size),
             l1,
             l2: L2Cache::new(h.cluster_size(), l1_size),
+            write_back: deferred::WriteBack::default(),
             snapshots: snapshots.len(),
             shown,
             clusters: RangeLocks::default(),
@@ -426,6 +432,7 @@ impl BlockBackend for Qcow2Backend {
             return self.host.file.flush(cx);
         };
         let pending = alloc.take_pending();
+        self.write_back(cx)?;
         self.host.file.flush(cx)?;
         alloc.apply_frees(cx, &self.host, pending)
     }
@@ -512,9 +519,8 @@ impl Qcow2Backend {
         }
         let pending = alloc.take_pending();
         let done = self
-            .host
-            .file
-            .flush(cx)
+            .write_back(cx)
+            .and_then(|()| self.host.file.flush(cx))
             .and_then(|()| alloc.apply_frees(cx, &self.host, pending))
             .and_then(|()| alloc.release(cx, &self.host))
             .and_then(|()| self.host.file.flush(cx))
