@@ -41,6 +41,7 @@
 mod background;
 mod control;
 mod exports;
+mod loop_set;
 mod loops;
 pub mod options;
 mod server;
@@ -49,6 +50,7 @@ mod threads;
 pub use background::Background;
 pub use control::ServeHandle;
 pub use exports::Exports;
+pub use loop_set::LoopSet;
 pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport};
 pub use server::{Report, Served, Server, Target};
 
