@@ -196,6 +196,10 @@ fn qsd_qmp_raw_socket_text_matches() {
             r#"{"execute": "query-block-exports", "arguments": {"x": 1}}"#,
             r#"{"execute": "block-export-del", "arguments": {"id": "zz"}}"#,
             r#"{"execute": "blockdev-add", "arguments": {"driver": "null-co"}, "id": [1]}"#,
+            // qsd 10.0 cannot load an internal snapshot (snapshot-load is the system
+            // emulator's, with its VM state): neither can its stand-in.
+            r#"{"execute": "snapshot-load", "arguments": {"job-id": "j", "tag": "s1",
+                "vmstate": "f", "devices": ["f"]}}"#,
         ];
         for request in requests {
             writer.write_all(request.as_bytes()).unwrap();
