@@ -31,7 +31,9 @@
 //! one thread each, with the loop placement's supervisor), `threads` (worker threads),
 //! `control` ([`ServeHandle`]: stop and snapshots from another thread), `background`
 //! ([`Background`]: serving on a thread of its own, stopped when dropped, for tests),
-//! `exports` ([`Exports`]: several mounts by id, added and removed while others serve).
+//! `exports` ([`Exports`]: several mounts by id, added and removed while others serve),
+//! `loop_set` ([`LoopSet`]: event loops shared by sessions, each taken and dropped while
+//! the others are served).
 //!
 //! Depends on `fuse` (mounting, INIT), `runtime` (the loops) and `transport` (queues and
 //! the [`FileSystem`] trait); no file system and no block backend.
