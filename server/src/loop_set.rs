@@ -173,16 +173,25 @@ impl LoopSet {
 }
 
 impl Drop for LoopSet {
-    /// Each loop ends once its work has ended. Not joined: with FUSE over io_uring a
-    /// session's ring entries end only when its unmount reaches them, after the server
-    /// has returned; the threads finish by themselves.
+    /// Each loop ends once its work has ended, and the set waits for its thread (its
+    /// sessions must have ended: stopped or unmounted), so that the loops' rings and
+    /// stacks are gone when the set is; except loops for FUSE over io_uring, left to
+    /// finish by themselves.
     fn drop(&mut self) {
-        for l in self.lock().iter_mut() {
+        let mut loops = std::mem::take(&mut *self.lock());
+        for l in &loops {
             l.inbox.exit.store(true, Ordering::SeqCst);
             if let Err(e) = l.inbox.kick.signal() {
                 log::warn!("ending an event loop: {e}");
             }
-            drop(l.thread.take());
+        }
+        for l in &mut loops {
+            // Not a loop with 128-byte SQEs (FUSE over io_uring): its ring entries may
+            // outlive the unmount a while; that thread finishes by itself.
+            match l.thread.take() {
+                Some(thread) if !l.config.sqe128 => drop(thread.join()),
+                _ => {}
+            }
         }
     }
 }

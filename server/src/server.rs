@@ -166,14 +166,23 @@ impl<F: FileSystem> Server<F> {
     /// Serves until stopped or unmounted, on loops of its own (as the options say);
     /// then flushes, unmounts and reports.
     pub fn serve(self) -> Served {
+        let mut set = None;
         let served = match self.options.dispatch {
             Dispatch::Coroutine | Dispatch::Inline => match self.own_loops() {
-                Ok(set) => loops::serve(&self, &set, &(0..self.queues).collect::<Vec<_>>()),
+                Ok(own) => {
+                    let on: Vec<usize> = (0..self.queues).collect();
+                    loops::serve(&self, set.insert(own), &on)
+                }
                 Err(e) => Served::failed(format!("starting the event loops: {e}")),
             },
             Dispatch::Threads(n) => threads::serve(&self, n),
         };
-        self.finish(served)
+        let served = self.finish(served);
+        // After the unmount, which ends FUSE over io_uring's ring entries: the loops
+        // end, and dropping the set waits for their threads (their rings and stacks
+        // gone before this returns).
+        drop(set);
+        served
     }
 
     /// Serves until stopped or unmounted on the loops `on` of `set`, which other sessions
