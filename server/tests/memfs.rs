@@ -18,7 +18,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -304,7 +303,7 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// STATFS through `stat -f` (std has no statfs): the block size and name limit, the
+/// STATFS through statvfs(2): the block size and name limit, the
 /// capacity, and the free blocks and nodes as the file system counts them. Asked again if
 /// the counts changed meanwhile (nodes unlinked earlier die when the kernel forgets them).
 fn check_statfs(m: &Path, memfs: &MemFs) {
@@ -335,19 +334,35 @@ fn check_statfs(m: &Path, memfs: &MemFs) {
     panic!("the file system's counts kept changing");
 }
 
-/// `stat -f --format=%S %b %f %a %c %d %l`.
+/// statvfs(2) on the mount: what `stat -f --format='%S %b %f %a %c %d %l'` prints. A
+/// syscall, not a child process: a child forked while another test's mount is stopping
+/// could block at exec closing its copy of a file on that mount (FLUSH to a server that no
+/// longer reads), holding a copy of that mount's /dev/fuse descriptor too.
 fn statfs(m: &Path) -> Vec<u64> {
-    let out = Command::new("stat")
-        .args(["-f", "--format=%S %b %f %a %c %d %l"])
-        .arg(m)
-        .output()
-        .expect("run stat -f");
-    assert!(out.status.success(), "stat -f: {out:?}");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect()
+    let path = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs is plain old data, so all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is a valid out pointer.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    assert_eq!(
+        rc,
+        0,
+        "statvfs {}: {}",
+        m.display(),
+        std::io::Error::last_os_error()
+    );
+    [
+        st.f_frsize,
+        st.f_blocks,
+        st.f_bfree,
+        st.f_bavail,
+        st.f_files,
+        st.f_ffree,
+        st.f_namemax,
+    ]
+    .into_iter()
+    .map(|n| n as u64)
+    .collect()
 }
 
 /// `server::Exports`: two memfs mounts in one process; one is removed while the other
