@@ -31,6 +31,9 @@ pub enum Kind {
     NbdServer,
     /// `--pidfile`.
     Pidfile,
+    /// `--stats PATH`: corofuse's own, not qsd's: the serving statistics as JSON, a
+    /// section per export, written on SIGUSR1 and at exit.
+    Stats,
     /// `--daemonize`.
     Daemonize,
     /// `-T`, `--trace`.
@@ -49,6 +52,7 @@ const LONG: &[(&str, Kind, bool)] = &[
     ("monitor", Kind::Monitor, true),
     ("nbd-server", Kind::NbdServer, true),
     ("pidfile", Kind::Pidfile, true),
+    ("stats", Kind::Stats, true),
     ("daemonize", Kind::Daemonize, false),
     ("trace", Kind::Trace, true),
     ("help", Kind::Help, false),
@@ -137,6 +141,9 @@ QEMU storage daemon (corofuse)
                          create a new object
 
   --pidfile <path>       write process ID to a file after startup
+
+  --stats <path>         (corofuse) write the serving statistics as JSON, one
+                         section per export id, on SIGUSR1 and at exit
 ";
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use transport::FileSystem;
 
-use crate::{Report, ServeHandle, ServeOptions, Served, Server, Target};
+use crate::{LoopSet, Report, ServeHandle, ServeOptions, Served, Server, Target};
 
 /// A live mount; dropping it (or [`Background::finish`]) stops the server, which lets the
 /// requests in flight finish, flushes, and unmounts.
@@ -20,13 +20,37 @@ pub struct Background<F: FileSystem> {
 }
 
 impl<F: FileSystem> Background<F> {
-    /// Mounts `fs` on `target` and starts serving it on a new thread.
+    /// Mounts `fs` on `target` and starts serving it on a new thread, on loops of its own.
     pub fn start(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Result<Self, String> {
+        Self::start_with(fs, target, options, Server::serve)
+    }
+
+    /// Mounts `fs` on `target` and starts serving it on the loops `on` of `set`, which
+    /// other mounts may share ([`Server::serve_on`]); the thread started only supervises
+    /// (stop, snapshots, the loop placement).
+    pub fn start_on(
+        fs: Arc<F>,
+        target: &Target,
+        options: &ServeOptions,
+        set: Arc<LoopSet>,
+        on: Vec<usize>,
+    ) -> Result<Self, String> {
+        Self::start_with(fs, target, options, move |server| {
+            server.serve_on(&set, &on)
+        })
+    }
+
+    fn start_with(
+        fs: Arc<F>,
+        target: &Target,
+        options: &ServeOptions,
+        serve: impl FnOnce(Server<F>) -> Served + Send + 'static,
+    ) -> Result<Self, String> {
         let server = Server::mount(Arc::clone(&fs), target, options)?;
         let handle = server.handle();
         let thread = std::thread::Builder::new()
             .name("fuse-serve".into())
-            .spawn(move || server.serve())
+            .spawn(move || serve(server))
             .map_err(|e| format!("starting the serving thread: {e}"))?;
         Ok(Background {
             fs,
@@ -54,6 +78,11 @@ impl<F: FileSystem> Background<F> {
     /// The statistics so far (`None` if the server does not answer within a second).
     pub fn snapshot(&self) -> Option<Report> {
         self.handle.snapshot(Duration::from_secs(1))
+    }
+
+    /// A handle on the server (stop, snapshots) for another thread.
+    pub fn handle(&self) -> &ServeHandle {
+        &self.handle
     }
 
     /// Stops serving and unmounts; returns how serving ended.

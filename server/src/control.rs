@@ -50,6 +50,13 @@ impl Commands {
         }
     }
 
+    /// Wakes the serving thread without a command (a loop's part of the session ended).
+    pub(crate) fn wake(&self) {
+        if let Err(e) = self.kick.signal() {
+            log::warn!("waking the serving thread: {e}");
+        }
+    }
+
     /// Waits up to `timeout` for commands and takes every one queued.
     pub(crate) fn wait(&self, timeout: Duration) -> Vec<Command> {
         let mut fds = [libc::pollfd {

@@ -2,8 +2,11 @@
 //! serve, by id: what a daemon with a control plane (QMP's `block-export-add` and
 //! `block-export-del`) needs, for any [`FileSystem`].
 //!
-//! Each export is a [`Background`]: its own mount, its own loops on a thread of its own.
-//! Removing one stops it as a stop always does (the requests in flight finish, the file
+//! Each export is a [`Background`]: its own mount, served either on loops of its own
+//! ([`Exports::add`]) or on chosen loops of the set the exports share
+//! ([`Exports::with_loops`], [`Exports::add_on`]: a loop serves every export given it,
+//! each with its own /dev/fuse queue there, its own statistics and its own stop), with a
+//! thread that only supervises it (stop, snapshots, the loop placement). Removing one stops it as a stop always does (the requests in flight finish, the file
 //! system is closed, *then* the mount goes: [`crate::Server::serve`]), so when
 //! [`Exports::remove`] returns the mount is gone and the storage free. An export
 //! unmounted from outside is found by [`Exports::reap`].
@@ -13,23 +16,37 @@ use std::sync::Arc;
 
 use transport::FileSystem;
 
-use crate::{Background, ServeOptions, Served, Target};
+use crate::{Background, LoopSet, Report, ServeOptions, Served, Target};
 
 /// Live exports by id.
 pub struct Exports<F: FileSystem> {
     live: BTreeMap<String, Background<F>>,
+    /// The loops exports added with [`Exports::add_on`] share.
+    loops: Arc<LoopSet>,
 }
 
 impl<F: FileSystem> Default for Exports<F> {
     fn default() -> Self {
-        Exports {
-            live: BTreeMap::new(),
-        }
+        Exports::with_loops(Arc::new(LoopSet::new()))
     }
 }
 
 impl<F: FileSystem> Exports<F> {
-    /// Mounts `fs` on `target` and serves it as export `id`; the mount is live on return.
+    /// No export yet; those added with [`add_on`](Self::add_on) run on loops of `set`.
+    pub fn with_loops(set: Arc<LoopSet>) -> Self {
+        Exports {
+            live: BTreeMap::new(),
+            loops: set,
+        }
+    }
+
+    /// The loops the exports share.
+    pub fn loops(&self) -> &Arc<LoopSet> {
+        &self.loops
+    }
+
+    /// Mounts `fs` on `target` and serves it as export `id` on loops of its own, as
+    /// `options` say; the mount is live on return.
     pub fn add(
         &mut self,
         id: &str,
@@ -37,12 +54,48 @@ impl<F: FileSystem> Exports<F> {
         target: &Target,
         options: &ServeOptions,
     ) -> Result<(), String> {
-        if self.live.contains_key(id) {
-            return Err(format!("export id '{id}' is already in use"));
-        }
+        self.check_free(id)?;
         let served = Background::start(fs, target, options)?;
         self.live.insert(id.to_string(), served);
         Ok(())
+    }
+
+    /// Mounts `fs` on `target` and serves it as export `id` on the shared loops `on`
+    /// (indices in [`loops`](Self::loops)), beside the exports already there; the mount
+    /// is live on return.
+    pub fn add_on(
+        &mut self,
+        id: &str,
+        fs: Arc<F>,
+        target: &Target,
+        options: &ServeOptions,
+        on: &[usize],
+    ) -> Result<(), String> {
+        self.check_free(id)?;
+        if let Some(missing) = on.iter().find(|&&i| i >= self.loops.len()) {
+            return Err(format!(
+                "no event loop {missing}: the shared set has {}",
+                self.loops.len()
+            ));
+        }
+        let set = Arc::clone(&self.loops);
+        let served = Background::start_on(fs, target, options, set, on.to_vec())?;
+        self.live.insert(id.to_string(), served);
+        Ok(())
+    }
+
+    fn check_free(&self, id: &str) -> Result<(), String> {
+        match self.live.contains_key(id) {
+            true => Err(format!("export id '{id}' is already in use")),
+            false => Ok(()),
+        }
+    }
+
+    /// Export `id`'s statistics so far: its own queues and per-opcode accounting, the
+    /// runtime counters of the loops it runs on (`None` if there is no such export or it
+    /// does not answer within a second).
+    pub fn snapshot(&self, id: &str) -> Option<Report> {
+        self.live.get(id).and_then(Background::snapshot)
     }
 
     /// Stops export `id` and returns how serving ended, once its mount is gone; `None`

@@ -31,7 +31,9 @@
 //! one thread each, with the loop placement's supervisor), `threads` (worker threads),
 //! `control` ([`ServeHandle`]: stop and snapshots from another thread), `background`
 //! ([`Background`]: serving on a thread of its own, stopped when dropped, for tests),
-//! `exports` ([`Exports`]: several mounts by id, added and removed while others serve).
+//! `exports` ([`Exports`]: several mounts by id, added and removed while others serve),
+//! `loop_set` ([`LoopSet`]: event loops shared by sessions, each taken and dropped while
+//! the others are served).
 //!
 //! Depends on `fuse` (mounting, INIT), `runtime` (the loops) and `transport` (queues and
 //! the [`FileSystem`] trait); no file system and no block backend.
@@ -41,6 +43,7 @@
 mod background;
 mod control;
 mod exports;
+mod loop_set;
 mod loops;
 pub mod options;
 mod server;
@@ -49,6 +52,7 @@ mod threads;
 pub use background::Background;
 pub use control::ServeHandle;
 pub use exports::Exports;
+pub use loop_set::LoopSet;
 pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport};
 pub use server::{Report, Served, Server, Target};
 

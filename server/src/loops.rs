@@ -1,38 +1,40 @@
-//! Serving on coroutine event loops ([`Dispatch::Coroutine`](crate::Dispatch) and
-//! `Inline`), [`ServeOptions::queues`](crate::ServeOptions) of them.
+//! Serving one session on coroutine event loops ([`Dispatch::Coroutine`](crate::Dispatch)
+//! and `Inline`): the loops of a [`LoopSet`], the session's own or shared with other
+//! sessions.
 //!
-//! Each loop is a thread of its own with its own runtime (ring, coroutine and buffer pools,
-//! counters) and its own clone of the session's /dev/fuse fd (`FUSE_DEV_IOC_CLONE`): the
-//! clones share the kernel's input queue, a request goes to whichever loop reads it first,
-//! and its reply goes back on the fd it came from. The export (and so the backend, with its
-//! size and range locks) is shared by all of them.
+//! On each loop it is given, the session has its own clone of the /dev/fuse fd
+//! (`FUSE_DEV_IOC_CLONE`) served by a [`Queue`] of that loop (with its own buffers,
+//! stats and accounting): the clones share the kernel's input queue, a request goes to
+//! whichever loop reads it first, and its reply goes back on the fd it came from. The
+//! export (and so the backend, with its size and range locks) is shared by all of them.
 //!
 //! The thread that called [`Server::serve`] supervises: it runs the loop placement's
 //! trials and waits for the [`ServeHandle`](crate::ServeHandle)'s commands. A stop sets
-//! every loop's stop flag and kicks its eventfd, which a control coroutine of that loop
-//! reads through the loop's ring: the loop stops taking requests, those in flight finish.
-//! A snapshot asks every loop for its counters the same way and merges them. When every
-//! loop has ended (stopped, or the file system was unmounted: each queue then sees
-//! ENODEV), the supervisor flushes the file system once and merges the loops' final
-//! counters.
+//! the session's stop flag on every loop and kicks its eventfd, which a control coroutine
+//! of the session on that loop reads through the loop's ring: the queue stops taking
+//! requests, those in flight finish. A snapshot asks every loop for the session's
+//! counters the same way and merges them. When the session's part on every loop has
+//! ended (stopped, or the file system was unmounted: each queue then sees ENODEV), the
+//! supervisor flushes the file system once and merges the final counters. The loops go
+//! on serving their other sessions.
 
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fuse::dev::FuseDev;
-use runtime::{Co, Config, CounterSnapshot, EventFd, Runtime};
+use runtime::{Co, CounterSnapshot, EventFd};
 use transport::accounting::Accounting;
 use transport::placement::{Controller, ControllerStats, Placement};
 use transport::uring::{possible_cpus, RingConfig, RingQueues};
 use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
 
-use crate::control::Command;
+use crate::control::{Command, Commands};
+use crate::loop_set::LoopSet;
 use crate::server::{Report, Served, Server};
 
 /// What one loop reports: on request (SIGUSR1) and when it ends.
@@ -55,9 +57,11 @@ struct Control {
     snapshot: AtomicBool,
     /// Set by the loop once it has acted on `stop` (only that loop touches it).
     stopped: AtomicBool,
-    /// Set by the loop's thread when the loop ended with an error (its request stream
-    /// failed): the main thread then stops the others.
+    /// Set by the loop when the session's part there ended with an error (its request
+    /// stream failed): the main thread then stops the others.
     failed: AtomicBool,
+    /// How the session's part on this loop ended, once it has.
+    outcome: Mutex<Option<Result<LoopReport, String>>>,
 }
 
 impl Control {
@@ -68,7 +72,16 @@ impl Control {
             snapshot: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            outcome: Mutex::new(None),
         })
+    }
+
+    /// Whether the session's part on this loop has ended.
+    fn is_done(&self) -> bool {
+        self.outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Raises `flag` and wakes the loop.
@@ -85,8 +98,9 @@ impl Control {
     }
 }
 
-/// Everything a loop thread needs.
+/// Everything the session's part on one loop needs.
 struct LoopSetup<F: FileSystem> {
+    /// The loop's place among the session's loops (not in the set).
     index: usize,
     loops: usize,
     dev: FuseDev,
@@ -95,27 +109,34 @@ struct LoopSetup<F: FileSystem> {
     export: Arc<F>,
     max_write: u32,
     queue: QueueConfig,
-    runtime: Config,
-    cpu: Option<usize>,
     /// Shared by the loops whose queues the placement pauses and resumes.
     placement: Option<Arc<Placement>>,
     control: Arc<Control>,
     snapshots: Sender<LoopReport>,
+    /// Woken when this part of the session ends.
+    supervisor: Arc<Commands>,
 }
 
-pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
+/// Serves `server`'s session on the loops `on` of `set` until stopped or unmounted.
+pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> Served {
     let (snapshots, reports) = mpsc::channel();
-    let mut loops = Vec::with_capacity(server.queues);
+    let mut loops = Vec::with_capacity(on.len());
     let placement = server
-        .adaptive_placement()
-        .then(|| Arc::new(Placement::new(server.queues)));
-    for index in 0..server.queues {
-        match start_loop(server, index, placement.clone(), snapshots.clone()) {
+        .adaptive_placement(on.len())
+        .then(|| Arc::new(Placement::new(on.len())));
+    for (index, &at) in on.iter().enumerate() {
+        match start_loop(
+            server,
+            set,
+            (index, at),
+            placement.clone(),
+            snapshots.clone(),
+        ) {
             Ok(started) => loops.push(started),
             Err(e) => {
                 stop_all(&loops);
-                let _ = finish(loops);
-                return Served::failed(format!("starting event loop {index}: {e}"));
+                let _ = finish(server, loops);
+                return Served::failed(format!("starting event loop {at}: {e}"));
             }
         }
     }
@@ -125,10 +146,10 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
         .map(|p| (p, Controller::new(p, Instant::now())));
     // The controller's counts, kept when it stops at the end of the session.
     let mut placed = None;
-    while !loops.iter().all(|(handle, _)| handle.is_finished()) {
+    while !loops.iter().all(|c| c.is_done()) {
         let mut wait = Duration::from_millis(100);
         if let Some((placement, controller)) = placer.as_mut() {
-            if loops.iter().any(|(handle, _)| handle.is_finished()) {
+            if loops.iter().any(|c| c.is_done()) {
                 // The session is ending (unmounted): a paused loop has no read to see
                 // that with. Take every loop back, for good.
                 placement.resume_all();
@@ -143,7 +164,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
                 wait = wait.min(next.at.saturating_duration_since(Instant::now()));
             }
         }
-        if loops.iter().any(|(_, c)| c.failed.load(Ordering::SeqCst)) {
+        if loops.iter().any(|c| c.failed.load(Ordering::SeqCst)) {
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
             if server.uring {
@@ -177,7 +198,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>) -> Served {
         }
     }
     let placed = placement_stats(&placer, placed);
-    let (result, merged, per_queue) = finish(loops);
+    let (result, merged, per_queue) = finish(server, loops);
     Served {
         result: result.and(server.flush()),
         report: merged.into_report(per_queue, placed),
@@ -193,12 +214,12 @@ fn placement_stats(
     placer.as_ref().map(|(_, c)| c.stats()).or(placed)
 }
 
-type Started = (JoinHandle<Result<LoopReport, String>>, Arc<Control>);
+type Started = Arc<Control>;
 
 /// The stop of FUSE over io_uring: ring entries cannot be cancelled, so the loops keep
 /// running until the unmount ends them. Waits until no loop serves a request, flushes, and
-/// returns the last snapshot; the caller unmounts, which ends the loops (their threads
-/// are left to finish by themselves).
+/// returns the last snapshot; the caller unmounts, which ends the session's part on each
+/// loop (the loops finish it by themselves).
 fn settle_and_leave<F: FileSystem>(
     server: &Server<F>,
     loops: &[Started],
@@ -227,16 +248,21 @@ fn settle_and_leave<F: FileSystem>(
 
 fn start_loop<F: FileSystem>(
     server: &Server<F>,
-    index: usize,
+    set: &LoopSet,
+    (index, at): (usize, usize),
     placement: Option<Arc<Placement>>,
     snapshots: Sender<LoopReport>,
 ) -> io::Result<Started> {
+    if server.uring && !set.config(at).is_some_and(|c| c.sqe128) {
+        return Err(io::Error::other(
+            "FUSE over io_uring needs a loop made with 128-byte SQEs (runtime::Config::sqe128)",
+        ));
+    }
     let control = Arc::new(Control::new()?);
     let dev = server
         .session
         .clone_queue(true)
         .map_err(|e| io::Error::new(e.kind(), format!("cloning the /dev/fuse queue: {e}")))?;
-    let cpus = &server.cpus;
     let ring = match server.uring {
         true => Some((
             server.session.clone_queue(true)?,
@@ -252,38 +278,34 @@ fn start_loop<F: FileSystem>(
         export: Arc::clone(&server.fs),
         max_write: server.max_write,
         queue: server.queue_config(),
-        runtime: Config {
-            poll_ns: server.options.poll_us * 1000,
-            account: server.options.accounting,
-            sqe128: server.uring,
-            ..Config::default()
-        },
-        cpu: (!cpus.is_empty()).then(|| cpus[index % cpus.len()]),
         placement,
         control: Arc::clone(&control),
         snapshots,
+        supervisor: Arc::clone(&server.commands),
     };
-    let handle = std::thread::Builder::new()
-        .name(format!("fuse-loop-{index}"))
-        .spawn(move || {
-            let control = Arc::clone(&setup.control);
-            let report = run_loop(setup);
-            if report.is_err() {
+    set.run_on(
+        at,
+        Box::new(move |co| {
+            let (control, supervisor) = (Arc::clone(&setup.control), Arc::clone(&setup.supervisor));
+            let outcome = serve_part(co, setup);
+            if outcome.is_err() {
                 control.failed.store(true, Ordering::SeqCst);
             }
-            report
-        })?;
-    Ok((handle, control))
+            *control.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+            supervisor.wake();
+        }),
+    )?;
+    Ok(control)
 }
 
 fn kick_all(loops: &[Started]) {
-    for (_, control) in loops {
+    for control in loops {
         control.kick();
     }
 }
 
 fn stop_all(loops: &[Started]) {
-    for (_, control) in loops {
+    for control in loops {
         control.send(&control.stop);
     }
 }
@@ -291,7 +313,7 @@ fn stop_all(loops: &[Started]) {
 /// Every loop's snapshot, merged, and each loop's queue statistics; a loop that does not
 /// answer within a second is left out.
 fn snapshot(loops: &[Started], reports: &Receiver<LoopReport>) -> (LoopReport, Vec<QueueStats>) {
-    for (_, control) in loops {
+    for control in loops {
         control.send(&control.snapshot);
     }
     let mut got = Vec::with_capacity(loops.len());
@@ -307,15 +329,29 @@ fn snapshot(loops: &[Started], reports: &Receiver<LoopReport>) -> (LoopReport, V
     merge(got)
 }
 
-/// Joins every loop: the first error, the merged final reports, each loop's queue stats.
-fn finish(loops: Vec<Started>) -> (Result<(), String>, LoopReport, Vec<QueueStats>) {
+/// Waits until the session's part on every loop has ended: the first error, the merged
+/// final reports, each loop's queue stats.
+fn finish<F: FileSystem>(
+    server: &Server<F>,
+    loops: Vec<Started>,
+) -> (Result<(), String>, LoopReport, Vec<QueueStats>) {
+    while !loops.iter().all(|c| c.is_done()) {
+        // Only wakes (a part ended) are expected here; a command asked for now (a
+        // snapshot, stop again) is answered by the session having ended.
+        drop(server.commands.wait(Duration::from_millis(100)));
+    }
     let mut got = Vec::with_capacity(loops.len());
     let mut result = Ok(());
-    for (handle, _) in loops {
-        match handle.join() {
-            Ok(Ok(report)) => got.push(report),
-            Ok(Err(e)) => result = result.and(Err(e)),
-            Err(_) => result = result.and(Err("an event loop thread panicked".to_string())),
+    for control in loops {
+        match control
+            .outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            Some(Ok(report)) => got.push(report),
+            Some(Err(e)) => result = result.and(Err(e)),
+            None => result = result.and(Err("an event loop left the session".to_string())),
         }
     }
     let (merged, per_queue) = merge(got);
@@ -405,14 +441,10 @@ impl<F: FileSystem> LoopWork<F> {
     }
 }
 
-/// One loop thread: serve until stopped or unmounted, then report.
-fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
+/// The session's part on one loop: serve its queue until stopped or unmounted, then
+/// report.
+fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopReport, String> {
     let index = setup.index;
-    if let Some(cpu) = setup.cpu {
-        runtime::affinity::pin(0, cpu)
-            .map_err(|e| format!("loop {index}: pinning to CPU {cpu}: {e}"))?;
-    }
-    let rt = Runtime::new(setup.runtime).map_err(|e| format!("loop {index}: {e}"))?;
     let ring = setup.ring.map(|(dev, depth)| {
         let config = RingConfig {
             depth,
@@ -423,51 +455,44 @@ fn run_loop<F: FileSystem>(setup: LoopSetup<F>) -> Result<LoopReport, String> {
     });
     let queue = Queue::new(setup.dev, setup.export, setup.max_write, setup.queue);
     let (control, snapshots, placement) = (setup.control, setup.snapshots, setup.placement);
-    let (q, r, loops) = (Rc::clone(&queue), ring.clone(), setup.loops);
-    let report = rt
-        .block_on(move |co| -> io::Result<LoopReport> {
-            q.start(co)?;
-            if let Some(ring) = &r {
-                let qids = (0..possible_cpus()).filter(|cpu| cpu % loops == index);
-                ring.start(co, qids.map(|cpu| cpu as u16))?;
-            }
-            let served = LoopWork {
-                queue: Rc::clone(&q),
-                ring: r.clone(),
-            };
-            if let Some(placement) = &placement {
-                q.count_into(placement.register(index));
-            }
-            let watcher = {
-                let served = served.clone();
-                co.spawn_named("control", move |co| {
-                    let placement = placement.as_deref();
-                    watch_control(co, index, &served, &control, &snapshots, placement)
-                })?
-            };
-            let mut failure = None;
-            if let Some(ring) = &r {
-                // Entries end at stop or unmount; if they died, nothing would serve the
-                // requests the kernel queues for them: stop this loop too.
-                ring.wait_finished(co);
-                failure = ring.failure();
-                q.stop(co);
-            }
-            q.wait_finished(co);
-            let failure = failure.or_else(|| q.failure());
-            co.cancel_io(watcher)?;
-            match failure {
-                Some(why) => Err(io::Error::other(why)),
-                None => Ok(LoopReport::of(index, co, &served)),
-            }
-        })
-        .map_err(|e| format!("loop {index}: {e}"))?
-        .map_err(|e| format!("loop {index}: {e}"))?;
-    // The control coroutine may still be finishing its cancelled read: count it too.
-    Ok(LoopReport {
-        runtime: rt.counters(),
-        ..report
-    })
+    let loops = setup.loops;
+    let served = (|| -> io::Result<LoopReport> {
+        queue.start(co)?;
+        if let Some(ring) = &ring {
+            let qids = (0..possible_cpus()).filter(|cpu| cpu % loops == index);
+            ring.start(co, qids.map(|cpu| cpu as u16))?;
+        }
+        let served = LoopWork {
+            queue: Rc::clone(&queue),
+            ring: ring.clone(),
+        };
+        if let Some(placement) = &placement {
+            queue.count_into(placement.register(index));
+        }
+        let watcher = {
+            let served = served.clone();
+            co.spawn_named("control", move |co| {
+                let placement = placement.as_deref();
+                watch_control(co, index, &served, &control, &snapshots, placement)
+            })?
+        };
+        let mut failure = None;
+        if let Some(ring) = &ring {
+            // Entries end at stop or unmount; if they died, nothing would serve the
+            // requests the kernel queues for them: stop this queue too.
+            ring.wait_finished(co);
+            failure = ring.failure();
+            queue.stop(co);
+        }
+        queue.wait_finished(co);
+        let failure = failure.or_else(|| queue.failure());
+        co.cancel_io(watcher)?;
+        match failure {
+            Some(why) => Err(io::Error::other(why)),
+            None => Ok(LoopReport::of(index, co, &served)),
+        }
+    })();
+    served.map_err(|e| format!("loop {index}: {e}"))
 }
 
 /// Reads kicks from the main thread: a snapshot request, stop, or the placement's choice

@@ -190,6 +190,17 @@ impl ServeOptions {
 
     /// The dispatch as it runs, spelled as on the command line: the mode, plus the queues
     /// and the transport if not the defaults, e.g. `coroutine --queues 2 --transport uring`.
+    /// An event loop's runtime as these options want it: their polling and accounting,
+    /// and 128-byte SQEs for FUSE over io_uring.
+    pub fn runtime_config(&self, uring: bool) -> runtime::Config {
+        runtime::Config {
+            poll_ns: self.poll_us * 1000,
+            account: self.accounting,
+            sqe128: uring,
+            ..runtime::Config::default()
+        }
+    }
+
     pub fn describe(&self, queues: usize, uring: bool) -> String {
         let mut text = self.dispatch.to_string();
         if queues > 1 {

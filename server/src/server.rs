@@ -20,6 +20,7 @@ use transport::placement::ControllerStats;
 use transport::{FileSystem, OpReport, QueueConfig, QueueStats};
 
 use crate::control::{Commands, ServeHandle};
+use crate::loop_set::LoopSet;
 use crate::options::{Dispatch, LoopPlacement, ServeOptions, Transport};
 use crate::{loops, threads};
 
@@ -162,12 +163,58 @@ impl<F: FileSystem> Server<F> {
         &self.fs
     }
 
-    /// Serves until stopped or unmounted; then flushes, unmounts and reports.
+    /// Serves until stopped or unmounted, on loops of its own (as the options say);
+    /// then flushes, unmounts and reports.
     pub fn serve(self) -> Served {
+        let mut set = None;
         let served = match self.options.dispatch {
-            Dispatch::Coroutine | Dispatch::Inline => loops::serve(&self),
+            Dispatch::Coroutine | Dispatch::Inline => match self.own_loops() {
+                Ok(own) => {
+                    let on: Vec<usize> = (0..self.queues).collect();
+                    loops::serve(&self, set.insert(own), &on)
+                }
+                Err(e) => Served::failed(format!("starting the event loops: {e}")),
+            },
             Dispatch::Threads(n) => threads::serve(&self, n),
         };
+        let served = self.finish(served);
+        // After the unmount, which ends FUSE over io_uring's ring entries: the loops
+        // end, and dropping the set waits for their threads (their rings and stacks
+        // gone before this returns).
+        drop(set);
+        served
+    }
+
+    /// Serves until stopped or unmounted on the loops `on` of `set`, which other sessions
+    /// may share (coroutine or inline dispatch; `--queues` and `--cpus` are the set's
+    /// business then, and so are polling and ring size); then flushes, unmounts and
+    /// reports. The loops go on serving the others.
+    pub fn serve_on(mut self, set: &LoopSet, on: &[usize]) -> Served {
+        let served = match self.options.dispatch {
+            _ if on.is_empty() => Served::failed("no event loop to serve on".into()),
+            Dispatch::Threads(_) => {
+                Served::failed("worker threads (threads:N) cannot share event loops".into())
+            }
+            Dispatch::Coroutine | Dispatch::Inline => {
+                self.queues = on.len();
+                loops::serve(&self, set, on)
+            }
+        };
+        self.finish(served)
+    }
+
+    /// The loops of a mount served alone: `queues` of them, pinned as planned.
+    fn own_loops(&self) -> std::io::Result<LoopSet> {
+        let set = LoopSet::new();
+        for index in 0..self.queues {
+            let cpu = (!self.cpus.is_empty()).then(|| self.cpus[index % self.cpus.len()]);
+            set.add_loop(cpu, self.options.runtime_config(self.uring))?;
+        }
+        Ok(set)
+    }
+
+    /// After serving: unmounts and says how serving ended.
+    fn finish(self, served: Served) -> Served {
         let Server {
             mount, commands, ..
         } = self;
@@ -203,8 +250,8 @@ impl<F: FileSystem> Server<F> {
 
     /// Whether the loops' placement adapts ([`transport::placement`]): several coroutine
     /// loops on /dev/fuse, unless the options say every loop always.
-    pub(crate) fn adaptive_placement(&self) -> bool {
-        self.queues > 1
+    pub(crate) fn adaptive_placement(&self, loops: usize) -> bool {
+        loops > 1
             && !self.uring
             && self.options.dispatch == Dispatch::Coroutine
             && self.options.placement == LoopPlacement::Adaptive

@@ -18,7 +18,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -304,7 +303,7 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// STATFS through `stat -f` (std has no statfs): the block size and name limit, the
+/// STATFS through statvfs(2): the block size and name limit, the
 /// capacity, and the free blocks and nodes as the file system counts them. Asked again if
 /// the counts changed meanwhile (nodes unlinked earlier die when the kernel forgets them).
 fn check_statfs(m: &Path, memfs: &MemFs) {
@@ -335,19 +334,35 @@ fn check_statfs(m: &Path, memfs: &MemFs) {
     panic!("the file system's counts kept changing");
 }
 
-/// `stat -f --format=%S %b %f %a %c %d %l`.
+/// statvfs(2) on the mount: what `stat -f --format='%S %b %f %a %c %d %l'` prints. A
+/// syscall, not a child process: a child forked while another test's mount is stopping
+/// could block at exec closing its copy of a file on that mount (FLUSH to a server that no
+/// longer reads), holding a copy of that mount's /dev/fuse descriptor too.
 fn statfs(m: &Path) -> Vec<u64> {
-    let out = Command::new("stat")
-        .args(["-f", "--format=%S %b %f %a %c %d %l"])
-        .arg(m)
-        .output()
-        .expect("run stat -f");
-    assert!(out.status.success(), "stat -f: {out:?}");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect()
+    let path = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs is plain old data, so all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is a valid out pointer.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    assert_eq!(
+        rc,
+        0,
+        "statvfs {}: {}",
+        m.display(),
+        std::io::Error::last_os_error()
+    );
+    [
+        st.f_frsize,
+        st.f_blocks,
+        st.f_bfree,
+        st.f_bavail,
+        st.f_files,
+        st.f_ffree,
+        st.f_namemax,
+    ]
+    .into_iter()
+    .map(|n| n as u64)
+    .collect()
 }
 
 /// `server::Exports`: two memfs mounts in one process; one is removed while the other
@@ -412,4 +427,106 @@ fn memfs_exports_added_and_removed_while_others_serve() {
         assert_eq!(served.result, Ok(()), "{id}");
     }
     assert_eq!(fuse_mounts_at(dirs[1].path()), 0);
+}
+
+/// The threads of this process of the loop set named `shared` (`shared-N`). A listing
+/// of /proc/self/task may miss a thread while the other tests' threads come and go: the
+/// longest of a few listings.
+fn loop_threads() -> Vec<String> {
+    let list = || -> Vec<String> {
+        fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|c| c.trim().to_string())
+            .filter(|c| c.starts_with("shared-"))
+            .collect()
+    };
+    (0..5).map(|_| list()).max_by_key(Vec::len).unwrap()
+}
+
+/// `server::Exports::add_on`: two memfs mounts served by one shared event loop, a third
+/// added on the same loop and removed while the two serve; each export's statistics are
+/// its own (requests made through one are not counted in another's), and the process has
+/// one loop thread throughout.
+#[test]
+fn memfs_exports_share_one_loop() {
+    require_fuse!();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let owner = fs::metadata(dirs[0].path()).unwrap();
+    let set = Arc::new(server::LoopSet::named("shared"));
+    let before = loop_threads().len();
+    let on = set
+        .add_loop(None, runtime::Config::default())
+        .expect("a loop");
+    let mut exports = server::Exports::with_loops(Arc::clone(&set));
+    let add = |exports: &mut server::Exports<MemFs>, i: usize| {
+        let target = Target {
+            mountpoint: dirs[i].path().to_path_buf(),
+            name: format!("memfs{i}"),
+            directory: true,
+            read_only: false,
+        };
+        let fs = Arc::new(MemFs::new(CAPACITY, owner.uid(), owner.gid()));
+        let options = ServeOptions {
+            accounting: true,
+            ..ServeOptions::default()
+        };
+        exports.add_on(&format!("e{i}"), fs, &target, &options, &[on])
+    };
+    add(&mut exports, 0).expect("e0");
+    add(&mut exports, 1).expect("e1");
+    assert!(
+        add(&mut exports, 2).is_ok() && fuse_mounts_at(dirs[2].path()) == 1,
+        "e2 is added while e0 and e1 serve"
+    );
+    // A listing may miss a thread (see loop_threads): the count must be seen right.
+    let one = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        loop_threads().len() == before + 1
+    });
+    assert!(one, "three exports, one loop thread: {:?}", loop_threads());
+    for (i, dir) in dirs.iter().enumerate() {
+        fs::write(dir.path().join("f"), format!("data {i}")).unwrap();
+    }
+    let quiet = exports.snapshot("e1").expect("e1 answers").queue.requests;
+    for _ in 0..50 {
+        assert_eq!(fs::read(dirs[0].path().join("f")).unwrap(), b"data 0");
+        let _ = fs::metadata(dirs[0].path().join("missing"));
+    }
+    let e0 = exports.snapshot("e0").expect("e0 answers");
+    let e1 = exports.snapshot("e1").expect("e1 answers");
+    assert!(e0.queue.requests >= 50, "e0 counts its own: {:?}", e0.queue);
+    assert_eq!(e1.queue.requests, quiet, "e1 counts none of e0's requests");
+    assert!(e0.ops.contains_key("LOOKUP"), "e0's per-opcode accounting");
+    assert_eq!(e0.per_queue.len(), 1, "one queue: the shared loop");
+
+    let served = exports.remove("e2").expect("e2 is live");
+    assert_eq!(served.result, Ok(()));
+    assert_eq!(fuse_mounts_at(dirs[2].path()), 0, "e2's mount is gone");
+    for (i, dir) in dirs[..2].iter().enumerate() {
+        assert_eq!(
+            fs::read(dir.path().join("f")).unwrap(),
+            format!("data {i}").as_bytes(),
+            "e{i} serves on after e2 left the loop"
+        );
+    }
+    add(&mut exports, 2).expect("e2 again, on the same loop");
+    assert_eq!(
+        fs::read_dir(dirs[2].path()).unwrap().count(),
+        0,
+        "a new memfs"
+    );
+    for (id, served) in exports.stop_all() {
+        assert_eq!(served.result, Ok(()), "{id}");
+    }
+    for dir in &dirs {
+        assert_eq!(fuse_mounts_at(dir.path()), 0);
+    }
+    drop(exports);
+    drop(set);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while loop_threads().len() > before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(loop_threads().len(), before, "the loop ends with its set");
 }

@@ -55,7 +55,17 @@ pub fn run(prog: &str, args: &[String]) -> ExitCode {
         },
         false => None,
     };
-    let hub = Arc::new(Hub::new(Daemon::default()));
+    let stats = options
+        .iter()
+        .rev()
+        .find(|o| o.kind == Kind::Stats)
+        .map(|o| std::path::PathBuf::from(&o.value));
+    if let Some(path) = &stats {
+        if let Err(e) = crate::pidfile::check_writable("--stats", path) {
+            return fail(prog, &e);
+        }
+    }
+    let hub = Arc::new(Hub::new(Daemon::new(stats.is_some())));
     let pidfile = match apply(&options, &hub) {
         Ok(pidfile) => pidfile,
         Err(e) => {
@@ -77,7 +87,7 @@ pub fn run(prog: &str, args: &[String]) -> ExitCode {
     if let Some(parent) = parent {
         parent.started();
     }
-    serve(&hub, &signals);
+    serve(&hub, &signals, stats.as_deref());
     if let Some(path) = &pidfile {
         let _ = std::fs::remove_file(path);
     }
@@ -131,26 +141,37 @@ fn apply(options: &[cli::Arg], hub: &Arc<Hub>) -> Result<Option<String>, String>
                 ))
             }
             Kind::Pidfile => pidfile = Some(value.clone()),
-            Kind::Daemonize | Kind::Help | Kind::Version => {}
+            Kind::Daemonize | Kind::Help | Kind::Version | Kind::Stats => {}
         }
     }
     Ok(pidfile)
 }
 
 /// Until SIGINT/SIGTERM or `quit`: exports unmounted from outside are reaped (with their
-/// events); then `SHUTDOWN` and every export stopped.
-fn serve(hub: &Hub, signals: &SignalFd) {
+/// events), SIGUSR1 writes `--stats`; then `SHUTDOWN`, `--stats` written a last time,
+/// and every export stopped.
+fn serve(hub: &Hub, signals: &SignalFd, stats: Option<&std::path::Path>) {
+    let write_stats = || {
+        if let Some(path) = stats {
+            let doc = hub.daemon().stats();
+            if let Err(e) = crate::out_file::replace(path, doc.to_json().as_bytes()) {
+                log::error!("cannot write stats to {}: {e}", path.display());
+            }
+        }
+    };
     let reason = loop {
         if hub.quit.load(Ordering::SeqCst) {
             break "host-qmp-quit";
         }
         match crate::signals::wait_signal(signals, 50) {
-            Some(libc::SIGUSR1) | None => {}
+            Some(libc::SIGUSR1) => write_stats(),
+            None => {}
             Some(_) => break "host-signal",
         }
         hub.daemon().reap();
         hub.send_events();
     };
+    write_stats();
     hub.broadcast(vec![(
         "SHUTDOWN",
         json!({"guest": false, "reason": reason}),

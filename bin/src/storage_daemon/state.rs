@@ -3,6 +3,12 @@
 //! mount` builds one (an `image_export::Export` over the node's backend, served by the
 //! `server` crate) and lives in a [`server::Exports`], so adding or removing one leaves
 //! the others serving.
+//!
+//! The exports share one set of event loops ([`server::LoopSet`]), as qsd's exports share
+//! its iothreads: each `--object iothread` is a loop of its own (unpinned, as qsd's
+//! iothreads; its `poll-max-ns` the loop's polling), and an export runs on the loops its
+//! `iothread`/`iothread.N` keys name, or on the default loops (made at the first export
+//! that names none: as many, pinned the same way, as `corofuse mount` would use).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +17,7 @@ use backend::BlockBackend;
 use corofuse_qsd::{AllowOther, BlockExport, Blockdev, Object};
 use image_export::{Export, ExportOptions};
 use serde_json::{json, Value};
-use server::{Exports, ServeOptions, Target};
+use server::{Exports, LoopSet, Report, ServeOptions, Target};
 
 use super::open::reason;
 
@@ -22,31 +28,78 @@ struct Opened {
     exports: usize,
 }
 
+/// An `--object iothread`: its loop in the daemon's set.
+struct Iothread {
+    id: String,
+    poll_max_ns: Option<u64>,
+    at: usize,
+}
+
 /// Everything the daemon has.
-#[derive(Default)]
 pub struct Daemon {
     nodes: BTreeMap<String, Blockdev>,
     opened: BTreeMap<String, Opened>,
     exports: Exports<Export>,
     info: BTreeMap<String, BlockExport>,
-    iothreads: Vec<(String, Option<u64>)>,
+    /// The loops each export runs on, by export id.
+    loops_of: BTreeMap<String, Vec<usize>>,
+    iothreads: Vec<Iothread>,
+    /// The loops of the exports that name no iothread (made at the first).
+    default_loops: Vec<usize>,
+    /// Per-request accounting, for `--stats`.
+    accounting: bool,
     tls: BTreeMap<String, String>,
     /// Events to send once the current command's answer is out: (name, data).
     pub events: Vec<(&'static str, Value)>,
 }
 
 impl Daemon {
+    /// A daemon with nothing yet; `accounting` times every request per opcode (`--stats`).
+    pub fn new(accounting: bool) -> Daemon {
+        Daemon {
+            nodes: BTreeMap::new(),
+            opened: BTreeMap::new(),
+            exports: Exports::with_loops(Arc::new(LoopSet::named("qsd-loop"))),
+            info: BTreeMap::new(),
+            loops_of: BTreeMap::new(),
+            iothreads: Vec::new(),
+            default_loops: Vec::new(),
+            accounting,
+            tls: BTreeMap::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// A loop's runtime: polling up to `poll_ns`, accounting if `--stats`.
+    fn loop_config(&self, poll_ns: u64) -> runtime::Config {
+        runtime::Config {
+            poll_ns,
+            account: self.accounting,
+            ..runtime::Config::default()
+        }
+    }
+
     /// `--object`.
     pub fn add_object(&mut self, object: Object) -> Result<(), String> {
         let id = object.id().to_string();
-        let taken = self.iothreads.iter().any(|(i, _)| *i == id) || self.tls.contains_key(&id);
+        let taken = self.iothreads.iter().any(|t| t.id == id) || self.tls.contains_key(&id);
         if taken {
             return Err(format!(
                 "attempt to add duplicate property '{id}' to object (type 'container')"
             ));
         }
         match object {
-            Object::Iothread { id, poll_max_ns } => self.iothreads.push((id, poll_max_ns)),
+            Object::Iothread { id, poll_max_ns } => {
+                let config = self.loop_config(poll_max_ns.unwrap_or(0));
+                let at = self.exports.loops().add_loop(None, config).map_err(|e| {
+                    format!("cannot create iothread '{id}': starting its event loop: {e}")
+                })?;
+                self.iothreads.push(Iothread {
+                    id,
+                    poll_max_ns,
+                    at,
+                });
+            }
             Object::TlsCredsX509 { id, dir, .. } => {
                 let ca = format!("{dir}/ca-cert.pem");
                 std::fs::metadata(&ca)
@@ -102,7 +155,7 @@ impl Daemon {
         if let Some(missing) = export
             .iothreads
             .iter()
-            .find(|id| !self.iothreads.iter().any(|(i, _)| i == *id))
+            .find(|id| !self.iothreads.iter().any(|t| t.id == **id))
         {
             return Err(format!("iothread \"{missing}\" not found"));
         }
@@ -132,15 +185,47 @@ impl Daemon {
             directory: false,
             read_only: false,
         };
-        let added = self
-            .exports
-            .add(&export.id, fs, &target, &self.serve_options(&export));
-        if let Err(e) = added {
-            self.release_node(&export.node_name);
-            return Err(e);
+        let added = self.loops_for(&export).and_then(|on| {
+            let options = self.serve_options(&export);
+            self.exports
+                .add_on(&export.id, fs, &target, &options, &on)?;
+            Ok(on)
+        });
+        match added {
+            Ok(on) => {
+                self.loops_of.insert(export.id.clone(), on);
+                self.info.insert(export.id.clone(), export);
+                Ok(())
+            }
+            Err(e) => {
+                self.release_node(&export.node_name);
+                Err(e)
+            }
         }
-        self.info.insert(export.id.clone(), export);
-        Ok(())
+    }
+
+    /// The loops `export` runs on: its iothreads', else the default loops (made now if
+    /// this is the first export that needs them).
+    fn loops_for(&mut self, export: &BlockExport) -> Result<Vec<usize>, String> {
+        if !export.iothreads.is_empty() {
+            let at = |id: &String| self.iothreads.iter().find(|t| t.id == *id).map(|t| t.at);
+            return Ok(export.iothreads.iter().filter_map(at).collect());
+        }
+        if self.default_loops.is_empty() {
+            let allowed = runtime::affinity::allowed_cpus().unwrap_or_default();
+            let (n, cpus) = ServeOptions::default().plan_loops(allowed);
+            for index in 0..n {
+                let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
+                let config = self.loop_config(0);
+                let at = self
+                    .exports
+                    .loops()
+                    .add_loop(cpu, config)
+                    .map_err(|e| format!("starting an event loop: {e}"))?;
+                self.default_loops.push(at);
+            }
+        }
+        Ok(self.default_loops.clone())
     }
 
     /// The node's backend, opened at its first export (writable if that one is).
@@ -188,20 +273,12 @@ impl Daemon {
         }
     }
 
-    /// The export's serving: as `corofuse mount`'s defaults, with one event loop per
-    /// iothread named (their `poll-max-ns` as the loops' polling), or the default loops.
+    /// The export's serving: as `corofuse mount`'s defaults; its loops (and their
+    /// polling) are the set's.
     fn serve_options(&self, export: &BlockExport) -> ServeOptions {
-        let poll_ns = export
-            .iothreads
-            .iter()
-            .filter_map(|id| self.iothreads.iter().find(|(i, _)| i == id))
-            .filter_map(|(_, ns)| *ns)
-            .max()
-            .unwrap_or(0);
         ServeOptions {
             allow_other: self.allow_other(export),
-            queues: (!export.iothreads.is_empty()).then_some(export.iothreads.len()),
-            poll_us: poll_ns / 1000,
+            accounting: self.accounting,
             ..ServeOptions::default()
         }
     }
@@ -212,6 +289,7 @@ impl Daemon {
         let Some(export) = self.info.remove(id) else {
             return Err(format!("Export '{id}' is not found"));
         };
+        self.loops_of.remove(id);
         if let Some(served) = self.exports.remove(id) {
             if let Err(e) = served.result {
                 log::warn!("export '{id}': {e}");
@@ -232,6 +310,7 @@ impl Daemon {
             if let Some(export) = self.info.remove(&id) {
                 self.release_node(&export.node_name);
             }
+            self.loops_of.remove(&id);
             self.events
                 .push(("BLOCK_EXPORT_DELETED", json!({ "id": id })));
         }
@@ -315,8 +394,57 @@ impl Daemon {
         let list: Vec<Value> = self
             .iothreads
             .iter()
-            .map(|(id, ns)| json!({"id": id, "thread-id": std::process::id(), "poll-max-ns": ns.unwrap_or(0), "poll-grow": 0, "poll-shrink": 0, "aio-max-batch": 0}))
+            .map(|t| json!({"id": t.id, "thread-id": std::process::id(), "poll-max-ns": t.poll_max_ns.unwrap_or(0), "poll-grow": 0, "poll-shrink": 0, "aio-max-batch": 0}))
             .collect();
         Value::Array(list)
     }
+
+    /// The `--stats` document: the loops' runtime counters summed, the exports' queues
+    /// summed, and a section `export:ID` per export with its node, mount point, loops,
+    /// queues, per-opcode accounting, placement and backend counters.
+    pub fn stats(&self) -> daemon_stats::Stats {
+        let mut doc = daemon_stats::Stats {
+            image: "qemu-storage-daemon".into(),
+            dispatch: "coroutine (loops shared by the exports)".into(),
+            allocations: crate::alloc_count::allocations(),
+            ..daemon_stats::Stats::default()
+        };
+        for counters in self
+            .exports
+            .loops()
+            .counters(std::time::Duration::from_secs(1))
+        {
+            doc.runtime.add(&counters);
+        }
+        for (id, export) in &self.info {
+            let report = self.exports.snapshot(id).unwrap_or_default();
+            doc.queue.add(&report.queue);
+            let backend = self
+                .opened
+                .get(&export.node_name)
+                .map(|o| o.backend.stats());
+            let section = export_section(export, &self.loops_of[id], &report, backend);
+            doc.sections.insert(format!("export:{id}"), section);
+        }
+        doc
+    }
+}
+
+/// One export's `--stats` section.
+fn export_section(
+    export: &BlockExport,
+    loops: &[usize],
+    report: &Report,
+    backend: Option<backend::BackendStats>,
+) -> Value {
+    json!({
+        "node-name": export.node_name,
+        "mountpoint": export.mountpoint,
+        "loops": loops,
+        "queue": report.queue,
+        "ops": report.ops,
+        "per_queue": report.per_queue,
+        "placement": report.placement,
+        "backend": backend,
+    })
 }

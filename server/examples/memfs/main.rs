@@ -3,12 +3,16 @@
 //! ```text
 //! cargo run -p corofuse-server --example memfs -- MOUNTPOINT \
 //!     [--dispatch coroutine|inline|threads:N] [--transport dev|uring|auto]
+//! cargo run -p corofuse-server --example memfs -- --shared MOUNTPOINT MOUNTPOINT...
 //! ```
 //!
 //! It mounts an empty directory tree on MOUNTPOINT (an existing directory, whose owner
 //! the root of the tree takes) and serves it until the file system is unmounted from
 //! outside: `umount MOUNTPOINT` (`fusermount3 -u MOUNTPOINT` without root). Then it says
-//! how many requests it served and exits; whatever was written is gone. It catches no
+//! how many requests it served and exits; whatever was written is gone. With `--shared`,
+//! each MOUNTPOINT gets a tree of its own, all served by one event loop
+//! ([`server::Exports::add_on`] on a [`server::LoopSet`]); each unmounted one is removed
+//! ([`server::Exports::reap`]) while the others serve on, and it exits after the last. It catches no
 //! signal (that needs unsafe code, or a crate, which this example does without): Ctrl-C
 //! kills it without unmounting, and the mount answers "Transport endpoint is not
 //! connected" until `umount MOUNTPOINT` removes it. A program that must stop serving by
@@ -42,7 +46,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use server::{ServeOptions, Server, Target};
+use server::{Exports, LoopSet, ServeOptions, Server, Target};
 
 use fs::MemFs;
 
@@ -50,11 +54,22 @@ use fs::MemFs;
 const CAPACITY: u64 = 1 << 30;
 
 const USAGE: &str = "usage: memfs MOUNTPOINT [--dispatch coroutine|inline|threads:N] \
-                     [--transport dev|uring|auto]";
+                     [--transport dev|uring|auto]\n       memfs --shared MOUNTPOINT...";
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let (mountpoint, options) = match parse(std::env::args().skip(1)) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--shared") {
+        let mountpoints: Vec<PathBuf> = args[1..].iter().map(PathBuf::from).collect();
+        return match run_shared(&mountpoints) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("memfs: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let (mountpoint, options) = match parse(args.into_iter()) {
         Ok(parsed) => parsed,
         Err(message) => {
             eprintln!("{message}");
@@ -70,8 +85,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Mounts, serves until the unmount, reports.
-fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), String> {
+/// A new tree for `mountpoint`, owned by its owner, and where to mount it.
+fn tree(mountpoint: PathBuf) -> Result<(Arc<MemFs>, Target), String> {
     let owner =
         std::fs::metadata(&mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     let fs = Arc::new(MemFs::new(CAPACITY, owner.uid(), owner.gid()));
@@ -81,6 +96,38 @@ fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), String> {
         directory: true,
         read_only: false,
     };
+    Ok((fs, target))
+}
+
+/// `--shared`: one tree per mount point, all on one event loop; each removed once
+/// unmounted from outside, until none is left.
+fn run_shared(mountpoints: &[PathBuf]) -> Result<(), String> {
+    if mountpoints.is_empty() {
+        return Err(USAGE.into());
+    }
+    let set = Arc::new(LoopSet::new());
+    let on = set
+        .add_loop(None, Default::default())
+        .map_err(|e| format!("starting the event loop: {e}"))?;
+    let mut exports = Exports::with_loops(set);
+    for (i, mountpoint) in mountpoints.iter().enumerate() {
+        let (fs, target) = tree(mountpoint.clone())?;
+        exports.add_on(&i.to_string(), fs, &target, &ServeOptions::default(), &[on])?;
+    }
+    while exports.ids().next().is_some() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        for (id, served) in exports.reap() {
+            let path = mountpoints[id.parse::<usize>().unwrap_or(0)].display();
+            log::info!("{path}: served {} requests", served.report.queue.requests);
+            served.result?;
+        }
+    }
+    Ok(())
+}
+
+/// Mounts, serves until the unmount, reports.
+fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), String> {
+    let (fs, target) = tree(mountpoint)?;
     let server = Server::mount(fs, &target, options)?;
     log::info!(
         "serving {} with {} dispatch until `umount {}`",
