@@ -360,9 +360,7 @@ fn statfs(m: &Path) -> Vec<u64> {
         st.f_ffree,
         st.f_namemax,
     ]
-    .into_iter()
-    .map(|n| n as u64)
-    .collect()
+    .to_vec()
 }
 
 /// `server::Exports`: two memfs mounts in one process; one is removed while the other
