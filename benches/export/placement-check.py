@@ -41,6 +41,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location('fio_servers', f'{HERE}/fio-servers.py')
 fs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fs)
+# Its own scratch directory and ext4 image: the lab and fio-servers.py may run meanwhile
+# (another engineer's), and a daemon of theirs on the same image would hold its locks.
+fs.SCRATCH = os.environ.get('PLACEMENT_SCRATCH', '/dev/shm/placement-check')
+fs.EXT4_IMAGE = os.environ.get('PLACEMENT_EXT4', '/var/tmp/placement-check/image.raw')
 
 WORKLOADS = {
     'write1m': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m',
@@ -53,6 +57,19 @@ WORKLOADS = {
     'randread4k-qd64': '--rw=randread --ioengine=io_uring --iodepth=64',
     'randread4k-qd1': '--rw=randread --ioengine=psync --iodepth=1',
     'randwrite4k-qd1': '--rw=randwrite --ioengine=psync --iodepth=1',
+    'write4k-qd1': '--rw=write --ioengine=psync --iodepth=1',
+    'read4k-qd1': '--rw=read --ioengine=psync --iodepth=1',
+    'write1m-qd1': '--rw=write --ioengine=psync --iodepth=1 --bs=1m',
+    'read1m-qd1': '--rw=read --ioengine=psync --iodepth=1 --bs=1m',
+    # Several client jobs (issue 34), IOPS summed over the jobs.
+    'randread4k-qd1-2jobs': '--rw=randread --ioengine=psync --iodepth=1 --numjobs=2',
+    'randread4k-qd1-4jobs': '--rw=randread --ioengine=psync --iodepth=1 --numjobs=4',
+    'randread4k-qd64-2jobs': '--rw=randread --ioengine=io_uring --iodepth=64 --numjobs=2',
+    'randread4k-qd64-4jobs': '--rw=randread --ioengine=io_uring --iodepth=64 --numjobs=4',
+    'randwrite4k-qd64-2jobs': '--rw=randwrite --ioengine=io_uring --iodepth=64 --numjobs=2',
+    'randwrite4k-qd64-4jobs': '--rw=randwrite --ioengine=io_uring --iodepth=64 --numjobs=4',
+    'write1m-2jobs': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m --numjobs=2',
+    'write1m-4jobs': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m --numjobs=4',
 }
 # Another binary whose default runs beside (e.g. the code before a change).
 BASE = os.environ.get('COROFUSE_BASE')
