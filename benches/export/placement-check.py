@@ -19,6 +19,7 @@ any default run is below the floor.
 
     benches/export/placement-check.py --rounds 10 --only ext4:write1m
     benches/export/placement-check.py --rounds 3 --busy 0
+    benches/export/placement-check.py --rounds 3 --seconds 3 --only matrix37
     benches/export/placement-check.py --from saved.tsv
     benches/export/placement-check.py --rounds 10 --exports null,ext4-direct \\
         --workloads randread4k-qd1,randread4k-qd64
@@ -71,6 +72,18 @@ WORKLOADS = {
     'write1m-2jobs': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m --numjobs=2',
     'write1m-4jobs': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m --numjobs=4',
 }
+# Named sets of cells for --only: the rest of issue 37's matrix, checked in 3 rounds
+# (BENCHMARKS.md).
+PRESETS = {'matrix37': ','.join(
+    [f'null:{w}' for w in ('randread4k-qd1', 'randwrite4k-qd64', 'read1m', 'write1m',
+                           'randread4k-qd1-2jobs', 'randread4k-qd64-2jobs',
+                           'randread4k-qd1-4jobs', 'randwrite4k-qd64-4jobs')]
+    + [f'tmpfs:{w}' for w in ('randread4k-qd1', 'randread4k-qd64', 'write1m', 'read1m',
+                              'randwrite4k-qd64-2jobs')]
+    + [f'ext4:{w}' for w in ('randread4k-qd64', 'read1m', 'write4k-qd64', 'write1m-2jobs',
+                             'randread4k-qd1')]
+    + [f'ext4-direct:{w}' for w in ('randread4k-qd1', 'randwrite4k-qd64', 'write1m',
+                                    'read1m', 'randread4k-qd64-2jobs')])}
 # Another binary whose default runs beside (e.g. the code before a change).
 BASE = os.environ.get('COROFUSE_BASE')
 EXPLICIT = [
@@ -131,7 +144,8 @@ def main():
     p.add_argument('--seconds', type=int, default=5)
     p.add_argument('--exports', default='null,tmpfs,ext4,ext4-direct')
     p.add_argument('--workloads', default=','.join(WORKLOADS))
-    p.add_argument('--only', help='export:workload pairs, comma-separated (instead)')
+    p.add_argument('--only', help='export:workload pairs, comma-separated (instead), or '
+                                  'a preset: ' + ', '.join(PRESETS))
     p.add_argument('--servers', help='comma-separated server names (default always runs)')
     p.add_argument('--busy', type=int, help='keep this CPU busy with a spinning process')
     p.add_argument('--floor', type=float, default=0.9)
@@ -148,7 +162,8 @@ def main():
             if len(f) >= 5 and f[0].isdigit() and f[4] != 'FAILED':
                 results.setdefault((f[1], f[2]), {}).setdefault(f[3], {})[int(f[0])] = float(f[4])
         sys.exit(0 if check(results, args.floor) else 1)
-    cells = ([tuple(c.split(':')) for c in args.only.split(',')] if args.only else
+    only = PRESETS.get(args.only, args.only)
+    cells = ([tuple(c.split(':')) for c in only.split(',')] if only else
              [(e, w) for e in args.exports.split(',') for w in args.workloads.split(',')])
     table = exports()
     fs.prepare([(e, table[e][2], None, None, False) for e, _ in cells])
