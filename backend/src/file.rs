@@ -66,11 +66,14 @@ pub struct FileBackend {
     can_zero_range: AtomicBool,
     can_punch: AtomicBool,
     can_allocate: AtomicBool,
-    /// Buffered reads and writes run as blocking syscalls even in a coroutine (see
-    /// `sys::is_tmpfs`): io_uring hands each one to a worker thread there. Measured: a 1 MiB
-    /// write took ~1.5x longer through the worker, and the hand-off cost a 4 KiB read
+    /// Buffered reads (and durable writes) run as blocking syscalls even in a coroutine
+    /// (see `sys::is_tmpfs`): io_uring hands each one to a worker thread there. Measured: a
+    /// 1 MiB write took ~1.5x longer through the worker, and the hand-off cost a 4 KiB read
     /// 1.6 µs of daemon CPU (26% of the request).
     inline_io: bool,
+    /// Buffered writes run as blocking syscalls even in a coroutine, on every file system
+    /// (see [`FileBackend::write_ctx`]).
+    inline_writes: bool,
 }
 
 /// The size lock, if this request took it.
@@ -132,6 +135,7 @@ impl FileBackend {
             .map_err(|e| open_error(path, e, opts))?;
         let direct = opts.direct.then(|| Direct::probe(&file));
         let inline_io = direct.is_none() && sys::is_tmpfs(&file);
+        let inline_writes = direct.is_none();
         Ok(FileBackend {
             file,
             path: path.to_owned(),
@@ -144,6 +148,7 @@ impl FileBackend {
             can_punch: AtomicBool::new(true),
             can_allocate: AtomicBool::new(true),
             inline_io,
+            inline_writes,
         })
     }
 
@@ -229,6 +234,23 @@ impl FileBackend {
         }
     }
 
+    /// How a buffered write reaches the kernel: a blocking `pwritev` on the calling thread
+    /// (the loop, in a coroutine), on every file system. Through the ring, ext4 (like
+    /// tmpfs: no asynchronous buffered writes) hands each one to an io-wq worker, which
+    /// runs the writes of one file one at a time per ring; the hand-off cost more than the
+    /// write. fio on a buffered ext4 image (issue 37, `BENCHMARKS.md`): sequential 1 MiB
+    /// writes 188-205 µs of daemon CPU per request instead of 264-270, 4 KiB random writes
+    /// at iodepth 64 13-16 µs instead of 21-30. The price: a write that waits (dirty page
+    /// throttling, the journal) holds its loop meanwhile, as it holds a worker of
+    /// `--dispatch threads`; the other loops go on serving.
+    fn write_ctx<'c>(&self, cx: &'c Ctx<'c>) -> &'c Ctx<'c> {
+        if self.inline_writes {
+            &Ctx::Blocking
+        } else {
+            cx
+        }
+    }
+
     /// Takes the size lock if `needed` (see the module's concurrency rules).
     fn lock_if<'s>(&'s self, cx: &Ctx<'_>, needed: bool) -> Guard<'s> {
         needed.then(|| self.serial.lock(cx))
@@ -294,7 +316,7 @@ impl FileBackend {
         if let Some(d) = self.direct.as_ref().filter(|d| !d.fits(bufs, skip, pos)) {
             return d.write(cx, &self.file, bufs, skip, pos, self.len().max(end));
         }
-        let cx = self.io_ctx(cx);
+        let cx = self.write_ctx(cx);
         match iov::locate(bufs, skip) {
             (idx, 0) => cx.writev_at(&self.file, &bufs[idx..], pos),
             (idx, within) => cx.writev_at(&self.file, &[IoSlice::new(&bufs[idx][within..])], pos),

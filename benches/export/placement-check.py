@@ -19,6 +19,7 @@ any default run is below the floor.
 
     benches/export/placement-check.py --rounds 10 --only ext4:write1m
     benches/export/placement-check.py --rounds 3 --busy 0
+    benches/export/placement-check.py --rounds 3 --seconds 3 --only matrix37
     benches/export/placement-check.py --from saved.tsv
     benches/export/placement-check.py --rounds 10 --exports null,ext4-direct \\
         --workloads randread4k-qd1,randread4k-qd64
@@ -41,6 +42,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location('fio_servers', f'{HERE}/fio-servers.py')
 fs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fs)
+# Its own scratch directory and ext4 image: the lab and fio-servers.py may run meanwhile
+# (another engineer's), and a daemon of theirs on the same image would hold its locks.
+fs.SCRATCH = os.environ.get('PLACEMENT_SCRATCH', '/dev/shm/placement-check')
+fs.EXT4_IMAGE = os.environ.get('PLACEMENT_EXT4', '/var/tmp/placement-check/image.raw')
 
 WORKLOADS = {
     'write1m': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m',
@@ -53,7 +58,32 @@ WORKLOADS = {
     'randread4k-qd64': '--rw=randread --ioengine=io_uring --iodepth=64',
     'randread4k-qd1': '--rw=randread --ioengine=psync --iodepth=1',
     'randwrite4k-qd1': '--rw=randwrite --ioengine=psync --iodepth=1',
+    'write4k-qd1': '--rw=write --ioengine=psync --iodepth=1',
+    'read4k-qd1': '--rw=read --ioengine=psync --iodepth=1',
+    'write1m-qd1': '--rw=write --ioengine=psync --iodepth=1 --bs=1m',
+    'read1m-qd1': '--rw=read --ioengine=psync --iodepth=1 --bs=1m',
+    # Several client jobs (issue 34), IOPS summed over the jobs.
+    'randread4k-qd1-2jobs': '--rw=randread --ioengine=psync --iodepth=1 --numjobs=2',
+    'randread4k-qd1-4jobs': '--rw=randread --ioengine=psync --iodepth=1 --numjobs=4',
+    'randread4k-qd64-2jobs': '--rw=randread --ioengine=io_uring --iodepth=64 --numjobs=2',
+    'randread4k-qd64-4jobs': '--rw=randread --ioengine=io_uring --iodepth=64 --numjobs=4',
+    'randwrite4k-qd64-2jobs': '--rw=randwrite --ioengine=io_uring --iodepth=64 --numjobs=2',
+    'randwrite4k-qd64-4jobs': '--rw=randwrite --ioengine=io_uring --iodepth=64 --numjobs=4',
+    'write1m-2jobs': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m --numjobs=2',
+    'write1m-4jobs': '--rw=write --ioengine=io_uring --iodepth=4 --bs=1m --numjobs=4',
 }
+# Named sets of cells for --only: the rest of issue 37's matrix, checked in 3 rounds
+# (BENCHMARKS.md).
+PRESETS = {'matrix37': ','.join(
+    [f'null:{w}' for w in ('randread4k-qd1', 'randwrite4k-qd64', 'read1m', 'write1m',
+                           'randread4k-qd1-2jobs', 'randread4k-qd64-2jobs',
+                           'randread4k-qd1-4jobs', 'randwrite4k-qd64-4jobs')]
+    + [f'tmpfs:{w}' for w in ('randread4k-qd1', 'randread4k-qd64', 'write1m', 'read1m',
+                              'randwrite4k-qd64-2jobs')]
+    + [f'ext4:{w}' for w in ('randread4k-qd64', 'read1m', 'write4k-qd64', 'write1m-2jobs',
+                             'randread4k-qd1')]
+    + [f'ext4-direct:{w}' for w in ('randread4k-qd1', 'randwrite4k-qd64', 'write1m',
+                                    'read1m', 'randread4k-qd64-2jobs')])}
 # Another binary whose default runs beside (e.g. the code before a change).
 BASE = os.environ.get('COROFUSE_BASE')
 EXPLICIT = [
@@ -114,7 +144,8 @@ def main():
     p.add_argument('--seconds', type=int, default=5)
     p.add_argument('--exports', default='null,tmpfs,ext4,ext4-direct')
     p.add_argument('--workloads', default=','.join(WORKLOADS))
-    p.add_argument('--only', help='export:workload pairs, comma-separated (instead)')
+    p.add_argument('--only', help='export:workload pairs, comma-separated (instead), or '
+                                  'a preset: ' + ', '.join(PRESETS))
     p.add_argument('--servers', help='comma-separated server names (default always runs)')
     p.add_argument('--busy', type=int, help='keep this CPU busy with a spinning process')
     p.add_argument('--floor', type=float, default=0.9)
@@ -131,7 +162,8 @@ def main():
             if len(f) >= 5 and f[0].isdigit() and f[4] != 'FAILED':
                 results.setdefault((f[1], f[2]), {}).setdefault(f[3], {})[int(f[0])] = float(f[4])
         sys.exit(0 if check(results, args.floor) else 1)
-    cells = ([tuple(c.split(':')) for c in args.only.split(',')] if args.only else
+    only = PRESETS.get(args.only, args.only)
+    cells = ([tuple(c.split(':')) for c in only.split(',')] if only else
              [(e, w) for e in args.exports.split(',') for w in args.workloads.split(',')])
     table = exports()
     fs.prepare([(e, table[e][2], None, None, False) for e, _ in cells])

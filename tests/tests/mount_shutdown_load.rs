@@ -8,8 +8,9 @@
 //! image must hold the last write acknowledged for it, or else the one write its thread
 //! still had in flight when the stop came (the kernel may have sent it and the daemon
 //! completed it, or not). Each block's bytes are a pattern of (thread, sequence number),
-//! so a torn or misplaced write shows too. Buffered on tmpfs, and with `--direct` on a
-//! disk-backed file system, where the image's own O_DIRECT I/O is what must not be lost.
+//! so a torn or misplaced write shows too. Buffered on tmpfs, buffered on a disk-backed
+//! file system (blocking writes on the loops), and with `--direct` there, where the
+//! image's own O_DIRECT I/O is what must not be lost.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -161,6 +162,17 @@ fn sigterm_under_load(mode: Dispatch, sandbox: &Sandbox, args: &[&str]) {
 dispatch_tests!(mount_sigterm_under_64_writes_from_four_jobs_loses_no_acknowledged_write);
 fn mount_sigterm_under_64_writes_from_four_jobs_loses_no_acknowledged_write(mode: Dispatch) {
     sigterm_under_load(mode, &Sandbox::new(), &["-w"]);
+}
+
+dispatch_tests!(mount_sigterm_under_64_buffered_writes_on_disk_loses_no_acknowledged_write);
+/// The same with the image buffered on a disk-backed file system: its writes are blocking
+/// `pwritev`s on the loops (`FileBackend::write_ctx`), not the ring's.
+fn mount_sigterm_under_64_buffered_writes_on_disk_loses_no_acknowledged_write(mode: Dispatch) {
+    let sandbox = match Sandbox::on_real_fs() {
+        Ok(s) => s,
+        Err(why) => return corofuse_tests::require::report_skip(&why),
+    };
+    sigterm_under_load(mode, &sandbox, &["-w"]);
 }
 
 dispatch_tests!(mount_sigterm_under_64_direct_writes_on_disk_loses_no_acknowledged_write);
