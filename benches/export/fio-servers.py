@@ -23,6 +23,11 @@ per round, in an order reversed every other round, each on a freshly started dae
   nbd        that image served by one qemu-nbd on a unix socket: corofuse's NBD client
              against qsd's driver=nbd, and fio's nbd engine straight at the same qemu-nbd
              as the limit.
+  meta       metadata on a directory export of ext4: create, stat, ls -l and unlink of
+             20,000 files (fio's filecreate, filestat and filedelete engines), corofuse
+             mount-dir with the calls on the loop (--metadata on-loop, the default on a
+             local source) and off it (off-loop), each in its own directory, a fresh
+             mount per run.
   qcow2      a fresh empty 1 GiB qcow2 image on /var/tmp for every run, filled through
              the export: `qemu-img convert -t none` of 1 GiB (seconds, the result checked
              with `qemu-img compare`), 1 MiB sequential writes once through and 4 KiB
@@ -31,7 +36,8 @@ per round, in an order reversed every other round, each on a freshly started dae
 Prints one TSV line per run (round, export, workload, server, IOPS or seconds, daemon CPU
 us per I/O over all its threads from /proc, fio's CPU %, p99 completion latency us; the
 mixed row one line per job), then a markdown table of the medians: IOPS (daemon CPU us
-per I/O), with p99 on the iodepth-1 and mixed rows.
+per I/O), with p99 on the iodepth-1 and mixed rows. `--from FILE...` prints that table
+for the TSV lines of earlier runs instead (runs of one suite pooled: more rounds).
 
 Needs root, fio, /dev/fuse, qemu-storage-daemon (qemu-img and qemu-nbd for their suites);
 `cargo build --release -p corofuse` first ($COROFUSE names another binary). Turns the fuse
@@ -84,6 +90,11 @@ WORKLOADS = {
 for _jobs in (2, 4):
     for _name in ('randread-qd64', 'randwrite-qd64', 'randread-psync-qd1'):
         WORKLOADS[f'{_name}-{_jobs}jobs'] = f'{WORKLOADS[_name]} --numjobs={_jobs}'
+# The meta suite: fio's file engines over this many files, and `ls -l` of them.
+META_FILES = 20000
+META = {'create': 'filecreate', 'stat': 'filestat', 'unlink': 'filedelete', 'ls-l': None}
+# Options every fio run gets (--jobs).
+EXTRA_FIO = []
 # Rows whose p99 the summary shows beside the IOPS.
 P99_ROWS = ('randread-psync-qd1', 'mixed')
 
@@ -201,6 +212,10 @@ def suite(name):
         work = ['randread-psync-qd1', 'randwrite-psync-qd1', 'randread-qd64',
                 'randwrite-qd64', 'write1m-qd4', 'read1m-qd4']
         return [('nbd', None, work, servers, False)]
+    if name == 'meta':
+        return [(f'meta {where}', f'{DIR_SOURCE}/{where}', list(META),
+                 [corofuse(f'--metadata {where}', DIR_SOURCE, '--metadata', where,
+                           sub='mount-dir')], True) for where in ('on-loop', 'off-loop')]
     if name == 'qcow2':
         def fresh():
             subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', QCOW2, '1G'], check=True)
@@ -212,7 +227,7 @@ def suite(name):
         for server in servers:
             server.fresh = fresh
         return [('qcow2', None, ['convert', 'fill1m-qd4', 'randwrite-qd64'], servers, False)]
-    sys.exit(f'unknown suite {name}: defaults, clients, dir, image, nbd or qcow2')
+    sys.exit(f'unknown suite {name}: defaults, clients, dir, image, nbd, meta or qcow2')
 
 
 def mounted(mnt):
@@ -230,33 +245,60 @@ def cpu_ticks(pid):
 
 
 def fio(path, workload, seconds, size, extra=()):
-    """(total IOPS, fio's CPU %, [(job group, IOPS, p99 us)])"""
+    """(total IOPS, fio's CPU %, [(job group, IOPS, p99 us)], I/Os done)"""
     if workload == 'convert':
         return convert(path)
+    if workload in META:
+        return meta(path, workload)
     job = WORKLOADS[workload]
     args = ['fio', f'--filename={path}', '--direct=1', '--bs=4k', f'--runtime={seconds}',
             '--time_based', '--group_reporting', '--output-format=json', f'--size={size}',
-            *([] if job.startswith('--name=') else ['--name=w']), *job.split(), *extra]
+            *([] if job.startswith('--name=') else ['--name=w']), *job.split(), *extra,
+            *EXTRA_FIO]
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f'fio failed: {out.stderr.strip()}')
-    groups, fcpu = [], 0
-    for job in json.loads(out.stdout[out.stdout.index('{'):])['jobs']:
+    return fio_result(out.stdout)
+
+
+def fio_result(stdout):
+    groups, fcpu, ios = [], 0, 0
+    for job in json.loads(stdout[stdout.index('{'):])['jobs']:
         side = job['read'] if job['read']['iops'] >= job['write']['iops'] else job['write']
         p99 = side['clat_ns'].get('percentile', {}).get('99.000000', 0) / 1000
         groups.append((job['jobname'], job['read']['iops'] + job['write']['iops'], p99))
         fcpu += job['usr_cpu'] + job['sys_cpu']
-    return sum(g[1] for g in groups), fcpu, groups
+        ios += job['read']['total_ios'] + job['write']['total_ios']
+    return sum(g[1] for g in groups), fcpu, groups, ios
+
+
+def meta(path, workload):
+    """One metadata row on the directory `path`: fio's file engine, or `ls -l` timed."""
+    os.makedirs(path, exist_ok=True)
+    if META[workload] is None:
+        start = time.monotonic()
+        listed = subprocess.run(['ls', '-l', path], capture_output=True, check=True)
+        entries = listed.stdout.count(b'\n') - 1
+        rate = entries / (time.monotonic() - start)
+        return rate, 0, [('w', rate, 0)], entries
+    out = subprocess.run(['fio', '--name=w', f'--ioengine={META[workload]}',
+                          f'--directory={path}', f'--nrfiles={META_FILES}', '--filesize=4k',
+                          '--openfiles=1', '--output-format=json'],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f'fio failed: {out.stderr.strip()}')
+    return fio_result(out.stdout)
 
 
 def convert(path):
-    """`qemu-img convert -t none` of FILL_SOURCE into the export: (seconds, 0, check)."""
+    """`qemu-img convert -t none` of FILL_SOURCE into the export: (seconds, 0, check,
+    1e6 I/Os: the daemon's CPU is then given in seconds)."""
     start = time.monotonic()
     subprocess.run(['qemu-img', 'convert', '-n', '-f', 'raw', '-O', 'raw', '-t', 'none',
                     FILL_SOURCE, path], check=True)
     took = time.monotonic() - start
     same = subprocess.run(['qemu-img', 'compare', '-q', '-f', 'raw', FILL_SOURCE, path])
-    return took, 0, [('identical' if same.returncode == 0 else 'CORRUPT', took, 0)]
+    return took, 0, [('identical' if same.returncode == 0 else 'CORRUPT', took, 0)], 1e6
 
 
 def run_server(server, mnt, target, workload, seconds, size):
@@ -266,7 +308,7 @@ def run_server(server, mnt, target, workload, seconds, size):
         server.fresh()
     if server.command is None:
         path = 'nbd' if server.fio_args else target
-        iops, fcpu, groups = fio(path, workload, seconds, size, server.fio_args or ())
+        iops, fcpu, groups, _ = fio(path, workload, seconds, size, server.fio_args or ())
         return iops, None, fcpu, groups
     log = open(f'{SCRATCH}/daemon.log', 'w')
     daemon = subprocess.Popen(server.command(mnt), stdout=subprocess.DEVNULL, stderr=log)
@@ -280,10 +322,8 @@ def run_server(server, mnt, target, workload, seconds, size):
         time.sleep(0.1)
         before = cpu_ticks(daemon.pid)
         path = f'{mnt}/{os.path.basename(target)}' if os.path.isdir(mnt) else mnt
-        iops, fcpu, groups = fio(path, workload, seconds, size)
+        iops, fcpu, groups, ios = fio(path, workload, seconds, size)
         ticks = cpu_ticks(daemon.pid) - before
-        # A convert's CPU is given in seconds, per run.
-        ios = 1e6 if workload == 'convert' else iops * seconds
         return iops, ticks * 10000 / max(ios, 1), fcpu, groups
     finally:
         if daemon.poll() is None:
@@ -307,6 +347,9 @@ def run_server(server, mnt, target, workload, seconds, size):
 def prepare(rows):
     os.makedirs(SCRATCH, exist_ok=True)
     for export, target, _, _, _ in rows:
+        if export.startswith('meta'):
+            os.makedirs(target, exist_ok=True)
+            continue
         if export == 'qcow2':
             target = FILL_SOURCE
         elif export == 'nbd':
@@ -357,14 +400,35 @@ def summary(results, servers):
         print(f'| {export} | {label} | {" | ".join(cells)} |')
 
 
+def pooled(files):
+    """The results and server names (in order of appearance) of saved TSV lines."""
+    results, names = {}, []
+    for line in (line for f in files for line in open(f)):
+        f = line.rstrip('\n').split('\t')
+        if len(f) < 8 or not f[0].isdigit():
+            continue
+        workload, _, group = f[2].partition(':')
+        us = None if f[5] == '-' else float(f[5])
+        runs = results.setdefault((f[1], workload, group), {}).setdefault(f[3], [])
+        runs.append((float(f[4]), us, float(f[7])))
+        names += [f[3]] if f[3] not in names else []
+    return results, names
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('suite')
+    p.add_argument('--from', dest='saved', nargs='+', help='summarise these TSV files')
     p.add_argument('--rounds', type=int, default=2)
     p.add_argument('--seconds', type=int, default=4)
     p.add_argument('--only', help='comma-separated workloads or exports')
     p.add_argument('--servers', help='comma-separated server names (as printed)')
+    p.add_argument('--jobs', type=int, default=1, help='fio jobs per run (--numjobs)')
     args = p.parse_args()
+    if args.jobs > 1:
+        EXTRA_FIO.append(f'--numjobs={args.jobs}')
+    if args.saved:
+        return summary(*pooled(args.saved))
     rows = suite(args.suite)
     prepare(rows)
     only = args.only.split(',') if args.only else None
