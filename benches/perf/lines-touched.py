@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """lines-touched.py BIN CASE [ITERS]: the data cache lines one iteration of a `bench switch`
-case touches, counted exactly: BIN runs the case under valgrind's lackey, which traces every
+case touches, counted exactly: BIN (corofuse-lab) runs the case under valgrind's lackey, which traces every
 load and store; a line accessed ITERS times or more (default 5000: at least once per
 iteration on average) is counted in the case's per-iteration working set (an access that
 straddles two lines counts for the first). Prints how many such lines there are,

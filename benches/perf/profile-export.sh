@@ -5,7 +5,7 @@
 #
 # Profiles the export daemon under load. Mounts IMAGE with `corofuse mount --stats` (the
 # release binary; --dispatch coroutine|inline|threads:N) on a temporary mount point,
-# drives it with `corofuse bench load` (4 KiB, O_DIRECT; psync at iodepth 1, io_uring
+# drives it with `corofuse-lab bench load` (4 KiB, O_DIRECT; psync at iodepth 1, io_uring
 # above), and over exactly the load's duration samples with `perf record -a -g
 # --call-graph fp`, keeping the DAEMON's samples, and counts the daemon with `perf stat`
 # (--syscalls: also its system calls, with tracepoints that cost it ~0.5 us per request).
@@ -55,7 +55,7 @@ for tool in perf jq inferno-collapse-perf inferno-flamegraph; do
 done
 
 cd "$(dirname "$0")/../.."
-cargo build --release -p corofuse
+cargo build --release -p corofuse -p corofuse-lab
 bin=$PWD/target/release/corofuse
 mkdir -p "$out"
 rm -f "$out"/{flame.svg,stacks.folded,report.txt,summary.txt,perf.data,perf-stat.csv,stats-before.json,stats-after.json,daemon.log,load.json}
@@ -141,7 +141,7 @@ control() { # enable|disable, both perfs, waiting for their acks
 snapshot "$out/stats-before.json"
 cpu0=$(cpu_ticks)
 control enable
-"$bin" bench load --file "$mnt" --rw "$workload" --engine "$engine" --iodepth "$iodepth" \
+"$bin-lab" bench load --file "$mnt" --rw "$workload" --engine "$engine" --iodepth "$iodepth" \
     --seconds "$seconds" >"$out/load.json" &
 load=$! # waited for in the background, so that a signal to this script acts at once
 wait "$load"

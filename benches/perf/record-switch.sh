@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: benches/perf/record-switch.sh [fp|dwarf] [OUT_DIR]
 #
-# Samples `corofuse bench switch --case runtime_switch --case nop_coroutine` (cpu-clock)
+# Samples `corofuse-lab bench switch --case runtime_switch --case nop_coroutine` (cpu-clock)
 # with call graphs, then prints the callers of the frames that run on coroutine stacks
 # (Co::yield_now, Co::nop) and counts how many samples taken on a coroutine stack unwind
 # through corosensei's trampoline into the loop (Inner::run_task). fp (default) crosses
@@ -23,9 +23,9 @@ cd "$(dirname "$0")/../.."
 mkdir -p "$out"
 data=$out/switch.$mode.data
 
-cargo build --release -p corofuse
+cargo build --release -p corofuse-lab
 perf record "${callgraph[@]}" -o "$data" -- \
-    target/release/corofuse bench switch --case runtime_switch --case nop_coroutine \
+    target/release/corofuse-lab bench switch --case runtime_switch --case nop_coroutine \
     >"$out/switch.$mode.json"
 
 # Caller graphs (-G) of the coroutine-side frames, heaviest first.

@@ -1,6 +1,6 @@
-//! `corofuse`: export a disk image as one regular file over FUSE, and measure what it costs
-//! (the measuring is the `lab` crate's: `bench` and `stats` parse their arguments with its
-//! types and call into it).
+//! `corofuse`: export a disk image as one regular file over FUSE. The measuring is a
+//! binary of its own, `corofuse-lab` (the `lab` crate), which runs this one for its
+//! exports: nothing of it is linked here.
 
 mod alloc_count;
 mod crash_check;
@@ -49,10 +49,6 @@ enum Command {
     Mount(mount::Args),
     /// Export a directory tree (passthrough of SOURCE_DIR) on a directory, in the foreground.
     MountDir(mount_dir::Args),
-    /// Measure the export against a matrix of workloads (the lab), or the runtime (`bench switch`).
-    Bench(Box<lab::Args>),
-    /// Summarise a `corofuse mount --stats` JSON file.
-    Stats(lab::stats_cmd::Args),
     /// Check the crash states a power loss may leave, from a write log (mount --record-writes).
     CrashCheck(crash_check::Args),
     /// Remove a corofuse mount, live or left behind by a killed daemon (never another's).
@@ -96,8 +92,6 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Mount(args) => mount::run(&args),
         Command::MountDir(args) => mount_dir::run(&args),
-        Command::Bench(args) => lab::run(&args),
-        Command::Stats(args) => lab::stats_cmd::run(&args),
         Command::Umount(args) => umount::run(&args),
         Command::CrashCheck(args) => crash_check::run(&args),
         Command::StorageDaemon { .. } => unreachable!("run before clap parses"),

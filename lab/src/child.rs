@@ -5,18 +5,16 @@
 //! Polling every few milliseconds costs nothing next to a run of seconds.
 
 use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{affinity, interrupt};
+use super::interrupt;
 
-/// Starts a load process (the built-in load or fio): no stdin, stdout and stderr into
-/// `out` and `err`, killed if the lab dies, pinned to `cpu` if given.
+/// Starts a load process: no stdin, stdout and stderr into `out` and `err`, killed if the
+/// lab dies.
 pub fn spawn_load(
     cmd: &mut Command,
-    cpu: Option<usize>,
     out: &Path,
     err: &Path,
 ) -> Result<std::io::Result<Child>, String> {
@@ -24,28 +22,7 @@ pub fn spawn_load(
         .stdout(File::create(out).map_err(|e| format!("{}: {e}", out.display()))?)
         .stderr(File::create(err).map_err(|e| format!("{}: {e}", err.display()))?);
     interrupt::tie_to_lab(cmd, libc::SIGKILL);
-    if let Some(c) = cpu {
-        // SAFETY: the closure only makes an async-signal-safe system call
-        // (sched_setaffinity).
-        unsafe {
-            cmd.pre_exec(move || affinity::pin(0, c));
-        }
-    }
     Ok(cmd.spawn())
-}
-
-/// The first line `program --version` prints, or `missing(e)` when it cannot run: how the
-/// lab names the tools it runs (qemu-nbd, qemu-img, qsd) and says how to install them.
-pub fn version_line(
-    program: impl AsRef<std::ffi::OsStr>,
-    missing: impl FnOnce(std::io::Error) -> String,
-) -> Result<String, String> {
-    let out = Command::new(program)
-        .arg("--version")
-        .output()
-        .map_err(missing)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().unwrap_or("unknown").trim().to_string())
 }
 
 /// How often the waits look again.
@@ -131,12 +108,4 @@ pub fn remove_if_present(path: &Path) -> Result<(), String> {
         }
         _ => Ok(()),
     }
-}
-
-/// A command's arguments as strings, for the tests of the command lines the rows build.
-#[cfg(test)]
-pub fn args_of(cmd: &std::process::Command) -> Vec<String> {
-    cmd.get_args()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect()
 }

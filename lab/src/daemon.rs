@@ -1,5 +1,5 @@
-//! One export daemon (`corofuse mount` or qemu-storage-daemon) owned by the lab: started,
-//! waited for until the kernel lists its mount, asked for statistics, and always stopped.
+//! One export daemon (`corofuse mount`) owned by the lab: found, started, waited for until
+//! the kernel lists its mount, asked for statistics, and always stopped.
 //!
 //! # Cleanup contract
 //! [`Daemon::stop`] (also run by `Drop`, so on every error path and after Ctrl-C) sends
@@ -30,44 +30,22 @@ pub struct Paths<'a> {
     pub mountpoint: &'a Path,
     pub pidfile: &'a Path,
     pub log: &'a Path,
-    /// `--stats` file (corofuse only).
-    pub stats: Option<&'a Path>,
+    /// `--stats` file.
+    pub stats: &'a Path,
 }
 
 pub struct Daemon {
     child: Option<Child>,
     name: &'static str,
     mountpoint: PathBuf,
-    stats: Option<PathBuf>,
+    stats: PathBuf,
     log: PathBuf,
-    /// Exit status 1 after SIGTERM is this daemon's normal end (libfuse's examples).
-    exits_1_on_sigterm: bool,
 }
 
 impl Daemon {
     /// Spawns `cmd` and waits until it has written its pidfile and the mount is live.
-    pub fn start(cmd: Command, name: &'static str, paths: &Paths) -> Result<Daemon, String> {
-        Daemon::spawn(cmd, name, paths, true)
-    }
-
-    /// The same for a daemon that writes no pidfile and stays in the foreground (its PID
-    /// is the child's): waits only for the mount. Such a peer (libfuse's passthrough_hp)
-    /// exits with status 1 after SIGTERM, which [`Daemon::stop`] then takes as normal.
-    pub fn start_foreground(
-        cmd: Command,
-        name: &'static str,
-        paths: &Paths,
-    ) -> Result<Daemon, String> {
-        Daemon::spawn(cmd, name, paths, false)
-    }
-
-    fn spawn(
-        mut cmd: Command,
-        name: &'static str,
-        paths: &Paths,
-        pidfile: bool,
-    ) -> Result<Daemon, String> {
-        for p in [Some(paths.pidfile), paths.stats].into_iter().flatten() {
+    pub fn start(mut cmd: Command, name: &'static str, paths: &Paths) -> Result<Daemon, String> {
+        for p in [paths.pidfile, paths.stats] {
             child::remove_if_present(p)?;
         }
         let log = File::create(paths.log).map_err(|e| format!("{}: {e}", paths.log.display()))?;
@@ -83,11 +61,10 @@ impl Daemon {
             child: Some(child),
             name,
             mountpoint: paths.mountpoint.to_path_buf(),
-            stats: paths.stats.map(Path::to_path_buf),
+            stats: paths.stats.to_path_buf(),
             log: paths.log.to_path_buf(),
-            exits_1_on_sigterm: !pidfile,
         };
-        if let Err(e) = daemon.wait_mounted(pidfile.then_some(paths.pidfile)) {
+        if let Err(e) = daemon.wait_mounted(paths.pidfile) {
             // `e` already carries the log; stopping only has to clean up.
             let _ = daemon.stop();
             return Err(e);
@@ -100,12 +77,11 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    fn wait_mounted(&mut self, pidfile: Option<&Path>) -> Result<(), String> {
+    fn wait_mounted(&mut self, pidfile: &Path) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let has_pid = pidfile.is_none_or(|p| {
-                std::fs::read_to_string(p).is_ok_and(|s| s.trim().parse::<u32>().is_ok())
-            });
+            let has_pid =
+                std::fs::read_to_string(pidfile).is_ok_and(|s| s.trim().parse::<u32>().is_ok());
             if has_pid && mountinfo::fuse_mounted(&self.mountpoint) {
                 return Ok(());
             }
@@ -141,10 +117,7 @@ impl Daemon {
 
     /// Asks for a `--stats` snapshot (SIGUSR1) and returns it once written.
     pub fn snapshot(&mut self) -> Result<Value, String> {
-        let path = self
-            .stats
-            .clone()
-            .ok_or("this daemon writes no statistics")?;
+        let path = self.stats.clone();
         child::remove_if_present(&path)?;
         if let Some(c) = &self.child {
             child::signal(c, libc::SIGUSR1).map_err(|e| format!("SIGUSR1: {e}"))?;
@@ -197,10 +170,7 @@ impl Daemon {
             }
             _ => child::terminate(&mut c, STOP_TIMEOUT, &mut problems),
         };
-        let normal = |s: &std::process::ExitStatus| {
-            s.success() || (self.exits_1_on_sigterm && s.code() == Some(1))
-        };
-        if let Some(s) = status.filter(|s| !normal(s) && problems.is_empty()) {
+        if let Some(s) = status.filter(|s| !s.success() && problems.is_empty()) {
             problems.push(format!("it exited with {s}"));
         }
         if mountinfo::fuse_mounted(&self.mountpoint) {
@@ -228,24 +198,82 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
-            eprintln!("corofuse bench: warning: {e}");
+            eprintln!("corofuse-lab bench: warning: {e}");
         }
     }
 }
 
-/// The `corofuse mount` command for an image (or `null:1G`).
-pub fn corofuse_command(image: &str, paths: &Paths, extra: &[String]) -> Result<Command, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
-    let mut cmd = Command::new(exe);
+/// The `corofuse` binary that serves the lab's exports: `given` (`--corofuse`), else
+/// `$COROFUSE`, else the `corofuse` beside this binary (`cargo build --release -p corofuse
+/// -p corofuse-lab` puts both in target/release/).
+pub fn program(given: Option<&Path>) -> Result<PathBuf, String> {
+    let path = match (given, std::env::var_os("COROFUSE")) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => std::env::current_exe()
+            .map_err(|e| format!("cannot find my own binary: {e}"))?
+            .with_file_name("corofuse"),
+    };
+    if !path.is_file() {
+        return Err(format!(
+            "no corofuse binary at {} to serve the exports: build it beside this one (cargo \
+             build --release -p corofuse -p corofuse-lab) or name it with --corofuse PATH",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+/// The `corofuse mount` command of `program` for an image (or `null:1G`).
+pub fn corofuse_command(program: &Path, image: &str, paths: &Paths, extra: &[String]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.arg("mount")
         .arg(image)
         .arg(paths.mountpoint)
         .arg("--writable")
         .arg("--pidfile")
-        .arg(paths.pidfile);
-    if let Some(stats) = paths.stats {
-        cmd.arg("--stats").arg(stats);
-    }
+        .arg(paths.pidfile)
+        .arg("--stats")
+        .arg(paths.stats);
     cmd.args(extra);
-    Ok(cmd)
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_is_the_binary_given_and_must_exist() {
+        let e = program(Some(Path::new("/nonexistent/corofuse"))).expect_err("missing");
+        assert!(
+            e.contains("/nonexistent/corofuse") && e.contains("--corofuse"),
+            "{e}"
+        );
+        let me = std::env::current_exe().expect("current_exe");
+        assert_eq!(program(Some(&me)), Ok(me.clone()));
+        let paths = Paths {
+            mountpoint: Path::new("/m/mnt"),
+            pidfile: Path::new("/m/pid"),
+            log: Path::new("/m/log"),
+            stats: Path::new("/m/stats.json"),
+        };
+        let cmd = corofuse_command(&me, "null:1G", &paths, &["--direct".into()]);
+        assert_eq!(cmd.get_program(), me.as_os_str());
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
+        assert_eq!(
+            args,
+            [
+                "mount",
+                "null:1G",
+                "/m/mnt",
+                "--writable",
+                "--pidfile",
+                "/m/pid",
+                "--stats",
+                "/m/stats.json",
+                "--direct"
+            ]
+        );
+    }
 }

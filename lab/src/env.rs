@@ -18,14 +18,6 @@ pub struct Environment {
     /// `/sys/module/fuse/parameters/enable_uring`, when the module has it.
     pub fuse_enable_uring: Option<String>,
     pub unix_time: u64,
-    pub fio_version: Option<String>,
-    pub qsd_version: Option<String>,
-    /// With the qcow2 rows: the qemu-img that made their images.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qemu_img_version: Option<String>,
-    /// With the nbd row: the qemu-nbd that served it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qemu_nbd_version: Option<String>,
 }
 
 impl Environment {
@@ -59,10 +51,6 @@ impl Environment {
             unix_time: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            fio_version: None,
-            qsd_version: None,
-            qemu_img_version: None,
-            qemu_nbd_version: None,
         }
     }
 }

@@ -12,21 +12,12 @@
 //! `disk-pt` and `disk-direct-pt` are the two with FUSE passthrough (`--passthrough`:
 //! read-only opens go to the image file; qsd has no such thing, so no qsd run).
 //!
-//! Two opt-in rows (not in the default run: they need qemu-img, and `--only` names
-//! them) export qcow2 images on the same file system ([`super::qcow2`]): `qcow2`, a fully
-//! allocated image converted from the storage image, beside `disk` (its raw export: the
-//! "vs raw" ratio), and `qcow2-alloc`, a freshly created empty image for every run, so
-//! that every write allocates (write workloads only).
-//!
-//! One more opt-in row, `nbd`, exports the storage image through NBD ([`super::nbd`]):
-//! qemu-nbd serves it on a unix socket, started for every run, and corofuse mounts
-//! `nbd+unix:///?socket=SOCK` (qsd: `driver=nbd` on the same socket). Its ceiling is not
-//! the device row but the server's own: fio's nbd engine straight at the same qemu-nbd,
-//! no FUSE ([`Server::NbdLimit`], the "vs limit" ratio).
+//! Comparisons with other servers (qemu-storage-daemon, libfuse's passthrough_hp, NBD and
+//! qcow2 peers) and with corofuse's explicit configurations are fio's, in
+//! `benches/export/fio-servers.py`: the lab measures the default alone, against the
+//! ceilings above.
 
-use serde::{Serialize, Serializer};
-
-use super::variant::Variant;
+use serde::Serialize;
 
 /// What the daemon exports (or, for `device`, what the load opens itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -53,20 +44,11 @@ pub enum ExportKind {
     DiskPt,
     /// `disk-direct` with FUSE passthrough (`--direct --passthrough`).
     DiskDirectPt,
-    /// A fully allocated qcow2 image (64 KiB clusters) converted from the storage image
-    /// and kept beside it, exported buffered; `disk` is its raw comparison.
-    Qcow2,
-    /// An empty qcow2 image of the same virtual size, created before every run, so that
-    /// writes allocate clusters (write workloads only).
-    Qcow2Alloc,
-    /// The storage image served by qemu-nbd on a unix socket (buffered, io_uring), mounted
-    /// as an NBD export (`nbd+unix:///?socket=SOCK`); fio's nbd engine is its limit.
-    Nbd,
 }
 
 impl ExportKind {
     /// Table order.
-    pub const ALL: [ExportKind; 11] = [
+    pub const ALL: [ExportKind; 8] = [
         ExportKind::Local,
         ExportKind::Null,
         ExportKind::File,
@@ -75,14 +57,7 @@ impl ExportKind {
         ExportKind::DiskDirect,
         ExportKind::DiskPt,
         ExportKind::DiskDirectPt,
-        ExportKind::Qcow2,
-        ExportKind::Qcow2Alloc,
-        ExportKind::Nbd,
     ];
-
-    /// The rows run when `--only` names none: all but the opt-in ones (the last three:
-    /// the qcow2 rows and nbd).
-    pub const DEFAULT: &'static [ExportKind] = Self::ALL.as_slice().split_at(8).0;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -94,15 +69,7 @@ impl ExportKind {
             ExportKind::DiskDirect => "disk-direct",
             ExportKind::DiskPt => "disk-pt",
             ExportKind::DiskDirectPt => "disk-direct-pt",
-            ExportKind::Qcow2 => "qcow2",
-            ExportKind::Qcow2Alloc => "qcow2-alloc",
-            ExportKind::Nbd => "nbd",
         }
-    }
-
-    /// Whether it exports a qcow2 image.
-    pub fn qcow2(self) -> bool {
-        matches!(self, ExportKind::Qcow2 | ExportKind::Qcow2Alloc)
     }
 
     /// Whether it exports a raw image file (on tmpfs or real storage).
@@ -117,13 +84,7 @@ impl ExportKind {
         )
     }
 
-    /// Whether it runs read workloads: not on `qcow2-alloc`, whose image is empty.
-    pub fn reads(self) -> bool {
-        self != ExportKind::Qcow2Alloc
-    }
-
-    /// Whether its bytes are on real storage (`--storage-dir`): the storage image (also
-    /// behind qemu-nbd), or a qcow2 image beside it.
+    /// Whether its bytes are on real storage (`--storage-dir`): the storage image.
     pub fn on_storage(self) -> bool {
         matches!(
             self,
@@ -132,19 +93,15 @@ impl ExportKind {
                 | ExportKind::DiskDirect
                 | ExportKind::DiskPt
                 | ExportKind::DiskDirectPt
-                | ExportKind::Qcow2
-                | ExportKind::Qcow2Alloc
-                | ExportKind::Nbd
         )
     }
 
-    /// Whether the device row is its ceiling: every export of the storage file itself,
-    /// not `nbd`, whose ceiling is its server's ([`Server::NbdLimit`]).
+    /// Whether the device row is its ceiling: every export of the storage file.
     pub fn under_device(self) -> bool {
-        self.on_storage() && self.mounted() && self != ExportKind::Nbd
+        self.on_storage() && self.mounted()
     }
 
-    /// Whether corofuse exports it with FUSE passthrough (qsd has none: no qsd run).
+    /// Whether corofuse exports it with FUSE passthrough.
     pub fn passthrough(self) -> bool {
         matches!(self, ExportKind::DiskPt | ExportKind::DiskDirectPt)
     }
@@ -166,66 +123,6 @@ impl ExportKind {
         } else {
             EXPORT_SIZE
         }
-    }
-
-    /// Who runs this row: the device and local rows have no server; the others run each
-    /// corofuse variant, and qemu-storage-daemon too with `--compare-qsd`; `nbd` ends with
-    /// its limit, fio's nbd engine (left out by the plan where fio has none).
-    pub fn servers(self, variants: &[Variant], compare_qsd: bool) -> Vec<Server> {
-        if !self.mounted() {
-            return vec![Server::Bare];
-        }
-        let mut servers: Vec<Server> = variants.iter().map(|&v| Server::Corofuse(v)).collect();
-        if compare_qsd && !self.passthrough() {
-            servers.push(Server::Qsd);
-        }
-        if self == ExportKind::Nbd {
-            servers.push(Server::NbdLimit);
-        }
-        servers
-    }
-}
-
-/// Who serves the export.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Server {
-    /// corofuse in one configuration.
-    Corofuse(Variant),
-    Qsd,
-    /// Nobody: the load opens its target itself (the device and local rows).
-    Bare,
-    /// No FUSE on the nbd row: fio's nbd engine (libnbd) speaks NBD to qemu-nbd itself,
-    /// the limit of the row's clients.
-    NbdLimit,
-}
-
-impl Server {
-    /// The default corofuse configuration.
-    #[cfg(test)]
-    pub const COROFUSE: Server = Server::Corofuse(Variant {
-        queues: None,
-        transport: None,
-    });
-
-    /// As the table and the JSON report spell it: `corofuse`, `corofuse q2 uring`, `qsd`.
-    pub fn name(self) -> String {
-        match self {
-            Server::Corofuse(v) => v.label(),
-            Server::Qsd => "qsd".into(),
-            Server::Bare => "no FUSE".into(),
-            Server::NbdLimit => "fio nbd".into(),
-        }
-    }
-
-    pub fn is_corofuse(self) -> bool {
-        matches!(self, Server::Corofuse(_))
-    }
-}
-
-/// A server is recorded by its name (the JSON keeps one string per cell).
-impl Serialize for Server {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.name())
     }
 }
 
@@ -252,73 +149,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_and_their_servers() {
+    fn rows() {
         let storage: Vec<_> = ExportKind::ALL
             .iter()
             .filter(|e| e.on_storage())
             .map(|e| e.name())
             .collect();
-        let one = [Variant::default()];
         assert_eq!(
             storage,
-            [
-                "device",
-                "disk",
-                "disk-direct",
-                "disk-pt",
-                "disk-direct-pt",
-                "qcow2",
-                "qcow2-alloc",
-                "nbd"
-            ]
+            ["device", "disk", "disk-direct", "disk-pt", "disk-direct-pt"]
         );
-        assert_eq!(ExportKind::DiskPt.servers(&one, true), [Server::COROFUSE]);
-        assert!(ExportKind::DEFAULT.iter().all(|e| !e.qcow2()));
-        let opt_in = &ExportKind::ALL[ExportKind::DEFAULT.len()..];
-        assert!(opt_in[..2].iter().all(|e| e.qcow2()));
-        assert_eq!(opt_in[2..], [ExportKind::Nbd]);
-        assert_eq!(
-            ExportKind::Nbd.servers(&one, true),
-            [Server::COROFUSE, Server::Qsd, Server::NbdLimit],
-            "the limit after the clients"
-        );
-        assert_eq!(
-            ExportKind::Nbd.servers(&one, false),
-            [Server::COROFUSE, Server::NbdLimit]
-        );
-        assert!(ExportKind::Nbd.on_storage() && !ExportKind::Nbd.under_device());
         assert!(ExportKind::Disk.under_device() && !ExportKind::Device.under_device());
-        assert_eq!(Server::NbdLimit.name(), "fio nbd");
-        assert!(ExportKind::Qcow2.reads() && !ExportKind::Qcow2Alloc.reads());
-        assert_eq!(
-            ExportKind::Qcow2Alloc.servers(&one, true),
-            [Server::COROFUSE, Server::Qsd]
-        );
-        assert_eq!(ExportKind::Device.servers(&one, true), [Server::Bare]);
-        assert_eq!(ExportKind::Local.servers(&one, true), [Server::Bare]);
         assert!(!ExportKind::Local.on_storage() && !ExportKind::Local.mounted());
-        assert_eq!(
-            ExportKind::DiskDirect.servers(&one, true),
-            [Server::COROFUSE, Server::Qsd]
-        );
-        assert_eq!(ExportKind::Null.servers(&one, false), [Server::COROFUSE]);
-        let two = Variant::all(&[1, 2], &[]);
-        let names: Vec<String> = ExportKind::Null
-            .servers(&two, true)
-            .iter()
-            .map(|s| s.name())
-            .collect();
-        assert_eq!(names, ["corofuse q1", "corofuse q2", "qsd"]);
-        assert_eq!(
-            serde_json::to_string(&Server::Corofuse(two[1])).expect("serialises"),
-            "\"corofuse q2\""
-        );
+        assert!(ExportKind::DiskDirectPt.direct() && ExportKind::DiskDirectPt.passthrough());
         assert_eq!(ExportKind::Disk.size(STORAGE_SIZE), STORAGE_SIZE);
-        assert_eq!(ExportKind::Qcow2Alloc.size(8 << 20), 8 << 20);
         assert_eq!(ExportKind::File.size(8 << 20), EXPORT_SIZE);
         let json = serde_json::to_string(&ExportKind::DiskDirect).expect("serialises");
         assert_eq!(json, "\"disk-direct\"", "JSON and --only spell it alike");
-        let json = serde_json::to_string(&ExportKind::Qcow2Alloc).expect("serialises");
-        assert_eq!(json, "\"qcow2-alloc\"");
     }
 }

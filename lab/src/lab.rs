@@ -18,8 +18,6 @@ use super::export::EXPORT_SIZE;
 use super::{fill, mountinfo};
 
 const PREFIX: &str = "corofuse-bench-";
-/// [`Lab::dir_mountpoint`]'s name in the lab's directory.
-const DIR_MOUNTPOINT: &str = "mnt-dir";
 
 pub struct Lab {
     dir: PathBuf,
@@ -52,17 +50,6 @@ impl Lab {
         self.dir.join("mnt")
     }
 
-    /// The mount point of a directory export (`--dir`), created on first use.
-    pub fn dir_mountpoint(&self) -> Result<PathBuf, String> {
-        let mnt = self.dir.join(DIR_MOUNTPOINT);
-        match std::fs::create_dir(&mnt) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                Err(format!("{}: {e}", mnt.display()))
-            }
-            _ => Ok(mnt),
-        }
-    }
-
     /// A file in the lab's directory.
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -90,16 +77,15 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for mnt in [self.mountpoint(), self.dir.join(DIR_MOUNTPOINT)] {
-            if mountinfo::fuse_mounted(&mnt) {
-                if let Err(e) = mountinfo::lazy_unmount(&mnt) {
-                    eprintln!("corofuse bench: cannot unmount {}: {e}", mnt.display());
-                }
+        let mnt = self.mountpoint();
+        if mountinfo::fuse_mounted(&mnt) {
+            if let Err(e) = mountinfo::lazy_unmount(&mnt) {
+                eprintln!("corofuse-lab bench: cannot unmount {}: {e}", mnt.display());
             }
         }
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             eprintln!(
-                "corofuse bench: cannot remove {}: {e}; remove it by hand",
+                "corofuse-lab bench: cannot remove {}: {e}; remove it by hand",
                 self.dir.display()
             );
         }
@@ -129,7 +115,7 @@ pub fn check_space(dir: &Path, need: u64, hint: &str) -> Result<(), String> {
 }
 
 /// Removes `<prefix><pid>` directories in `parent` whose lab is gone and has no mount
-/// left (the lab's scratch directories; `--dir`'s source trees).
+/// left (the lab's scratch directories).
 pub fn remove_stale(parent: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -140,15 +126,13 @@ pub fn remove_stale(parent: &Path, prefix: &str) {
             continue;
         };
         let alive = Path::new("/proc").join(pid).exists();
-        let mounted = ["mnt", DIR_MOUNTPOINT]
-            .iter()
-            .any(|m| mountinfo::fstype_at(&entry.path().join(m)).is_some());
+        let mounted = mountinfo::fstype_at(&entry.path().join("mnt")).is_some();
         if pid.parse::<u32>().is_err() || alive || mounted {
             continue;
         }
         if std::fs::remove_dir_all(entry.path()).is_ok() {
             eprintln!(
-                "corofuse bench: removed {} left by an earlier run",
+                "corofuse-lab bench: removed {} left by an earlier run",
                 entry.path().display()
             );
         }

@@ -1,11 +1,10 @@
-//! What both labs' runners share: the interleaved order of their runs, the progress line,
-//! and starting and stopping a daemon with the lab's files.
+//! The interleaved order of the lab's runs, the progress line, and starting and stopping a
+//! daemon with the lab's files.
 //!
-//! Why this order: trials are the outer loop and, within a group (the image lab's
-//! (export, workload), `--dir`'s job), the servers run back to back, first to last on even
-//! trials and last to first on odd ones: noise from the shared machine falls on every
-//! cell alike instead of hitting one, and no server always runs first (on a warm or a cold
-//! page cache).
+//! Why this order: trials are the outer loop and, within a group, its members run back
+//! to back, first to last on even trials and last to first on odd ones: noise from the
+//! shared machine falls on every cell alike instead of hitting one, and no member always
+//! runs first (on a warm or a cold page cache).
 
 use std::path::Path;
 
@@ -48,12 +47,11 @@ pub fn progress(i: usize, total: usize, what: &str, step: Step, trials: usize) {
     eprint!("[{}/{total}] {what}{trial} ... ", i + 1);
 }
 
-/// Starts a daemon on `mountpoint` with the lab's pidfile, log and, for corofuse, stats
-/// file: `start` makes its command line from them and starts it.
+/// Starts a daemon on `mountpoint` with the lab's pidfile, log and stats file: `start`
+/// makes its command line from them and starts it.
 pub fn start_daemon(
     lab: &Lab,
     mountpoint: &Path,
-    corofuse: bool,
     start: impl FnOnce(&Paths) -> Result<Daemon, String>,
 ) -> Result<Daemon, String> {
     let (pidfile, log, stats) = (
@@ -65,14 +63,14 @@ pub fn start_daemon(
         mountpoint,
         pidfile: &pidfile,
         log: &log,
-        stats: corofuse.then_some(stats.as_path()),
+        stats: &stats,
     })
 }
 
 /// Stops `daemon`; a failure to is a warning, the run's figures stand.
 pub fn stop(daemon: &mut Daemon) {
     if let Err(e) = daemon.stop() {
-        eprintln!("\ncorofuse bench: warning: {e}");
+        eprintln!("\ncorofuse-lab bench: warning: {e}");
     }
 }
 

@@ -46,7 +46,10 @@ impl Drop for Setting {
     fn drop(&mut self) {
         if let Some(v) = &self.restore {
             if let Err(e) = std::fs::write(self.path, v) {
-                eprintln!("corofuse bench: cannot restore {} to {v}: {e}", self.path);
+                eprintln!(
+                    "corofuse-lab bench: cannot restore {} to {v}: {e}",
+                    self.path
+                );
             }
         }
     }

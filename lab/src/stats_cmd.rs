@@ -1,4 +1,4 @@
-//! `corofuse stats PATH`: a readable summary of a `--stats` file.
+//! `corofuse-lab stats PATH`: a readable summary of a `--stats` file.
 //!
 //! The file is read as the typed [`Stats`] the daemon wrote (`daemon_stats`, one
 //! definition for both), so a file that is not one is refused with the field that does not
@@ -262,7 +262,7 @@ mod tests {
     use super::*;
 
     /// A snapshot as the daemon builds it: real counters and a real accounting's report,
-    /// serialised and read back the way `corofuse stats` reads a file.
+    /// serialised and read back the way `corofuse-lab stats` reads a file.
     fn real() -> Stats {
         let mut accounting = Accounting::default();
         for i in 0..1000u64 {

@@ -56,14 +56,12 @@ pub struct Image {
     pub reused: bool,
     /// How long writing it took, when this run wrote it.
     pub fill_seconds: Option<f64>,
-    /// The `qcow2` row's image beside it, when that row runs ([`super::qcow2`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qcow2: Option<super::qcow2::Allocated>,
 }
 
 impl Image {
     /// When the image was last completely written: its marker's mtime (the image's own
     /// changes with every write run).
+    #[cfg(test)]
     pub fn filled_at(&self) -> Result<std::time::SystemTime, String> {
         let marker = self.path.with_file_name(MARKER);
         std::fs::metadata(&marker)
@@ -104,7 +102,6 @@ pub fn prepare(dir: &Path, size: u64, refill: bool) -> Result<Image, String> {
         fs_source,
         reused: fill_seconds.is_none(),
         fill_seconds,
-        qcow2: None,
     })
 }
 
@@ -233,16 +230,6 @@ pub fn evict(image: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `tmpfs` or `ramfs` when the file system holding `dir` (or the closest ancestor that
-/// exists) lives in RAM, for callers with their own refusal (`--dir`'s source tree).
-pub fn memory_fs(dir: &Path) -> Result<Option<&'static str>, String> {
-    Ok(match fs_magic(&nearest_existing(dir))? {
-        TMPFS_MAGIC => Some("tmpfs"),
-        RAMFS_MAGIC => Some("ramfs"),
-        _ => None,
-    })
 }
 
 /// The refusal, when `magic` (from statfs) is a file system in RAM.

@@ -15,11 +15,6 @@
 //! The rows on real storage run four of the five by default ([`STORAGE_DEFAULT`]): each
 //! of their workloads costs three runs (device, buffered, direct), and iodepth 1 is
 //! covered by the reads, whose round trip through a disk is what differs from tmpfs.
-//!
-//! The qcow2 rows run [`QCOW2_DEFAULT`], the cells issue 12 asks for: 4 KiB random reads
-//! and writes at iodepth 1 and 64 and sequential 1 MiB writes and reads (`read1m-uring-qd4`,
-//! otherwise opt-in); `device` and `disk` run the same list when a qcow2 row is planned,
-//! so that each qcow2 cell has its raw export and its ceiling beside it.
 
 use serde::Serialize;
 
@@ -173,25 +168,13 @@ pub const STORAGE_DEFAULT: [&str; 4] = [
     "write1m-uring-qd4",
 ];
 
-/// What the qcow2 rows (and, beside them, `device` and `disk`) run when no `--workload`
-/// is given: the default five and sequential 1 MiB reads.
-pub const QCOW2_DEFAULT: [&str; 6] = [
-    "randread-psync-qd1",
-    "randwrite-psync-qd1",
-    "randread-uring-qd64",
-    "randwrite-uring-qd64",
-    "write1m-uring-qd4",
-    "read1m-uring-qd4",
-];
-
 /// The default matrix: the first [`DEFAULT_COUNT`] of [`ALL`].
 pub fn matrix_default() -> &'static [&'static str] {
     &NAMES[..DEFAULT_COUNT]
 }
 
 /// The workloads a row runs: those named with `--workload`, in table order, or when
-/// none is named the row's `defaults` (the default matrix, [`STORAGE_DEFAULT`] or
-/// [`QCOW2_DEFAULT`]).
+/// none is named the row's `defaults` (the default matrix or [`STORAGE_DEFAULT`]).
 pub fn select<S: AsRef<str>>(names: &[S], defaults: &[&str]) -> Vec<Workload> {
     let chosen = |name: &str| {
         if names.is_empty() {
@@ -223,9 +206,6 @@ mod tests {
         assert_eq!(ALL[8].label(), "write 4k io_uring qd64");
         assert_eq!(ALL[9].label(), "randwrite 1m io_uring qd16");
         assert_eq!(ALL[10].label(), "read 1m io_uring qd4");
-        for name in QCOW2_DEFAULT {
-            assert!(NAMES.contains(&name), "{name}");
-        }
     }
 
     fn select(names: &[&str]) -> Vec<&'static str> {

@@ -1,5 +1,5 @@
 //! The `--stats` document: what `corofuse mount` and `corofuse mount-dir` write (at exit
-//! and on SIGUSR1) and what `corofuse stats` and the lab read back.
+//! and on SIGUSR1) and what the lab (`corofuse-lab stats`, `corofuse-lab bench`) reads back.
 //!
 //! Why a crate of its own: one definition for the writer and every reader, so a field the
 //! daemon adds is a field the readers see, by type, instead of each reader guessing at

@@ -47,7 +47,6 @@ pub mod diag;
 pub mod dispatch;
 pub mod export;
 pub mod fio;
-pub mod lab_run;
 pub mod mapping;
 pub mod mountinfo;
 pub mod nbd;

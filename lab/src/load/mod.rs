@@ -1,4 +1,4 @@
-//! `corofuse bench load` (hidden): the lab's load generator, one process per cell.
+//! `corofuse-lab bench load` (hidden): the lab's load generator, one process per cell.
 //!
 //! Why a separate process: the load must not share a scheduler position, a signal mask
 //! or a page cache decision with the lab that starts and stops daemons, and it must be

@@ -1,43 +1,30 @@
-//! The lab's results: medians per cell, ratios against qsd, against the device row
-//! (the ceiling of the rows on real storage) and, for the qcow2 rows, against the disk
-//! row (the raw export of the same data), for the nbd row against its limit (fio's nbd
-//! engine at the same qemu-nbd), and the three renderings (aligned table on
-//! stdout, one JSON document with `--json`, a bar chart with `--svg`).
+//! The lab's results: medians per cell, the ratio of the exports of the image on real
+//! storage to the device row (their ceiling), and the two renderings (aligned table on
+//! stdout, one JSON document with `--json`).
 //!
-//! Why one [`Report`] value for all three: they must agree, and the JSON one is the
-//! complete record (environment, options, every run), from which the others can be
-//! redrawn.
+//! Why one [`Report`] value for both: they must agree, and the JSON one is the complete
+//! record (environment, options, every run), from which the table can be redrawn.
 
-pub mod svg;
 pub mod table;
 
 use serde::Serialize;
 
-use super::affinity::{Cpus, Placement};
 use super::env::Environment;
-use super::export::{ExportKind, Server};
+use super::export::ExportKind;
 use super::matrix::{Cell, Run};
 use super::median::{median, median_of_all, outliers, ratio, Spread};
 use super::storage::Image;
-use super::variant::Variant;
 
 /// The command-line choices that shaped the numbers.
 #[derive(Debug, Serialize)]
 pub struct Options {
     pub seconds: f64,
     pub trials: usize,
-    /// "builtin" or "fio".
-    pub load: &'static str,
-    /// Load jobs per run (threads or fio jobs).
+    /// Load jobs per run (threads).
     pub jobs: u32,
-    pub compare_qsd: bool,
-    /// The corofuse configurations each mounted cell ran with.
-    pub variants: Vec<Variant>,
     pub exports: Vec<ExportKind>,
     pub workloads: Vec<&'static str>,
     pub mount_opts: Vec<String>,
-    pub cpus: Option<Cpus>,
-    pub placement: Option<Placement>,
 }
 
 /// Medians over a cell's runs (each field separately).
@@ -64,39 +51,15 @@ pub struct Summary {
     pub syscalls_per_request: Option<f64>,
 }
 
-/// corofuse over qsd for one (export, workload).
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct Ratios {
-    pub iops: f64,
-    pub mb_s: f64,
-    pub mean_us: f64,
-    pub p99_us: f64,
-}
-
 #[derive(Debug, Serialize)]
 pub struct CellReport {
     pub export: ExportKind,
     pub workload: &'static str,
     pub label: String,
-    pub server: Server,
     pub median: Summary,
-    /// Set on corofuse cells when qsd ran the same cell.
-    pub vs_qsd: Option<Ratios>,
     /// IOPS over the device row's for the same workload: set on the exports of the
     /// image on real storage when the device row ran that workload.
     pub vs_device: Option<f64>,
-    /// IOPS over the disk row's (the raw export of the same data) for the same workload
-    /// and server: set on the qcow2 rows when the disk row ran that cell. Issue 12's
-    /// target for allocated reads is >= 0.8.
-    pub vs_raw: Option<f64>,
-    /// IOPS over the nbd row's limit (fio's nbd engine at the same qemu-nbd) for the same
-    /// workload: set on the nbd row's FUSE cells when the limit ran. Issue 24's target
-    /// for corofuse is >= 0.9.
-    pub vs_limit: Option<f64>,
-    /// With several corofuse variants: IOPS over the first variant's, same cell.
-    pub vs_base: Option<f64>,
-    /// With several corofuse variants: this one had the most IOPS in its cell.
-    pub best: bool,
     /// The runs whose IOPS disagree with the cell's other runs ([`outliers`]), by index.
     pub outliers: Vec<usize>,
     pub runs: Vec<Run>,
@@ -158,36 +121,14 @@ impl Report {
                 export: c.export,
                 workload: c.workload.name,
                 label: c.workload.label(),
-                server: c.server,
                 median: summarise(&c.runs, switch_ns),
-                vs_qsd: None,
                 vs_device: None,
-                vs_raw: None,
-                vs_limit: None,
-                vs_base: None,
-                best: false,
                 outliers: outliers(&c.runs.iter().map(|r| r.load.iops).collect::<Vec<_>>()),
                 runs: c.runs,
             })
             .collect();
-        let compare_variants = options.variants.len() > 1;
         for i in 0..out.len() {
-            let qsd = out.iter().find(|q| {
-                q.server == Server::Qsd
-                    && q.export == out[i].export
-                    && q.workload == out[i].workload
-            });
-            let ratios = match (out[i].server, qsd) {
-                (Server::Corofuse(_), Some(q)) => Some(ratios(&out[i].median, &q.median)),
-                _ => None,
-            };
-            out[i].vs_qsd = ratios;
             out[i].vs_device = vs_device(&out, &out[i]);
-            out[i].vs_raw = vs_raw(&out, &out[i]);
-            out[i].vs_limit = vs_limit(&out, &out[i]);
-        }
-        if compare_variants {
-            mark_variants(&mut out);
         }
         Report {
             environment: env,
@@ -208,66 +149,7 @@ fn vs_device(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
     let device = cells
         .iter()
         .find(|d| d.export == ExportKind::Device && d.workload == cell.workload)?;
-    Some(ratios(&cell.median, &device.median).iops)
-}
-
-/// `cell`'s IOPS over those of the disk row for the same workload and server, for a
-/// qcow2 row (NaN when the disk row did no I/O).
-fn vs_raw(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
-    if !cell.export.qcow2() || cell.server == Server::Bare {
-        return None;
-    }
-    let raw = cells.iter().find(|d| {
-        d.export == ExportKind::Disk && d.workload == cell.workload && d.server == cell.server
-    })?;
-    Some(ratios(&cell.median, &raw.median).iops)
-}
-
-/// `cell`'s IOPS over those of the nbd row's limit for the same workload, for the nbd
-/// row's FUSE cells (NaN when the limit did no I/O).
-fn vs_limit(cells: &[CellReport], cell: &CellReport) -> Option<f64> {
-    if cell.export != ExportKind::Nbd || cell.server == Server::NbdLimit {
-        return None;
-    }
-    let limit = cells.iter().find(|d| {
-        d.export == ExportKind::Nbd && d.workload == cell.workload && d.server == Server::NbdLimit
-    })?;
-    Some(ratios(&cell.median, &limit.median).iops)
-}
-
-/// Sets `vs_base` (over the first variant of the same cell) and `best` on every corofuse
-/// cell.
-fn mark_variants(cells: &mut [CellReport]) {
-    for i in 0..cells.len() {
-        if !cells[i].server.is_corofuse() {
-            continue;
-        }
-        let (export, workload) = (cells[i].export, cells[i].workload);
-        let same_cell =
-            |c: &CellReport| c.server.is_corofuse() && c.export == export && c.workload == workload;
-        let base = cells.iter().find(|c| same_cell(c)).map(|c| c.median.iops);
-        let top = cells
-            .iter()
-            .filter(|c| same_cell(c))
-            .map(|c| c.median.iops)
-            .fold(f64::NEG_INFINITY, f64::max);
-        // The first of equals wins, so exactly one cell is marked.
-        let first_top = cells
-            .iter()
-            .position(|c| same_cell(c) && c.median.iops == top);
-        let me = cells[i].median.iops;
-        cells[i].vs_base = base.map(|b| if b > 0.0 { me / b } else { f64::NAN });
-        cells[i].best = first_top == Some(i);
-    }
-}
-
-fn ratios(a: &Summary, b: &Summary) -> Ratios {
-    Ratios {
-        iops: ratio(a.iops, b.iops),
-        mb_s: ratio(a.mb_s, b.mb_s),
-        mean_us: ratio(a.mean_us, b.mean_us),
-        p99_us: ratio(a.p99_us, b.p99_us),
-    }
+    Some(ratio(cell.median.iops, device.median.iops))
 }
 
 fn summarise(runs: &[Run], switch_ns: f64) -> Summary {
@@ -333,43 +215,17 @@ pub(crate) mod sample {
     }
 
     /// null and file, three workloads each, three runs per cell.
-    pub fn report(compare: bool) -> Report {
-        with_exports(compare, &[ExportKind::Null, ExportKind::File])
+    pub fn report() -> Report {
+        with_exports(&[ExportKind::Null, ExportKind::File])
     }
 
     /// The same with the local row (400k IOPS) and the storage rows too (device 40k
     /// IOPS, disk 30k, disk-direct 20k).
-    pub fn with_storage(compare: bool) -> Report {
-        with_exports(compare, &ExportKind::DEFAULT[..6])
+    pub fn with_storage() -> Report {
+        with_exports(&ExportKind::ALL[..6])
     }
 
-    /// device, disk (30k IOPS), qcow2 (24k) and qcow2-alloc (6k).
-    pub fn with_qcow2(compare: bool) -> Report {
-        let exports = [
-            ExportKind::Device,
-            ExportKind::Disk,
-            ExportKind::Qcow2,
-            ExportKind::Qcow2Alloc,
-        ];
-        with_exports(compare, &exports)
-    }
-
-    /// nbd only: corofuse (27k IOPS), qsd (13.5k) and its limit, fio nbd (30k).
-    pub fn with_nbd(compare: bool) -> Report {
-        with_exports(compare, &[ExportKind::Nbd])
-    }
-
-    /// null only, with the variants q1 (120k IOPS) and q2 (180k), and qsd.
-    pub fn with_variants() -> Report {
-        let variants = Variant::all(&[1, 2], &[]);
-        with(true, &[ExportKind::Null], &variants)
-    }
-
-    fn with_exports(compare: bool, exports: &[ExportKind]) -> Report {
-        with(compare, exports, &[Variant::default()])
-    }
-
-    fn with(compare: bool, exports: &[ExportKind], variants: &[Variant]) -> Report {
+    fn with_exports(exports: &[ExportKind]) -> Report {
         let mut cells = Vec::new();
         for &export in exports {
             for w in &WORKLOADS[..3] {
@@ -381,63 +237,30 @@ pub(crate) mod sample {
                     ExportKind::Disk => 30_000.0,
                     ExportKind::DiskDirect => 20_000.0,
                     ExportKind::DiskPt | ExportKind::DiskDirectPt => 38_000.0,
-                    ExportKind::Qcow2 => 24_000.0,
-                    ExportKind::Qcow2Alloc => 6_000.0,
-                    ExportKind::Nbd => 27_000.0,
                 };
-                if !export.mounted() {
-                    cells.push(Cell {
-                        export,
-                        workload: *w,
-                        server: Server::Bare,
-                        runs: vec![run(base, false); 3],
-                    });
-                    continue;
-                }
-                for (k, &v) in variants.iter().enumerate() {
-                    // Each further variant does 1.5x the one before.
-                    let base = base * 1.5f64.powi(k as i32);
-                    cells.push(Cell {
-                        export,
-                        workload: *w,
-                        server: Server::Corofuse(v),
-                        runs: vec![
-                            run(base, true),
-                            run(base * 1.1, true),
-                            run(base * 0.9, true),
-                        ],
-                    });
-                }
-                if compare && !export.passthrough() {
-                    cells.push(Cell {
-                        export,
-                        workload: *w,
-                        server: Server::Qsd,
-                        runs: vec![run(base / 2.0, false); 3],
-                    });
-                }
-                if export == ExportKind::Nbd {
-                    cells.push(Cell {
-                        export,
-                        workload: *w,
-                        server: Server::NbdLimit,
-                        runs: vec![run(30_000.0, false); 3],
-                    });
-                }
+                let runs = if export.mounted() {
+                    vec![
+                        run(base, true),
+                        run(base * 1.1, true),
+                        run(base * 0.9, true),
+                    ]
+                } else {
+                    vec![run(base, false); 3]
+                };
+                cells.push(Cell {
+                    export,
+                    workload: *w,
+                    runs,
+                });
             }
         }
         let options = Options {
             seconds: 3.0,
             trials: 3,
-            load: "builtin",
             jobs: 1,
-            compare_qsd: compare,
-            variants: variants.to_vec(),
             exports: exports.to_vec(),
             workloads: WORKLOADS[..3].iter().map(|w| w.name).collect(),
             mount_opts: vec![],
-            cpus: None,
-            placement: None,
         };
         let storage = exports.contains(&ExportKind::Device).then(|| Image {
             path: "/var/tmp/corofuse-bench/corofuse-bench.raw".into(),
@@ -446,7 +269,6 @@ pub(crate) mod sample {
             fs_source: "/dev/vda".into(),
             reused: false,
             fill_seconds: Some(1.4),
-            qcow2: None,
         });
         Report::new(Environment::probe(), options, 20.0, storage, cells)
     }
@@ -457,26 +279,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn summaries_and_ratios() {
-        let r = sample::report(true);
+    fn summaries() {
+        let r = sample::report();
         let c = &r.cells[0];
-        assert_eq!(
-            (c.server, c.workload),
-            (Server::COROFUSE, "randread-psync-qd1")
-        );
+        assert_eq!(c.workload, "randread-psync-qd1");
         assert_eq!(c.median.iops, 120_000.0);
         assert_eq!(
             (c.median.iops_min, c.median.iops_max),
             (108_000.0, 132_000.0)
         );
         assert_eq!(c.median.coroutine_ns_per_request, Some(80.0));
-        let v = c.vs_qsd.expect("qsd ran this cell");
-        assert_eq!(v.iops, 2.0);
-        let q = &r.cells[1];
-        assert_eq!(q.server, Server::Qsd);
-        assert!(q.vs_qsd.is_none() && q.median.switches_per_request.is_none());
+        // 55.5% of a CPU at 120k IOPS: 4.625 us per request.
+        let us = c.median.daemon_cpu_us_per_request.expect("cpu per request");
+        assert!((us - 4.625).abs() < 1e-9, "{us}");
         let json = serde_json::to_value(&r).expect("serialises");
-        assert_eq!(json["cells"][0]["vs_qsd"]["iops"], 2.0);
         assert!(json["environment"]["kernel"].is_string());
         assert!(
             r.cells.iter().all(|c| c.vs_device.is_none()),
@@ -485,69 +301,26 @@ mod tests {
         assert!(json["storage"].is_null());
     }
 
-    #[test]
-    fn variants_are_divided_by_the_first_and_the_best_is_marked() {
-        let r = sample::with_variants();
-        let cell: Vec<&CellReport> = r
-            .cells
-            .iter()
-            .filter(|c| c.workload == "randread-psync-qd1")
-            .collect();
-        let names: Vec<String> = cell.iter().map(|c| c.server.name()).collect();
-        assert_eq!(names, ["corofuse q1", "corofuse q2", "qsd"]);
-        assert_eq!(cell[0].vs_base, Some(1.0));
-        assert_eq!(cell[1].vs_base, Some(1.5));
-        assert_eq!(
-            (cell[0].best, cell[1].best, cell[2].best),
-            (false, true, false)
-        );
-        assert_eq!(cell[1].vs_qsd.expect("qsd ran").iops, 3.0);
-        assert!(cell[2].vs_base.is_none());
-        // 55.5% of a CPU at 120k IOPS: 4.625 us per request.
-        let us = cell[0]
-            .median
-            .daemon_cpu_us_per_request
-            .expect("cpu per request");
-        assert!((us - 4.625).abs() < 1e-9, "{us}");
-        let json = serde_json::to_value(&r).expect("serialises");
-        assert_eq!(json["cells"][1]["server"], "corofuse q2");
-        assert_eq!(json["cells"][1]["best"], true);
-        assert_eq!(json["options"]["variants"][1]["queues"], 2);
-        // One variant: nothing compared, nothing marked.
-        let plain = sample::report(true);
-        assert!(plain.cells.iter().all(|c| c.vs_base.is_none() && !c.best));
-    }
-
-    /// The randread-psync-qd1 cell of `export` served by `server`.
-    fn first_read(r: &Report, export: ExportKind, server: Server) -> &CellReport {
+    /// The randread-psync-qd1 cell of `export`.
+    fn first_read(r: &Report, export: ExportKind) -> &CellReport {
         r.cells
             .iter()
-            .find(|c| {
-                c.export == export && c.server == server && c.workload == "randread-psync-qd1"
-            })
+            .find(|c| c.export == export && c.workload == "randread-psync-qd1")
             .expect("cell")
     }
 
     #[test]
     fn storage_rows_are_divided_by_the_device_row() {
-        let r = sample::with_storage(true);
-        let find = |e: ExportKind, s: Server| first_read(&r, e, s);
-        let device = find(ExportKind::Device, Server::Bare);
-        assert_eq!(device.vs_device, None, "the ceiling itself");
-        assert!(device.vs_qsd.is_none());
+        let r = sample::with_storage();
+        let find = |e: ExportKind| first_read(&r, e);
         assert_eq!(
-            find(ExportKind::Disk, Server::COROFUSE).vs_device,
-            Some(0.75)
+            find(ExportKind::Device).vs_device,
+            None,
+            "the ceiling itself"
         );
-        assert_eq!(
-            find(ExportKind::DiskDirect, Server::COROFUSE).vs_device,
-            Some(0.5)
-        );
-        assert_eq!(
-            find(ExportKind::DiskDirect, Server::Qsd).vs_device,
-            Some(0.25)
-        );
-        assert_eq!(find(ExportKind::File, Server::COROFUSE).vs_device, None);
+        assert_eq!(find(ExportKind::Disk).vs_device, Some(0.75));
+        assert_eq!(find(ExportKind::DiskDirect).vs_device, Some(0.5));
+        assert_eq!(find(ExportKind::File).vs_device, None);
         let json = serde_json::to_value(&r).expect("serialises");
         assert_eq!(json["storage"]["fs_type"], "ext4");
         assert!(json["cells"]
@@ -558,59 +331,8 @@ mod tests {
     }
 
     #[test]
-    fn qcow2_rows_are_divided_by_the_raw_export_of_the_same_server() {
-        let r = sample::with_qcow2(true);
-        let find = |e: ExportKind, s: Server| first_read(&r, e, s);
-        let q = find(ExportKind::Qcow2, Server::COROFUSE);
-        assert_eq!(q.vs_raw, Some(0.8));
-        assert_eq!(q.vs_device, Some(0.6));
-        assert_eq!(find(ExportKind::Qcow2, Server::Qsd).vs_raw, Some(0.8));
-        assert_eq!(
-            find(ExportKind::Qcow2Alloc, Server::COROFUSE).vs_raw,
-            Some(0.2)
-        );
-        assert_eq!(find(ExportKind::Disk, Server::COROFUSE).vs_raw, None);
-        assert_eq!(find(ExportKind::Device, Server::Bare).vs_raw, None);
-        let json = serde_json::to_value(&r).expect("serialises");
-        assert!(json["cells"]
-            .as_array()
-            .expect("cells")
-            .iter()
-            .any(|c| c["export"] == "qcow2" && c["vs_raw"] == 0.8));
-        let plain = sample::with_storage(true);
-        assert!(plain.cells.iter().all(|c| c.vs_raw.is_none()));
-    }
-
-    #[test]
-    fn nbd_row_is_divided_by_its_limit_not_the_device() {
-        let r = sample::with_nbd(true);
-        let find = |s: Server| first_read(&r, ExportKind::Nbd, s);
-        let c = find(Server::COROFUSE);
-        assert_eq!(c.vs_limit, Some(0.9));
-        assert_eq!(c.vs_device, None);
-        assert_eq!(c.vs_qsd.expect("qsd ran").iops, 2.0);
-        assert_eq!(find(Server::Qsd).vs_limit, Some(0.45));
-        let limit = find(Server::NbdLimit);
-        assert!(limit.vs_limit.is_none() && limit.vs_qsd.is_none());
-        let json = serde_json::to_value(&r).expect("serialises");
-        assert!(json["cells"]
-            .as_array()
-            .expect("cells")
-            .iter()
-            .any(|c| c["server"] == "fio nbd" && c["export"] == "nbd"));
-        let plain = sample::with_storage(true);
-        assert!(plain.cells.iter().all(|c| c.vs_limit.is_none()));
-        let clients: Vec<_> = r
-            .cells
-            .into_iter()
-            .filter(|c| c.server != Server::NbdLimit)
-            .collect();
-        assert_eq!(vs_limit(&clients, &clients[0]), None, "no limit ran");
-    }
-
-    #[test]
     fn ratio_to_a_device_row_that_did_nothing_is_not_a_number() {
-        let mut r = sample::with_storage(false);
+        let mut r = sample::with_storage();
         for c in r
             .cells
             .iter_mut()

@@ -1,5 +1,6 @@
-//! `corofuse bench` end to end: a one-second lab run on the null export must print a
-//! table with a positive IOPS figure and leave no mount, daemon or scratch directory.
+//! `corofuse-lab bench` end to end: a one-second lab run on the null export, served by the
+//! `corofuse` binary it is given, must print a table with a positive IOPS figure and leave
+//! no mount, daemon or scratch directory.
 //!
 //! Needs root and /dev/fuse; elsewhere it says why it skips (a failure under
 //! `COROFUSE_TEST_NO_SKIP=1`, as in `.ci/run`), with the mount tests' helpers.
@@ -29,15 +30,19 @@ fn bench_null_randread_leaves_nothing_behind() {
     if let Some(why) = fuse_unavailable() {
         return report_skip(&why);
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_corofuse"))
+    let child = Command::new(env!("CARGO_BIN_EXE_corofuse-lab"))
         .args(["bench", "--seconds", "1", "--only", "null"])
+        .arg("--corofuse")
+        .arg(corofuse_tests::bin::corofuse())
         .args(["--workload", "randread-psync-qd1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("start corofuse bench");
+        .expect("start corofuse-lab bench");
     let pid = child.id();
-    let out = child.wait_with_output().expect("wait for corofuse bench");
+    let out = child
+        .wait_with_output()
+        .expect("wait for corofuse-lab bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
