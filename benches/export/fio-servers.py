@@ -92,7 +92,8 @@ for _jobs in (2, 4):
         WORKLOADS[f'{_name}-{_jobs}jobs'] = f'{WORKLOADS[_name]} --numjobs={_jobs}'
 # The meta suite: fio's file engines over this many files, and `ls -l` of them.
 META_FILES = 20000
-META = {'create': 'filecreate', 'stat': 'filestat', 'unlink': 'filedelete', 'ls-l': None}
+# In this order: ls -l lists what create and stat left, before unlink removes it.
+META = {'create': 'filecreate', 'stat': 'filestat', 'ls-l': None, 'unlink': 'filedelete'}
 # Options every fio run gets (--jobs).
 EXTRA_FIO = []
 # Rows whose p99 the summary shows beside the IOPS.
