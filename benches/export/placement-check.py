@@ -9,7 +9,9 @@ slow for a whole run now and then (a cliff); a median hides that. The check fail
 when any run of the default is below --floor (0.9) times the median of the best explicit
 configuration of that cell.
 
-Each run starts a fresh daemon; the page cache is dropped before every ext4 run. With
+Each run starts a fresh daemon; the page cache is dropped before every ext4 run, with a
+VM's free page reporting held off (fio-servers.py `machine_settings`: else the first
+writer after a drop pays host page faults, 0.06x for any server). With
 --busy CPU a spinning process pinned to that CPU runs during every run (another
 engineer's compile on a 2-CPU machine: the loop pinned there gets a share of it).
 
@@ -138,6 +140,37 @@ def check(results, floor):
     return ok
 
 
+def run_rounds(args, cells, table, mnt):
+    """The warm-up run, then every round: {(export, workload): {server: {round: IOPS}}}."""
+    results = {}
+    if not args.no_warmup:
+        export, workload = cells[0]
+        image, extra, target, size = table[export]
+        got = fs.run_server(servers(image, extra)[0], mnt, target or 'null', workload,
+                            args.seconds, size)
+        shown = f'{got[0]:.0f} IOPS' if got else 'FAILED'
+        print(f'# warm-up run (not counted): {shown}', flush=True)
+    for r in range(1, args.rounds + 1):
+        for export, workload in cells:
+            image, extra, target, size = table[export]
+            chosen = [s for s in servers(image, extra) if s.name.startswith('default')
+                      or not args.servers or s.name in args.servers.split(',')]
+            for server in chosen if r % 2 else list(reversed(chosen)):
+                if export.startswith('ext4'):
+                    subprocess.run(['sync'])
+                    open('/proc/sys/vm/drop_caches', 'w').write('3\n')
+                got = fs.run_server(server, mnt, target or 'null', workload,
+                                    args.seconds, size)
+                if got is None:
+                    print(f'{r}\t{export}\t{workload}\t{server.name}\tFAILED', flush=True)
+                    continue
+                iops, us, _, _ = got
+                results.setdefault((export, workload), {}).setdefault(server.name, {})[r] = iops
+                print(f'{r}\t{export}\t{workload}\t{server.name}\t{iops:.0f}\t{us:.1f}',
+                      flush=True)
+    return results
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=10)
@@ -176,34 +209,10 @@ def main():
     if args.busy is not None:
         busy = subprocess.Popen(['taskset', '-c', str(args.busy), 'sh', '-c',
                                  'while :; do :; done'])
-    results = {}
     try:
-        if not args.no_warmup:
-            export, workload = cells[0]
-            image, extra, target, size = table[export]
-            got = fs.run_server(servers(image, extra)[0], mnt, target or 'null', workload,
-                                args.seconds, size)
-            shown = f'{got[0]:.0f} IOPS' if got else 'FAILED'
-            print(f'# warm-up run (not counted): {shown}', flush=True)
-        for r in range(1, args.rounds + 1):
-            for export, workload in cells:
-                image, extra, target, size = table[export]
-                chosen = [s for s in servers(image, extra) if s.name.startswith('default')
-                          or not args.servers or s.name in args.servers.split(',')]
-                for server in chosen if r % 2 else list(reversed(chosen)):
-                    if export.startswith('ext4'):
-                        subprocess.run(['sync'])
-                        open('/proc/sys/vm/drop_caches', 'w').write('3\n')
-                    got = fs.run_server(server, mnt, target or 'null', workload,
-                                        args.seconds, size)
-                    if got is None:
-                        print(f'{r}\t{export}\t{workload}\t{server.name}\tFAILED', flush=True)
-                        continue
-                    iops, us, _, _ = got
-                    results.setdefault((export, workload), {}).setdefault(
-                        server.name, {})[r] = iops
-                    print(f'{r}\t{export}\t{workload}\t{server.name}\t{iops:.0f}\t{us:.1f}',
-                          flush=True)
+        with fs.machine_settings() as settings:
+            settings.warm(fs.WARM_BYTES)
+            results = run_rounds(args, cells, table, mnt)
     finally:
         if busy is not None:
             busy.send_signal(signal.SIGTERM)
