@@ -213,6 +213,7 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     let plan = plan::build(args, daemon::program(args.corofuse.as_deref())?)?;
     let environment = begin()?;
     interrupt::install()?;
+    let _page_reporting = setting::hold_page_reporting();
     let storage = if plan.on_storage() {
         let image = storage::prepare(&args.storage_dir, plan.storage_size, args.refill_image)?;
         if image.reused {
