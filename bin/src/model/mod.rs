@@ -10,10 +10,12 @@
 //! language: arguments, error wording, events.
 //!
 //! A node is opened at its first export, once, and shared by its later exports (writable
-//! if the first one is); it is closed when its last export is gone. Each export is served
-//! by [`server::Exports`]: on loops of its own ([`ExportSpec::loops`] `None`, as `mount`)
-//! or on chosen loops of the set the exports share (qsd's iothreads). Removing an export
-//! returns once its mount is gone and its node flushed, its locks released.
+//! if the first one is); the model lets it go when its last export is gone. Each export
+//! is served by [`server::Exports`]: on loops of its own ([`ExportSpec::loops`] `None`, as
+//! `mount`) or on chosen loops of the set the exports share (qsd's iothreads). Removing
+//! an export returns once its mount is gone and its node flushed, its locks released.
+//! (That close is the backend's: removing one of two exports of one node closes the node
+//! under the other, as before this model. Known, not yet fixed.)
 
 mod node;
 
