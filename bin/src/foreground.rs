@@ -13,7 +13,7 @@ use server::{Background, Report, ServeHandle, Served};
 use transport::FileSystem;
 
 use crate::model::Sections;
-use crate::mount::ServeArgs;
+use crate::serve_args::ServeArgs;
 use crate::signals::SignalFd;
 
 /// Reads the file system's own `--stats` sections (by name), at any time.

@@ -10,6 +10,7 @@ mod mount;
 mod mount_dir;
 mod out_file;
 mod pidfile;
+mod serve_args;
 mod signals;
 mod storage_daemon;
 mod umount;

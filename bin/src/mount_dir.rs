@@ -22,7 +22,7 @@ use server::{Exports, Target};
 
 use crate::foreground::{Foreground, ReportFn};
 use crate::model::section;
-use crate::mount::ServeArgs;
+use crate::serve_args::ServeArgs;
 use crate::signals::SignalFd;
 
 #[derive(clap::Args, Clone, Debug)]
