@@ -14,8 +14,9 @@
 //! is served by [`server::Exports`]: on loops of its own ([`ExportSpec::loops`] `None`, as
 //! `mount`) or on chosen loops of the set the exports share (qsd's iothreads). Removing
 //! an export returns once its mount is gone and its node flushed, its locks released.
-//! (That close is the backend's: removing one of two exports of one node closes the node
-//! under the other, as before this model. Known, not yet fixed.)
+//! (That close is the backend's: removing one of two exports of one node flushes it and
+//! releases its image locks while the other still serves it, as before this model.
+//! Known, not yet fixed.)
 
 mod node;
 
