@@ -4,10 +4,13 @@
 
 mod alloc_count;
 mod crash_check;
+mod foreground;
+mod model;
 mod mount;
 mod mount_dir;
 mod out_file;
 mod pidfile;
+mod serve_args;
 mod signals;
 mod storage_daemon;
 mod umount;
@@ -140,7 +143,9 @@ fn one_line(rendered: &str) -> String {
     let mut text = String::new();
     for part in parts {
         if !text.is_empty() {
-            text.push_str(if text.ends_with(':') { " " } else { "; " });
+            // clap's "[possible values: ...]" belongs to the sentence before it.
+            let glued = text.ends_with(':') || part.starts_with('[');
+            text.push_str(if glued { " " } else { "; " });
         }
         text.push_str(part);
     }
@@ -184,8 +189,13 @@ mod tests {
         );
         assert_eq!(
             error_of(&["corofuse", "mount", "i", "m", "--transport", "foo"]),
-            "invalid value 'foo' for '--transport <TRANSPORT>': expected dev, uring or auto \
-             (see corofuse --help)"
+            "invalid value 'foo' for '--transport <TRANSPORT>' [possible values: dev, uring, \
+             auto] (see corofuse --help)"
+        );
+        assert_eq!(
+            error_of(&["corofuse", "mount", "i", "m", "--placement", "al"]),
+            "invalid value 'al' for '--placement <PLACEMENT>' [possible values: adaptive, all]; \
+             tip: a similar value exists: 'all' (see corofuse --help)"
         );
         let typo = error_of(&["corofuse", "mont"]);
         assert!(

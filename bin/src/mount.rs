@@ -1,20 +1,26 @@
 //! `corofuse mount`: export an image over a regular file until SIGINT/SIGTERM or unmount.
 //!
+//! `corofuse mount IMAGE MNT` is shorthand for one block node and one export of it in
+//! the model the storage daemon builds too ([`crate::model`]): the image is the node
+//! ([`node_of`]: its spec the protocol layer, `--format` the format layer, the image
+//! options), the mount point and serving options the export, on loops of its own. What
+//! is left here is the command line, its checks and its wording.
+//!
 //! Order of events: open the image (taking QEMU's image locks unless `--no-lock`), mount,
-//! answer INIT, write the pidfile, serve. On SIGINT/SIGTERM: stop taking requests, let
-//! those in flight finish, flush the image, unmount, exit 0. SIGUSR1 writes the statistics without stopping. Every setup error is
-//! one line on stderr and a non-zero exit status.
+//! answer INIT, serve, write the pidfile. On SIGINT/SIGTERM: stop taking requests, let
+//! those in flight finish, flush the image, unmount, exit 0. SIGUSR1 writes the
+//! statistics without stopping ([`crate::foreground`]). Every setup error is one line on
+//! stderr and a non-zero exit status.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::time::Duration;
 
-use backend::record::WriteLog;
-use backend::{Format, OpenOptions};
-use image_export::{Export, ExportOptions};
-use server::{Dispatch, LoopPlacement, Report, ServeOptions, Server, Target, Transport};
-use transport::FileSystem;
+use backend::Format;
+use server::{Dispatch, LoopSet, ServeOptions};
 
+use crate::foreground::{Foreground, ReportFn};
+use crate::model::{self, ExportError, ExportSpec, Model, Node};
+use crate::serve_args::ServeArgs;
 use crate::signals::SignalFd;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -148,21 +154,25 @@ fn serve_args(args: &Args) -> ServeArgs {
     serve
 }
 
-/// Opens the image: an NBD export with the NBD options, anything else as `backend::open`.
-fn open_image(
-    args: &Args,
-    options: &OpenOptions,
-) -> std::io::Result<Arc<dyn backend::BlockBackend>> {
-    let log = match &args.record_writes {
-        Some(path) => Some(Arc::new(WriteLog::create(path, args.record_writes_max)?)),
-        None => None,
-    };
-    if !backend::nbd::is_nbd(&args.image) {
-        return match &log {
-            Some(log) => backend::open_recorded(&args.image, options, log),
-            None => backend::open(&args.image, options),
-        };
+/// The one node `corofuse mount IMAGE` is shorthand for: the image spec its protocol
+/// layer, `--format` its format layer (probed without), and the image options.
+pub(crate) fn node_of(args: &Args) -> Node {
+    let nbd = backend::nbd::is_nbd(&args.image).then(|| nbd_options(args));
+    Node {
+        format: args.format.unwrap_or_default(),
+        direct: args.direct,
+        lock: !args.no_lock,
+        snapshot: args.snapshot.clone(),
+        nbd: nbd.unwrap_or_default(),
+        record: (args.record_writes.clone()).map(|path| (path, args.record_writes_max)),
+        inject: args.inject.clone(),
+        ..Node::new(&args.image)
     }
+}
+
+/// How an NBD image connects: one connection per loop or worker thread unless
+/// `--nbd-connections` says.
+fn nbd_options(args: &Args) -> backend::NbdOptions {
     let serve = serve_args(args).options();
     let connections = match (args.nbd_connections, serve.dispatch) {
         (Some(n), _) => usize::from(n),
@@ -172,11 +182,11 @@ fn open_image(
             serve.plan_loops(allowed).0
         }
     };
-    let nbd = backend::NbdOptions {
+    backend::NbdOptions {
         connections,
         max_in_flight: usize::from(args.nbd_in_flight),
-        reconnect_delay: std::time::Duration::from_secs(u64::from(args.reconnect_delay)),
-        open_timer: std::time::Duration::from_secs(u64::from(args.open_timer)),
+        reconnect_delay: Duration::from_secs(u64::from(args.reconnect_delay)),
+        open_timer: Duration::from_secs(u64::from(args.open_timer)),
         tls: args
             .tls_creds
             .as_ref()
@@ -184,144 +194,28 @@ fn open_image(
                 creds: creds.clone(),
                 hostname: args.tls_hostname.clone(),
             }),
-    };
-    backend::nbd::open_image_recorded(&args.image, options, &nbd, log.as_ref())
-}
-
-/// How a mount is served, for `mount` and `mount-dir` alike.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ServeArgs {
-    /// Other users may access the mount
-    #[arg(long, help_heading = "Serving")]
-    pub allow_other: bool,
-    /// Written once the mount is live
-    #[arg(long, value_name = "PATH", help_heading = "Diagnostics")]
-    pub pidfile: Option<PathBuf>,
-    /// Write the runtime's counters as JSON at exit and on SIGUSR1
-    #[arg(long, value_name = "PATH", help_heading = "Diagnostics")]
-    pub stats: Option<PathBuf>,
-    /// Reads of /dev/fuse kept outstanding
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Serving")]
-    pub readers: u16,
-    /// Send replies through io_uring instead of writev(2)
-    #[arg(long, help_heading = "Serving")]
-    pub ring_replies: bool,
-    /// How requests run: `coroutine` (one per request, suspending on io_uring), `inline`
-    /// (one at a time on the loop, blocking syscalls) or `threads:N` (N worker threads,
-    /// blocking syscalls, like libfuse)
-    #[arg(long, default_value = "coroutine", value_parser = parse_dispatch, help_heading = "Serving")]
-    pub dispatch: Dispatch,
-    /// Spin up to this long for the next request before sleeping (0: never). The window
-    /// adapts (QEMU's poll-max-ns): it grows while requests come quickly and drops to 0
-    /// after a long idle wait, so an idle export burns no CPU
-    #[arg(
-        long,
-        value_name = "MICROSECONDS",
-        default_value_t = 0,
-        help_heading = "Serving"
-    )]
-    pub poll_us: u64,
-    /// Event loops (coroutine and inline dispatch): N threads, each with its own clone of
-    /// the /dev/fuse fd, its own io_uring, coroutine and buffer pools. With N > 1, loop i
-    /// is pinned to the i-th CPU this process may run on (cycling; `--cpus` to choose).
-    /// Default: with coroutine dispatch, one per CPU this process may run on (at most 8;
-    /// measured best: BENCHMARKS.md), but 1 for an NBD image (the server does the storage
-    /// work); with inline dispatch, 1
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Serving")]
-    pub queues: Option<u16>,
-    /// Pin loop i to the i-th CPU of this comma-separated list (cycling), e.g. 0,1
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus, help_heading = "Serving")]
-    pub cpus: Option<Cpus>,
-    /// How requests reach the loops: `dev` (reads of /dev/fuse), `uring` (FUSE over
-    /// io_uring, Linux 6.14+ with the fuse module's enable_uring=Y: one queue of ring
-    /// entries per CPU; loop i serves the queues of CPUs i, i+N, ...) or `auto` (uring where
-    /// the kernel offers it, else dev with a warning)
-    #[arg(long, default_value = "dev", value_parser = parse_transport, help_heading = "Serving")]
-    pub transport: Transport,
-    /// Ring entries per CPU queue with `--transport uring`
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = "Serving")]
-    pub uring_depth: u16,
-    /// Which of several /dev/fuse loops take requests (coroutine dispatch): `adaptive`
-    /// (a loop whose CPU the client keeps busy steps back while another loop has room,
-    /// and comes back to measure again; see transport::placement) or `all` (every loop,
-    /// always)
-    #[arg(long, default_value = "adaptive", value_parser = parse_placement, help_heading = "Serving")]
-    pub placement: LoopPlacement,
-}
-
-impl ServeArgs {
-    /// Checks what can be checked before anything is opened: the serving options, and that
-    /// `--pidfile` and `--stats` can be written where they say.
-    pub fn check(&self) -> Result<(), String> {
-        self.options().check()?;
-        if let Some(path) = &self.pidfile {
-            crate::pidfile::check_writable("--pidfile", path)?;
-        }
-        if let Some(path) = &self.stats {
-            crate::pidfile::check_writable("--stats", path)?;
-        }
-        Ok(())
-    }
-
-    /// The serving options these arguments say.
-    pub fn options(&self) -> ServeOptions {
-        ServeOptions {
-            allow_other: self.allow_other,
-            readers: usize::from(self.readers),
-            ring_replies: self.ring_replies,
-            dispatch: self.dispatch,
-            poll_us: self.poll_us,
-            queues: self.queues.map(usize::from),
-            cpus: self.cpus.clone().map(|c| c.0),
-            transport: self.transport,
-            uring_depth: usize::from(self.uring_depth),
-            placement: self.placement,
-            // Per-request accounting is on when there is somewhere to write it.
-            accounting: self.stats.is_some(),
-        }
     }
 }
 
-/// A `--cpus` list.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cpus(Vec<usize>);
-
-fn parse_cpus(text: &str) -> Result<Cpus, String> {
-    let cpus: Result<Vec<usize>, _> = text.split(',').map(|c| c.trim().parse()).collect();
-    match cpus {
-        Ok(cpus) if !cpus.is_empty() => Ok(Cpus(cpus)),
-        _ => Err("expected CPU numbers separated by commas, e.g. 0,1".into()),
+/// The one export of that node `corofuse mount IMAGE MNT` is shorthand for, on loops of
+/// its own.
+fn export_of(args: &Args, serve: ServeOptions) -> ExportSpec {
+    ExportSpec {
+        id: EXPORT.into(),
+        node: NODE.into(),
+        mountpoint: args.mountpoint.clone(),
+        name: args.image.clone(),
+        writable: args.writable,
+        growable: args.growable,
+        passthrough: args.passthrough,
+        serve,
+        loops: None,
     }
 }
 
-fn parse_dispatch(text: &str) -> Result<Dispatch, String> {
-    text.parse()
-}
-
-/// `--transport`, by the server's own parser (one list of values).
-fn parse_transport(text: &str) -> Result<Transport, String> {
-    text.parse()
-}
-
-/// `--placement`, by the server's own parser.
-fn parse_placement(text: &str) -> Result<LoopPlacement, String> {
-    text.parse()
-}
-
-/// Reads the file system's own `--stats` sections (by name), at any time.
-pub type ReportFn = Box<dyn Fn() -> Sections + Send + Sync>;
-
-/// The file system's own `--stats` sections, by name.
-pub type Sections = BTreeMap<String, serde_json::Value>;
-
-/// One section for [`Sections`]; `None` leaves it out.
-pub fn section(
-    name: &str,
-    value: Option<impl serde::Serialize>,
-) -> Option<(String, serde_json::Value)> {
-    let value = serde_json::to_value(value?).expect("a section serialises");
-    Some((name.to_string(), value))
-}
+/// The names of `corofuse mount`'s node and export in its model.
+const NODE: &str = "image";
+const EXPORT: &str = "mount";
 
 pub fn run(args: &Args) -> Result<(), String> {
     // Before any thread starts (the backend and the export may start some), so that every
@@ -343,123 +237,19 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .into(),
         );
     }
-    let options = OpenOptions {
-        writable: args.writable,
-        direct: args.direct,
-        lock: !args.no_lock,
-        format: args.format.unwrap_or_default(),
-        snapshot: args.snapshot.clone(),
-    };
-    let disk = open_image(args, &options).map_err(|e| open_error(&e))?;
-    // `--inject`: the rules wrap the backend; "exporting ..." below lists them.
-    let disk = match args.inject.clone() {
-        Some(spec) => Arc::new(backend::InjectBackend::new(disk, spec)),
-        None => disk,
-    };
-    if args.passthrough && disk.passthrough_file().is_none() {
-        return Err(format!(
-            "--passthrough needs a raw image file whose bytes are the exported ones, not {}",
-            disk.describe()
-        ));
-    }
-    let export = Arc::new(Export::new(
-        Arc::clone(&disk),
-        ExportOptions {
-            writable: args.writable,
-            growable: args.growable,
-            allow_other: args.serve.allow_other,
-            passthrough: args.passthrough,
-        },
-    ));
-    let counted = Arc::clone(&export);
-    let report: ReportFn = Box::new(move || {
-        [
-            section("backend", Some(disk.stats())),
-            section("inject", disk.inject_stats()),
-            section("passthrough", counted.passthrough_stats()),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    });
-    let target = Target {
-        mountpoint: args.mountpoint.clone(),
-        name: args.image.clone(),
-        directory: false,
-        read_only: false,
-    };
-    serve_mounted(&serve_args(args), &target, export, report, signals)
-}
-
-/// Mounts `fs` on `target`, writes the pidfile, serves as `args` say until SIGINT/SIGTERM
-/// or the unmount, then writes `--stats`: the life of every corofuse export. Serving is
-/// the `server` crate's; this adds the signals, the pidfile and the stats file.
-///
-/// `signals` must have been made before the file system started any thread of its own,
-/// so that every thread has the handled signals blocked ([`SignalFd::new`]).
-pub fn serve_mounted<F: FileSystem>(
-    args: &ServeArgs,
-    target: &Target,
-    fs: Arc<F>,
-    report: ReportFn,
-    signals: SignalFd,
-) -> Result<(), String> {
-    let server = Server::mount(fs, target, &args.options())?;
-    // Removed when this returns, after the unmount.
-    let _pidfile = args
-        .pidfile
-        .as_deref()
-        .map(crate::pidfile::PidFile::write)
-        .transpose()?;
-    let stats = Arc::new(StatsFile {
-        path: args.stats.clone(),
-        name: target.name.clone(),
-        dispatch: server.dispatch().to_string(),
-        report,
-    });
-    let handle = server.handle();
-    let watcher = {
-        let stats = Arc::clone(&stats);
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || crate::signals::watch(&signals, &handle, &stats))
-            .map_err(|e| format!("starting the signal thread: {e}"))?
-    };
-    let served = server.serve();
-    let _ = watcher.join();
-    stats.write(&served.report);
-    served.result
-}
-
-/// Where `--stats` goes and what it says besides the serving counters.
-pub struct StatsFile {
-    path: Option<PathBuf>,
-    name: String,
-    dispatch: String,
-    report: ReportFn,
-}
-
-impl StatsFile {
-    /// Writes `--stats`, if asked for, with `served` and the file system's sections.
-    pub fn write(&self, served: &Report) {
-        let Some(path) = &self.path else { return };
-        // Counted before this snapshot's own copies below.
-        let allocations = crate::alloc_count::allocations();
-        let stats = daemon_stats::Stats {
-            image: self.name.clone(),
-            dispatch: self.dispatch.clone(),
-            runtime: served.runtime,
-            queue: served.queue,
-            sections: (self.report)(),
-            allocations,
-            ops: served.ops.clone(),
-            per_queue: served.per_queue.clone(),
-            placement: served.placement.clone(),
-        };
-        if let Err(e) = crate::out_file::replace(path, stats.to_json().as_bytes()) {
-            log::error!("cannot write stats to {}: {e}", path.display());
-        }
-    }
+    let serve = serve_args(args);
+    let mut model = Model::new(LoopSet::new());
+    model.add_node(NODE, node_of(args))?;
+    let export = model
+        .add_export(&export_of(args, serve.options()))
+        .map_err(|e| match e {
+            ExportError::Open(e) => open_error(&e),
+            ExportError::Refused(e) => e,
+        })?;
+    let report: ReportFn = Box::new(move || model::sections(&export));
+    let served = model.export(EXPORT).expect("the export just added");
+    let life = Foreground::new(&serve, &args.image, served, report);
+    life.serve(signals, || model.remove_export(EXPORT))
 }
 
 /// Whether the image spec names no file whose format is probed (null, NBD).
@@ -491,6 +281,7 @@ fn open_error(e: &std::io::Error) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
+    use server::{LoopPlacement, Transport};
 
     #[derive(Parser)]
     struct Cli {

@@ -1,6 +1,8 @@
 //! `corofuse mount-dir`: export a directory tree (a passthrough of SOURCE_DIR) on a
-//! directory, until SIGINT/SIGTERM or unmount, served by the same transports, queues and
-//! accounting as `corofuse mount` (`mount::serve_mounted`, the `server` crate).
+//! directory, until SIGINT/SIGTERM or unmount: one export of a directory file system,
+//! served as `corofuse mount`'s image export is (`server::Exports`, on loops of its own,
+//! with the same transports, queues and accounting) and living the same foreground life
+//! (`crate::foreground`: pidfile, signals, `--stats`).
 //!
 //! Permission model: the mount has `default_permissions`, so the kernel checks each
 //! caller against the attributes the source reports, and the daemon acts with its own
@@ -16,9 +18,11 @@ use std::time::Duration;
 
 use dir_export::{Cache, DirFs, DirOptions, MetadataPolicy, PassthroughPolicy};
 
-use server::Target;
+use server::{Exports, Target};
 
-use crate::mount::{self, section, ReportFn, ServeArgs};
+use crate::foreground::{Foreground, ReportFn};
+use crate::model::section;
+use crate::serve_args::ServeArgs;
 use crate::signals::SignalFd;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -146,5 +150,12 @@ pub fn run(args: &Args) -> Result<(), String> {
         .flatten()
         .collect()
     });
-    mount::serve_mounted(&args.serve, &target, fs, report, signals)
+    let mut exports = Exports::default();
+    exports.add(EXPORT, fs, &target, &args.serve.options())?;
+    let served = exports.background(EXPORT).expect("the export just added");
+    let life = Foreground::new(&args.serve, &target.name, served, report);
+    life.serve(signals, || exports.remove(EXPORT))
 }
+
+/// The id of `mount-dir`'s one export.
+const EXPORT: &str = "mount-dir";

@@ -13,6 +13,13 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+/// Replaces `path` with a `--stats` document; an error is logged (the daemon goes on).
+pub fn write_stats(path: &Path, stats: &daemon_stats::Stats) {
+    if let Err(e) = replace(path, stats.to_json().as_bytes()) {
+        log::error!("cannot write stats to {}: {e}", path.display());
+    }
+}
+
 /// Replaces `path` with a new file holding `contents`, mode 0644.
 pub fn replace(path: &Path, contents: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {

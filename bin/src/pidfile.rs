@@ -14,11 +14,11 @@ pub struct PidFile {
 }
 
 impl PidFile {
-    /// Writes this process's PID to `path` (a new file renamed over it: `out_file`).
-    pub fn write(path: &Path) -> Result<PidFile, String> {
+    /// Writes this process's PID to `path` (a new file renamed over it: `out_file`); the
+    /// caller words the error (`mount` and qsd word it differently).
+    pub fn write(path: &Path) -> std::io::Result<PidFile> {
         let contents = format!("{}\n", std::process::id());
-        crate::out_file::replace(path, contents.as_bytes())
-            .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))?;
+        crate::out_file::replace(path, contents.as_bytes())?;
         Ok(PidFile {
             path: path.to_owned(),
             contents,

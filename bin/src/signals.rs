@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use server::ServeHandle;
 
-use crate::mount::StatsFile;
+use crate::foreground::StatsFile;
 
 /// The signals the daemon handles.
 pub const HANDLED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1];

@@ -17,6 +17,8 @@ pub struct Background<F: FileSystem> {
     handle: ServeHandle,
     thread: Option<JoinHandle<Served>>,
     path: PathBuf,
+    /// The dispatch as it runs ([`Server::dispatch`]).
+    dispatch: String,
 }
 
 impl<F: FileSystem> Background<F> {
@@ -48,6 +50,7 @@ impl<F: FileSystem> Background<F> {
     ) -> Result<Self, String> {
         let server = Server::mount(Arc::clone(&fs), target, options)?;
         let handle = server.handle();
+        let dispatch = server.dispatch().to_string();
         let thread = std::thread::Builder::new()
             .name("fuse-serve".into())
             .spawn(move || serve(server))
@@ -57,7 +60,13 @@ impl<F: FileSystem> Background<F> {
             handle,
             thread: Some(thread),
             path: target.mountpoint.clone(),
+            dispatch,
         })
+    }
+
+    /// The dispatch as it runs, spelled as on the command line ([`Server::dispatch`]).
+    pub fn dispatch(&self) -> &str {
+        &self.dispatch
     }
 
     /// The mount point.

@@ -114,6 +114,12 @@ impl<F: FileSystem> Exports<F> {
         self.live.get(id).map(Background::fs)
     }
 
+    /// Export `id`'s serving: its handle (stop, snapshots from another thread), its
+    /// dispatch, its file system.
+    pub fn background(&self, id: &str) -> Option<&Background<F>> {
+        self.live.get(id)
+    }
+
     /// The ids of the live exports, in order.
     pub fn ids(&self) -> impl Iterator<Item = &str> {
         self.live.keys().map(String::as_str)

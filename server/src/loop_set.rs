@@ -102,6 +102,18 @@ impl LoopSet {
         Ok(index)
     }
 
+    /// Starts `n` more loops with `config`, the i-th of them pinned to `cpus[i % len]`
+    /// (none pinned if `cpus` is empty: [`crate::ServeOptions::plan_loops`]); returns
+    /// their indices.
+    pub fn add_loops(&self, n: usize, cpus: &[usize], config: &Config) -> io::Result<Vec<usize>> {
+        (0..n)
+            .map(|i| {
+                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
+                self.add_loop(cpu, config.clone())
+            })
+            .collect()
+    }
+
     /// How many loops the set has.
     pub fn len(&self) -> usize {
         self.lock().len()

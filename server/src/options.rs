@@ -44,55 +44,63 @@ impl FromStr for Dispatch {
     }
 }
 
-/// How requests reach the loops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How requests reach the loops. The values and their help are the command line's
+/// (`corofuse mount --transport`): clap reads them from here, so they are listed once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Transport {
-    /// Reads of /dev/fuse.
+    /// Reads of /dev/fuse
     Dev,
-    /// FUSE over io_uring (Linux 6.14+, the fuse module's `enable_uring`): one queue of
-    /// ring entries per CPU, loop i serving the queues of CPUs i, i+N, ...
+    /// FUSE over io_uring (Linux 6.14+ with the fuse module's enable_uring=Y): one queue
+    /// of ring entries per CPU; loop i serves the queues of CPUs i, i+N, ...
     Uring,
-    /// `Uring` where the kernel offers it, else `Dev` with a warning.
+    /// uring where the kernel offers it, else dev with a warning
     Auto,
+}
+
+/// Which of several /dev/fuse loops take requests (coroutine dispatch); the command
+/// line's values (`--placement`), listed here only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoopPlacement {
+    /// A loop whose CPU the client keeps busy steps back while another loop has room, and
+    /// comes back to measure again (see transport::placement)
+    Adaptive,
+    /// Every loop, always
+    All,
 }
 
 impl FromStr for Transport {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Transport, String> {
-        match text {
-            "dev" => Ok(Transport::Dev),
-            "uring" => Ok(Transport::Uring),
-            "auto" => Ok(Transport::Auto),
-            _ => Err("expected dev, uring or auto".into()),
-        }
+        parse_value(text)
     }
-}
-
-/// Which of several /dev/fuse loops take requests (coroutine dispatch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LoopPlacement {
-    /// A loop whose CPU the client keeps busy steps back while another has room, and
-    /// comes back to measure again ([`transport::placement`]).
-    Adaptive,
-    /// Every loop, always.
-    All,
 }
 
 impl FromStr for LoopPlacement {
     type Err = String;
 
     fn from_str(text: &str) -> Result<LoopPlacement, String> {
-        match text {
-            "adaptive" => Ok(LoopPlacement::Adaptive),
-            "all" => Ok(LoopPlacement::All),
-            _ => Err("expected adaptive or all".into()),
-        }
+        parse_value(text)
     }
 }
 
+/// A value as the command line spells it, by the names clap derives from the enum (the
+/// one list); the error lists them: "expected dev, uring or auto".
+fn parse_value<T: clap::ValueEnum>(text: &str) -> Result<T, String> {
+    T::from_str(text, false).map_err(|_| {
+        let names: Vec<String> = (T::value_variants().iter())
+            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        match names.split_last() {
+            Some((last, [])) => format!("expected {last}"),
+            Some((last, rest)) => format!("expected {} or {last}", rest.join(", ")),
+            None => "no value is accepted".into(),
+        }
+    })
+}
+
 /// How a mount is served. `Default` is what `corofuse mount` does without options.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServeOptions {
     /// Other users may access the mount (`allow_other`).
     pub allow_other: bool,
@@ -257,6 +265,15 @@ mod tests {
         assert!("threads:0".parse::<Dispatch>().is_err());
         assert_eq!("uring".parse(), Ok(Transport::Uring));
         assert_eq!("all".parse(), Ok(LoopPlacement::All));
+        assert_eq!(
+            "foo".parse::<Transport>(),
+            Err("expected dev, uring or auto".to_string()),
+            "the values clap lists, in the same order"
+        );
+        assert_eq!(
+            "foo".parse::<LoopPlacement>().unwrap_err(),
+            "expected adaptive or all"
+        );
         let uring_threads = ServeOptions {
             transport: Transport::Uring,
             dispatch: Dispatch::Threads(2),

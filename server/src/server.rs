@@ -206,10 +206,11 @@ impl<F: FileSystem> Server<F> {
     /// The loops of a mount served alone: `queues` of them, pinned as planned.
     fn own_loops(&self) -> std::io::Result<LoopSet> {
         let set = LoopSet::new();
-        for index in 0..self.queues {
-            let cpu = (!self.cpus.is_empty()).then(|| self.cpus[index % self.cpus.len()]);
-            set.add_loop(cpu, self.options.runtime_config(self.uring))?;
-        }
+        set.add_loops(
+            self.queues,
+            &self.cpus,
+            &self.options.runtime_config(self.uring),
+        )?;
         Ok(set)
     }
 

@@ -22,6 +22,7 @@ use corofuse_qsd::cli::{self, Kind};
 use corofuse_qsd::{keyval, BlockExport, Blockdev, Chardev, Monitor, Object};
 use serde_json::json;
 
+use crate::pidfile::PidFile;
 use crate::signals::SignalFd;
 use monitor::Hub;
 use state::Daemon;
@@ -73,31 +74,30 @@ pub fn run(prog: &str, args: &[String]) -> ExitCode {
             return fail(prog, &e);
         }
     };
-    if let Some(path) = &pidfile {
-        let written = crate::out_file::replace(
-            path.as_ref(),
-            format!("{}\n", std::process::id()).as_bytes(),
-        );
-        if let Err(e) = written {
+    // Removed at exit (if it still holds this daemon's PID), as `corofuse mount`'s.
+    let _pidfile = match pidfile.as_deref().map(PidFile::write).transpose() {
+        Ok(pidfile) => pidfile,
+        Err(e) => {
             hub.daemon().shutdown();
             return fail(prog, &format!("cannot create PID file: {e}"));
         }
-    }
+    };
     notify_ready();
     if let Some(parent) = parent {
         parent.started();
     }
     serve(&hub, &signals, stats.as_deref());
-    if let Some(path) = &pidfile {
-        let _ = std::fs::remove_file(path);
-    }
     ExitCode::SUCCESS
 }
 
 /// Applies the options in order; returns the pidfile's path. The error says which option.
-fn apply(options: &[cli::Arg], hub: &Arc<Hub>) -> Result<Option<String>, String> {
+fn apply(options: &[cli::Arg], hub: &Arc<Hub>) -> Result<Option<std::path::PathBuf>, String> {
     let mut chardevs: Vec<Chardev> = Vec::new();
     let mut pidfile = None;
+    // Held until every option is applied: as in qsd, whose monitor runs only once the
+    // command line is done, a QMP client that connects early (the socket is bound at
+    // `--monitor`) sees every node and export the command line makes.
+    let mut daemon = hub.daemon();
     for option in options {
         let at = |e: String| format!("{}: {e}", option.shown);
         let value = &option.value;
@@ -105,17 +105,17 @@ fn apply(options: &[cli::Arg], hub: &Arc<Hub>) -> Result<Option<String>, String>
             Kind::Blockdev => {
                 let (tree, kv) = keyval::parse_option(value, Some("driver")).map_err(at)?;
                 let node = Blockdev::parse(tree, kv).map_err(at)?;
-                hub.daemon().add_node(node).map_err(at)?;
+                daemon.add_node(node).map_err(at)?;
             }
             Kind::Export => {
                 let (tree, kv) = keyval::parse_option(value, Some("type")).map_err(at)?;
                 let export = BlockExport::parse(tree, kv).map_err(at)?;
-                hub.daemon().add_export(export).map_err(at)?;
+                daemon.add_export(export).map_err(at)?;
             }
             Kind::Object => {
                 let (tree, kv) = keyval::parse_option(value, Some("qom-type")).map_err(at)?;
                 let object = Object::parse(tree, kv).map_err(at)?;
-                hub.daemon().add_object(object).map_err(at)?;
+                daemon.add_object(object).map_err(at)?;
             }
             Kind::Chardev => {
                 let tree = keyval::parse(value, Some("backend")).map_err(at)?;
@@ -140,7 +140,7 @@ fn apply(options: &[cli::Arg], hub: &Arc<Hub>) -> Result<Option<String>, String>
                     "tracing is not supported by corofuse (drop -T/--trace)".into()
                 ))
             }
-            Kind::Pidfile => pidfile = Some(value.clone()),
+            Kind::Pidfile => pidfile = Some(value.into()),
             Kind::Daemonize | Kind::Help | Kind::Version | Kind::Stats => {}
         }
     }
@@ -154,9 +154,7 @@ fn serve(hub: &Hub, signals: &SignalFd, stats: Option<&std::path::Path>) {
     let write_stats = || {
         if let Some(path) = stats {
             let doc = hub.daemon().stats();
-            if let Err(e) = crate::out_file::replace(path, doc.to_json().as_bytes()) {
-                log::error!("cannot write stats to {}: {e}", path.display());
-            }
+            crate::out_file::write_stats(path, &doc);
         }
     };
     let reason = loop {

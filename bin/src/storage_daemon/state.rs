@@ -1,8 +1,9 @@
 //! [`Daemon`]: the nodes, objects and exports of one storage daemon, changed by the
-//! command line at start and by QMP while it serves. Every export is built as `corofuse
-//! mount` builds one (an `image_export::Export` over the node's backend, served by the
-//! `server` crate) and lives in a [`server::Exports`], so adding or removing one leaves
-//! the others serving.
+//! command line at start and by QMP while it serves. The nodes and exports are the
+//! model's ([`crate::model::Model`], the one `corofuse mount` builds too): each node
+//! declared here is resolved into the model's node when added, each export added there,
+//! so adding or removing one leaves the others serving. What stays here is qsd's own:
+//! the declarations as given (for its queries), iothreads, TLS objects, events.
 //!
 //! The exports share one set of event loops ([`server::LoopSet`]), as qsd's exports share
 //! its iothreads: each `--object iothread` is a loop of its own (unpinned, as qsd's
@@ -11,22 +12,13 @@
 //! that names none: as many, pinned the same way, as `corofuse mount` would use).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use backend::BlockBackend;
 use corofuse_qsd::{AllowOther, BlockExport, Blockdev, Object};
-use image_export::{Export, ExportOptions};
 use serde_json::{json, Value};
-use server::{Exports, LoopSet, Report, ServeOptions, Target};
+use server::{LoopSet, Report, ServeOptions};
 
 use super::open::reason;
-
-/// A node opened for its exports.
-struct Opened {
-    backend: Arc<dyn BlockBackend>,
-    writable: bool,
-    exports: usize,
-}
+use crate::model::{ExportError, ExportSpec, Model};
 
 /// An `--object iothread`: its loop in the daemon's set.
 struct Iothread {
@@ -37,12 +29,11 @@ struct Iothread {
 
 /// Everything the daemon has.
 pub struct Daemon {
+    /// The nodes as declared (`--blockdev`, `blockdev-add`).
     nodes: BTreeMap<String, Blockdev>,
-    opened: BTreeMap<String, Opened>,
-    exports: Exports<Export>,
+    model: Model,
+    /// The exports as declared, by id.
     info: BTreeMap<String, BlockExport>,
-    /// The loops each export runs on, by export id.
-    loops_of: BTreeMap<String, Vec<usize>>,
     iothreads: Vec<Iothread>,
     /// The loops of the exports that name no iothread (made at the first).
     default_loops: Vec<usize>,
@@ -58,10 +49,8 @@ impl Daemon {
     pub fn new(accounting: bool) -> Daemon {
         Daemon {
             nodes: BTreeMap::new(),
-            opened: BTreeMap::new(),
-            exports: Exports::with_loops(Arc::new(LoopSet::named("qsd-loop"))),
+            model: Model::new(LoopSet::named("qsd-loop")),
             info: BTreeMap::new(),
-            loops_of: BTreeMap::new(),
             iothreads: Vec::new(),
             default_loops: Vec::new(),
             accounting,
@@ -91,7 +80,7 @@ impl Daemon {
         match object {
             Object::Iothread { id, poll_max_ns } => {
                 let config = self.loop_config(poll_max_ns.unwrap_or(0));
-                let at = self.exports.loops().add_loop(None, config).map_err(|e| {
+                let at = self.model.loops().add_loop(None, config).map_err(|e| {
                     format!("cannot create iothread '{id}': starting its event loop: {e}")
                 })?;
                 self.iothreads.push(Iothread {
@@ -127,31 +116,33 @@ impl Daemon {
             return Err(format!("Duplicate nodes with node-name='{name}'"));
         }
         self.graph().check(&node)?;
+        let resolved = self.graph().resolve(&node)?;
+        self.model.add_node(&name, resolved)?;
         self.nodes.insert(name, node);
         Ok(())
     }
 
     /// `blockdev-del`.
     pub fn del_node(&mut self, name: &str) -> Result<(), String> {
-        if !self.nodes.contains_key(name) {
-            return Err(format!("Failed to find node with node-name='{name}'"));
-        }
-        if self.opened.contains_key(name) {
-            return Err(format!("Node {name} is in use"));
-        }
+        self.model.del_node(name)?;
         self.nodes.remove(name);
         Ok(())
     }
 
     /// `--export`, `block-export-add`: the mount is live on return.
     pub fn add_export(&mut self, export: BlockExport) -> Result<(), String> {
-        if self.info.contains_key(&export.id) {
-            return Err(format!("Block export id '{}' is already in use", export.id));
-        }
-        let node = self
-            .nodes
-            .get(&export.node_name)
-            .ok_or_else(|| format!("Cannot find device='' nor node-name='{}'", export.node_name))?;
+        let mut spec = ExportSpec {
+            id: export.id.clone(),
+            node: export.node_name.clone(),
+            mountpoint: export.mountpoint.clone().into(),
+            name: export.node_name.clone(),
+            writable: export.writable,
+            growable: export.growable,
+            passthrough: false,
+            serve: self.serve_options(&export),
+            loops: None,
+        };
+        self.model.check_export(&spec)?;
         if let Some(missing) = export
             .iothreads
             .iter()
@@ -163,45 +154,15 @@ impl Daemon {
             let reason = reason(&e);
             return Err(format!("Failed to stat '{}': {reason}", export.mountpoint));
         }
-        if export.writable && node.read_only {
-            return Err(format!(
-                "Block node is read-only ('{}' has read-only=on)",
-                export.node_name
-            ));
-        }
-        let backend = self.backend_for(&export)?;
-        let fs = Arc::new(Export::new(
-            backend,
-            ExportOptions {
-                writable: export.writable,
-                growable: export.growable,
-                allow_other: self.allow_other(&export),
-                passthrough: false,
-            },
-        ));
-        let target = Target {
-            mountpoint: export.mountpoint.clone().into(),
-            name: export.node_name.clone(),
-            directory: false,
-            read_only: false,
-        };
-        let added = self.loops_for(&export).and_then(|on| {
-            let options = self.serve_options(&export);
-            self.exports
-                .add_on(&export.id, fs, &target, &options, &on)?;
-            Ok(on)
-        });
-        match added {
-            Ok(on) => {
-                self.loops_of.insert(export.id.clone(), on);
-                self.info.insert(export.id.clone(), export);
-                Ok(())
+        spec.loops = Some(self.loops_for(&export)?);
+        self.model.add_export(&spec).map_err(|e| match e {
+            ExportError::Open(e) => {
+                super::open::open_error(&self.nodes[&export.node_name], &self.graph(), &e)
             }
-            Err(e) => {
-                self.release_node(&export.node_name);
-                Err(e)
-            }
-        }
+            ExportError::Refused(e) => e,
+        })?;
+        self.info.insert(export.id.clone(), export);
+        Ok(())
     }
 
     /// The loops `export` runs on: its iothreads', else the default loops (made now if
@@ -214,53 +175,12 @@ impl Daemon {
         if self.default_loops.is_empty() {
             let allowed = runtime::affinity::allowed_cpus().unwrap_or_default();
             let (n, cpus) = ServeOptions::default().plan_loops(allowed);
-            for index in 0..n {
-                let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
-                let config = self.loop_config(0);
-                let at = self
-                    .exports
-                    .loops()
-                    .add_loop(cpu, config)
-                    .map_err(|e| format!("starting an event loop: {e}"))?;
-                self.default_loops.push(at);
-            }
+            let config = self.loop_config(0);
+            self.default_loops = (self.model.loops())
+                .add_loops(n, &cpus, &config)
+                .map_err(|e| format!("starting an event loop: {e}"))?;
         }
         Ok(self.default_loops.clone())
-    }
-
-    /// The node's backend, opened at its first export (writable if that one is).
-    fn backend_for(&mut self, export: &BlockExport) -> Result<Arc<dyn BlockBackend>, String> {
-        let name = &export.node_name;
-        if let Some(opened) = self.opened.get_mut(name) {
-            if export.writable && !opened.writable {
-                return Err(format!(
-                    "Node '{name}' is exported read-only already; corofuse opens a node once: \
-                     remove that export first"
-                ));
-            }
-            opened.exports += 1;
-            return Ok(Arc::clone(&opened.backend));
-        }
-        let node = &self.nodes[name];
-        let backend = self.graph().open(node, export.writable)?;
-        self.opened.insert(
-            name.clone(),
-            Opened {
-                backend: Arc::clone(&backend),
-                writable: export.writable,
-                exports: 1,
-            },
-        );
-        Ok(backend)
-    }
-
-    fn release_node(&mut self, name: &str) {
-        if let Some(opened) = self.opened.get_mut(name) {
-            opened.exports -= 1;
-            if opened.exports == 0 {
-                self.opened.remove(name);
-            }
-        }
     }
 
     /// `allow-other`: `auto` is on as root (where the mount always may), off otherwise.
@@ -289,13 +209,11 @@ impl Daemon {
         let Some(export) = self.info.remove(id) else {
             return Err(format!("Export '{id}' is not found"));
         };
-        self.loops_of.remove(id);
-        if let Some(served) = self.exports.remove(id) {
+        if let Some(served) = self.model.remove_export(&export.id) {
             if let Err(e) = served.result {
                 log::warn!("export '{id}': {e}");
             }
         }
-        self.release_node(&export.node_name);
         self.events
             .push(("BLOCK_EXPORT_DELETED", json!({ "id": id })));
         Ok(())
@@ -303,14 +221,11 @@ impl Daemon {
 
     /// Exports unmounted from outside: removed, each with its event.
     pub fn reap(&mut self) {
-        for (id, served) in self.exports.reap() {
+        for (id, served) in self.model.reap() {
             if let Err(e) = served.result {
                 log::warn!("export '{id}': {e}");
             }
-            if let Some(export) = self.info.remove(&id) {
-                self.release_node(&export.node_name);
-            }
-            self.loops_of.remove(&id);
+            self.info.remove(&id);
             self.events
                 .push(("BLOCK_EXPORT_DELETED", json!({ "id": id })));
         }
@@ -342,7 +257,7 @@ impl Daemon {
             .nodes
             .iter()
             .map(|(name, node)| {
-                let size = self.size_of(name).unwrap_or(0);
+                let size = self.size_of(name);
                 json!({
                     "node-name": name,
                     "drv": node.driver_name(),
@@ -358,16 +273,9 @@ impl Daemon {
         Value::Array(list)
     }
 
-    /// A node's size: its open backend's, else opened for a moment, read-only, unlocked.
-    fn size_of(&self, name: &str) -> Result<u64, String> {
-        if let Some(opened) = self.opened.get(name) {
-            return Ok(opened.backend.len());
-        }
-        let mut node = self.nodes[name].clone();
-        if let corofuse_qsd::Driver::File { locking, .. } = &mut node.driver {
-            *locking = false;
-        }
-        Ok(self.graph().open(&node, false)?.len())
+    /// A node's size (0 if it would not open).
+    fn size_of(&self, name: &str) -> u64 {
+        self.model.size_of(name).unwrap_or(0)
     }
 
     /// `block_resize`: the node's backend resized; an export's file follows.
@@ -379,14 +287,10 @@ impl Daemon {
         if let corofuse_qsd::Driver::Null { .. } = node.driver {
             return Err("Image format driver does not support resize".into());
         }
-        let backend = match self.opened.get(name) {
-            Some(o) if o.writable => Arc::clone(&o.backend),
-            Some(_) => return Err("Block node is read-only".into()),
-            None => self.graph().open(node, true)?,
-        };
-        backend
-            .resize(&runtime::Ctx::Blocking, size)
-            .map_err(|e| format!("Could not resize: {e}"))
+        self.model.resize(name, size).map_err(|e| match e {
+            ExportError::Open(e) => super::open::open_error(node, &self.graph(), &e),
+            ExportError::Refused(e) => e,
+        })
     }
 
     /// `query-iothreads`.
@@ -410,20 +314,20 @@ impl Daemon {
             ..daemon_stats::Stats::default()
         };
         for counters in self
-            .exports
+            .model
             .loops()
             .counters(std::time::Duration::from_secs(1))
         {
             doc.runtime.add(&counters);
         }
         for (id, export) in &self.info {
-            let report = self.exports.snapshot(id).unwrap_or_default();
+            let report = self.model.snapshot(id).unwrap_or_default();
             doc.queue.add(&report.queue);
-            let backend = self
-                .opened
-                .get(&export.node_name)
-                .map(|o| o.backend.stats());
-            let section = export_section(export, &self.loops_of[id], &report, backend);
+            let sections = (self.model.export(id))
+                .map(|served| crate::model::sections(served.fs()))
+                .unwrap_or_default();
+            let loops = self.model.loops_of(id);
+            let section = export_section(export, loops, &report, sections.get("backend"));
             doc.sections.insert(format!("export:{id}"), section);
         }
         doc
@@ -435,7 +339,7 @@ fn export_section(
     export: &BlockExport,
     loops: &[usize],
     report: &Report,
-    backend: Option<backend::BackendStats>,
+    backend: Option<&Value>,
 ) -> Value {
     json!({
         "node-name": export.node_name,
