@@ -75,45 +75,37 @@ fn names_are_the_kernels_without_prefix() {
     }
 }
 
+/// The names of the known kinds that have `property`, in opcode order.
+fn names_where(property: impl Fn(OpKind) -> bool) -> Vec<&'static str> {
+    let known = OpKind::KNOWN.iter().copied();
+    known.filter(|k| property(*k)).map(OpKind::name).collect()
+}
+
 #[test]
 fn only_the_forgets_and_interrupt_take_no_reply() {
-    let silent: Vec<_> = OpKind::KNOWN.iter().filter(|k| !k.replies()).collect();
-    assert_eq!(
-        silent,
-        [&OpKind::Forget, &OpKind::Interrupt, &OpKind::BatchForget]
-    );
+    let silent = names_where(|k| !k.replies());
+    assert_eq!(silent, ["FORGET", "INTERRUPT", "BATCH_FORGET"]);
     assert!(OpKind::Unknown.replies(), "answered ENOSYS");
 }
 
 #[test]
 fn replies_of_unknown_length_need_the_data_buffer() {
-    let data: Vec<_> = OpKind::KNOWN
-        .iter()
-        .filter(|k| k.needs_data_buffer())
-        .map(|k| k.name())
-        .collect();
-    assert_eq!(
-        data,
-        [
-            "READLINK",
-            "READ",
-            "GETXATTR",
-            "LISTXATTR",
-            "READDIR",
-            "READDIRPLUS"
-        ]
-    );
+    let data = names_where(OpKind::needs_data_buffer);
+    let want = [
+        "READLINK",
+        "READ",
+        "GETXATTR",
+        "LISTXATTR",
+        "READDIR",
+        "READDIRPLUS",
+    ];
+    assert_eq!(data, want);
 }
 
 #[test]
 fn node_making_and_attribute_changes_run_as_the_caller() {
-    let as_caller: Vec<_> = OpKind::KNOWN
-        .iter()
-        .filter(|k| k.changes_as_caller())
-        .map(|k| k.name())
-        .collect();
     assert_eq!(
-        as_caller,
+        names_where(OpKind::changes_as_caller),
         [
             "SETATTR",
             "SYMLINK",
