@@ -5,9 +5,12 @@
 //!
 //! This is the product's semantics, independent of how requests arrive (a coroutine queue
 //! over io_uring, blocking threads, FUSE over io_uring): [`Export`] is a
-//! [`FileSystem`]; a transport decodes a [`Request`], calls [`FileSystem::handle`] with the
-//! [`Ctx`] it runs in, and sends the returned [`Reply`]. Nothing here allocates: reply arguments live in a [`ReplyArgs`] the caller
-//! owns (on its coroutine's stack) and READ data goes into the caller's data buffer.
+//! [`FileSystem`]; a transport decodes a [`Request`](fuse::Request), calls
+//! [`FileSystem::handle`] with the [`Ctx`] it runs in, which runs the operation's method of
+//! [`Operations`](transport::Operations) (`ops`; those the export does not serve answer
+//! ENOSYS), and sends the returned [`Reply`](fuse::Reply). Nothing here allocates: reply
+//! arguments live in a [`ReplyArgs`] the caller owns (on its coroutine's stack) and READ
+//! data goes into the caller's data buffer.
 //!
 //! Rules, QEMU's FUSE export where they make sense:
 //! - sizes are byte-exact (QEMU rounds to 512 bytes);
@@ -21,6 +24,7 @@
 
 pub mod attr;
 mod data;
+mod ops;
 
 use std::io;
 use std::sync::Arc;
@@ -32,10 +36,9 @@ use attr::Attributes;
 use fuse::abi::*;
 use fuse::backing::{self, Mode};
 use fuse::init::{InitConfig, Negotiated};
-use fuse::{Errno, Reply, Request, WriteData};
-use std::ffi::CStr;
+use fuse::Errno;
 use std::os::fd::BorrowedFd;
-use transport::{Answer, FileSystem, Operations};
+use transport::FileSystem;
 
 /// How the image is exported.
 #[derive(Clone, Copy, Debug, Default)]
@@ -222,118 +225,6 @@ fn reopen_path(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
         .custom_flags(libc::O_PATH)
         .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map(std::os::fd::OwnedFd::from)
-}
-
-/// The operations a single-file export serves; the rest answer ENOSYS. LOOKUP answers
-/// ENOENT (the root is a file: no names, so no FORGET ever comes).
-impl Operations for Export {
-    type Scratch = ReplyArgs;
-
-    fn lookup<'b>(
-        &self,
-        _: &Ctx<'_>,
-        _: &Request<'_>,
-        _: &CStr,
-        _: &'b mut ReplyArgs,
-    ) -> Answer<'b> {
-        Err(Errno::ENOENT)
-    }
-
-    fn getattr<'b>(
-        &self,
-        _cx: &Ctx<'_>,
-        req: &Request<'_>,
-        _arg: &fuse_getattr_in,
-        s: &'b mut ReplyArgs,
-    ) -> Answer<'b> {
-        self.attr_into(&mut s.attr)
-            .map(|a| Reply::arg(req.unique, a))
-    }
-
-    fn setattr<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        arg: &fuse_setattr_in,
-        s: &'b mut ReplyArgs,
-    ) -> Answer<'b> {
-        self.set_attr(cx, arg, &mut s.attr)
-            .map(|a| Reply::arg(req.unique, a))
-    }
-
-    fn statfs<'b>(&self, _cx: &Ctx<'_>, req: &Request<'_>, s: &'b mut ReplyArgs) -> Answer<'b> {
-        Ok(Reply::arg(req.unique, self.statfs_into(&mut s.statfs)))
-    }
-
-    fn open<'b>(
-        &self,
-        _cx: &Ctx<'_>,
-        req: &Request<'_>,
-        arg: &fuse_open_in,
-        s: &'b mut ReplyArgs,
-    ) -> Answer<'b> {
-        self.open_into(arg, &mut s.open)
-            .map(|o| Reply::arg(req.unique, o))
-    }
-
-    fn release<'b>(&self, _cx: &Ctx<'_>, req: &Request<'_>, arg: &fuse_release_in) -> Answer<'b> {
-        self.release_passthrough(arg);
-        Ok(Reply::empty(req.unique))
-    }
-
-    fn flush_file<'b>(&self, cx: &Ctx<'_>, req: &Request<'_>, _arg: &fuse_flush_in) -> Answer<'b> {
-        self.flush_writes(cx)?;
-        Ok(Reply::empty(req.unique))
-    }
-
-    fn fsync<'b>(&self, cx: &Ctx<'_>, req: &Request<'_>, _arg: &fuse_fsync_in) -> Answer<'b> {
-        self.backend.flush(cx).map_err(Errno::from)?;
-        Ok(Reply::empty(req.unique))
-    }
-
-    fn read<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        arg: &fuse_read_in,
-        data: &'b mut [u8],
-    ) -> Answer<'b> {
-        self.read_into(cx, arg, data)
-            .map(|d| Reply::data(req.unique, d))
-    }
-
-    fn write<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        arg: &fuse_write_in,
-        data: WriteData<'_>,
-        s: &'b mut ReplyArgs,
-    ) -> Answer<'b> {
-        self.write_from(cx, arg, data, &mut s.write)
-            .map(|w| Reply::arg(req.unique, w))
-    }
-
-    fn fallocate<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        arg: &fuse_fallocate_in,
-    ) -> Answer<'b> {
-        self.allocate(cx, arg)?;
-        Ok(Reply::empty(req.unique))
-    }
-
-    fn lseek<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        arg: &fuse_lseek_in,
-        s: &'b mut ReplyArgs,
-    ) -> Answer<'b> {
-        self.seek_data(cx, arg, &mut s.lseek)
-            .map(|l| Reply::arg(req.unique, l))
-    }
 }
 
 impl FileSystem for Export {
