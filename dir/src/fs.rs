@@ -4,8 +4,9 @@
 //!
 //! Each request is decoded by `fuse`, answered here from the [`Tree`] (names, attributes)
 //! and the [`Handles`] (open files and directories), with the data of READ and WRITE going
-//! through the request's [`Ctx`](runtime::Ctx) (io_uring from a coroutine, blocking syscalls elsewhere)
-//! between the transport's buffers and the source file with no copy of ours.
+//! through the request's [`Ctx`](runtime::Ctx) (io_uring from a coroutine, blocking
+//! syscalls elsewhere) between the transport's buffers and the source file with no copy of
+//! ours.
 //!
 //! This file keeps the export's state ([`DirFs`], its [`Scratch`] and statistics); `ops`
 //! is its [`Operations`](transport::Operations): which family answers a request, on which
@@ -34,9 +35,8 @@
 //!   run off the loop too: LOOKUP's path walk through the ring (`IORING_OP_OPENAT2`, a
 //!   name in the source's dentry cache opens at submission, any other in a kernel worker),
 //!   every other metadata request on a helper thread ([`crate::offload`]; which kinds:
-//!   `ops::runs_on_loop`) while its
-//!   coroutine waits on the ring; tested with a source that stalls a LOOKUP and a MKDIR,
-//!   `dir/tests/stall.rs`. On a local source they run on the loop, measured cheaper
+//!   `ops::runs_on_loop`) while its coroutine waits on the ring; tested with a source
+//!   that stalls a LOOKUP and a MKDIR, `dir/tests/stall.rs`. On a local source they run on the loop, measured cheaper
 //!   there: `fstat` of descriptors already open, the `*at` calls that make, rename or
 //!   remove names (each on a directory the lookup already walked to), xattrs, getdents64
 //!   (io_uring has no such operation) and READDIRPLUS's lookups. Locks and FLUSH never

@@ -3,8 +3,9 @@
 //! [`Request`] to those methods, which [`FileSystem::handle`](crate::FileSystem::handle)
 //! runs by default.
 //!
-//! Why: every file system used to write its own ~44-arm `match` over [`Operation`](fuse::Operation) and
-//! the same wrapper around it (no reply for the forgets, an error reply from an `Err`).
+//! Why: every file system used to write its own ~44-arm `match` over
+//! [`Operation`](fuse::Operation) and the same wrapper around it (no reply for the
+//! forgets, an error reply from an `Err`).
 //! Here the match is written once and is exhaustive: an operation added to the decoder
 //! fails to compile here until it has a method, and a file system that does not serve it
 //! answers ENOSYS by default, as fuser's `Filesystem` does.
