@@ -4,13 +4,14 @@
 //!
 //! Each request is decoded by `fuse`, answered here from the [`Tree`] (names, attributes)
 //! and the [`Handles`] (open files and directories), with the data of READ and WRITE going
-//! through the request's [`Ctx`] (io_uring from a coroutine, blocking syscalls elsewhere)
-//! between the transport's buffers and the source file with no copy of ours.
+//! through the request's [`Ctx`](runtime::Ctx) (io_uring from a coroutine, blocking
+//! syscalls elsewhere) between the transport's buffers and the source file with no copy of
+//! ours.
 //!
-//! This file keeps the export's state ([`DirFs`], its [`Scratch`] and statistics) and the
-//! dispatch table (`DirFs::dispatch`): which family answers a request, on which thread,
-//! with whose credentials. Each family of requests is answered in a module of its own,
-//! whose doc says which rules of the source it keeps:
+//! This file keeps the export's state ([`DirFs`], its [`Scratch`] and statistics); `ops`
+//! is its [`Operations`](transport::Operations): which family answers a request, on which
+//! thread, with whose credentials. Each family of requests is answered in a module of its
+//! own, whose doc says which rules of the source it keeps:
 //! - `entries`: names and node lifetime (LOOKUP, MKDIR, MKNOD, SYMLINK, LINK, UNLINK,
 //!   RMDIR, RENAME, RENAME2, READLINK, FORGET), a new node given to its caller;
 //! - `attrs`: GETATTR, SETATTR, ACCESS, STATFS, how long attributes are valid, and the
@@ -27,15 +28,15 @@
 //! - Credentials: the requests that change the tree (making nodes, links, renames,
 //!   attribute and extended attribute changes) run with their caller's file system
 //!   credentials where the daemon can take them on ([`crate::creds`],
-//!   `DirFs::changes_as_caller`).
+//!   [`fuse::OpKind::changes_as_caller`]).
 //! - POLL, TMPFILE and STATX answer ENOSYS: the kernel falls back to GETATTR.
 //! - What blocks (the contract in `transport::service`): in coroutine dispatch, data goes
 //!   through the ring. On a network or FUSE source ([`MetadataPolicy`]) metadata calls
 //!   run off the loop too: LOOKUP's path walk through the ring (`IORING_OP_OPENAT2`, a
 //!   name in the source's dentry cache opens at submission, any other in a kernel worker),
-//!   every other metadata request on a helper thread ([`crate::offload`]) while its
-//!   coroutine waits on the ring; tested with a source that stalls a LOOKUP and a MKDIR,
-//!   `dir/tests/stall.rs`. On a local source they run on the loop, measured cheaper
+//!   every other metadata request on a helper thread ([`crate::offload`]; which kinds:
+//!   `ops::runs_on_loop`) while its coroutine waits on the ring; tested with a source
+//!   that stalls a LOOKUP and a MKDIR, `dir/tests/stall.rs`. On a local source they run on the loop, measured cheaper
 //!   there: `fstat` of descriptors already open, the `*at` calls that make, rename or
 //!   remove names (each on a directory the lookup already walked to), xattrs, getdents64
 //!   (io_uring has no such operation) and READDIRPLUS's lookups. Locks and FLUSH never
@@ -47,8 +48,8 @@ use std::path::Path;
 
 use fuse::abi::*;
 use fuse::backing;
-use fuse::{Errno, Operation, Reply, Request};
-use runtime::Ctx;
+use fuse::{Errno, Reply};
+use transport::Answer;
 use zerocopy::FromZeros;
 
 use crate::fresh::Notifier;
@@ -64,6 +65,7 @@ mod dirs;
 mod entries;
 mod locks;
 mod open;
+mod ops;
 mod options;
 mod session;
 mod xattrs;
@@ -152,8 +154,6 @@ fn errno(e: io::Error) -> Errno {
     Errno::from(e)
 }
 
-type Answer<'b> = Result<Reply<'b>, Errno>;
-
 impl DirFs {
     /// Exports `source`. Raises the process's open-file limit as far as it may: every
     /// node the kernel holds keeps an `O_PATH` descriptor while it is within the budget
@@ -241,172 +241,6 @@ impl DirFs {
     /// The listing stats, to add to (a poisoned lock is taken over: they are counters).
     fn listing(&self) -> std::sync::MutexGuard<'_, ListingStats> {
         self.listing.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether `op` changes the tree as its caller ([`crate::creds`]): the node-making
-    /// requests, links, renames, attribute and extended attribute changes.
-    fn changes_as_caller(op: &Operation<'_>) -> bool {
-        matches!(
-            op,
-            Operation::Create { .. }
-                | Operation::Mkdir { .. }
-                | Operation::Mknod { .. }
-                | Operation::Symlink { .. }
-                | Operation::Link { .. }
-                | Operation::Rename { .. }
-                | Operation::Rename2 { .. }
-                | Operation::Setattr { .. }
-                | Operation::Setxattr { .. }
-                | Operation::Removexattr { .. }
-        )
-    }
-
-    /// FORGET and BATCH_FORGET drop the kernel's lookups, INTERRUPT ends a lock's wait:
-    /// none of them has a reply. Every other request is answered ([`DirFs::dispatch`]).
-    fn answer<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        s: &'b mut Scratch,
-        data: &'b mut [u8],
-    ) -> Option<Answer<'b>> {
-        match req.op {
-            Operation::Forget { arg } => self.tree.inodes.forget(req.nodeid, arg.nlookup),
-            Operation::BatchForget { nodes, .. } => {
-                for n in nodes {
-                    self.tree.inodes.forget(n.nodeid, n.nlookup);
-                }
-            }
-            Operation::Interrupt { arg } => self.locks.interrupt(arg.unique),
-            _ => return Some(self.dispatch(cx, req, s, data)),
-        }
-        None
-    }
-
-    /// The answer to each request the kernel waits on, one call each, by family: nodes
-    /// and their attributes, names, open files and their data, directories, extended
-    /// attributes, the session ([`DirFs::answer_here`], the table; each family's longer
-    /// answers are in its module, see the module's doc), on a helper thread where the
-    /// request's metadata calls run off the loop ([`DirFs::off_the_loop`]).
-    fn dispatch<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        s: &'b mut Scratch,
-        data: &'b mut [u8],
-    ) -> Answer<'b> {
-        match &self.offload {
-            Some(offload) if Self::off_the_loop(&req.op) => {
-                offload.run(cx, || self.answer_here(&Ctx::Blocking, req, s, data))
-            }
-            _ => self.answer_here(cx, req, s, data),
-        }
-    }
-
-    /// Whether `op`, with metadata calls off the loop ([`MetadataPolicy`]), runs on a
-    /// helper thread: every request but those whose calls go through the ring (data,
-    /// sync, LOOKUP's path walk) or never wait (locks, FLUSH, the session's).
-    fn off_the_loop(op: &Operation<'_>) -> bool {
-        !matches!(
-            op,
-            Operation::Lookup { .. }
-                | Operation::Read { .. }
-                | Operation::Write { .. }
-                | Operation::Fsync { .. }
-                | Operation::Fsyncdir { .. }
-                | Operation::Fallocate { .. }
-                | Operation::Getlk { .. }
-                | Operation::Setlk { .. }
-                | Operation::Setlkw { .. }
-                | Operation::Flush { .. }
-                | Operation::Destroy
-                | Operation::Init { .. }
-        )
-    }
-
-    /// [`DirFs::dispatch`] on this thread, with `cx`.
-    fn answer_here<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        s: &'b mut Scratch,
-        data: &'b mut [u8],
-    ) -> Answer<'b> {
-        let (unique, node, tree) = (req.unique, req.nodeid, &self.tree);
-        let _acting =
-            Self::changes_as_caller(&req.op).then(|| tree.acting_for(req.uid, req.gid, req.pid));
-        match req.op {
-            Operation::Lookup { name } => {
-                let walk = if self.offload.is_some() {
-                    cx
-                } else {
-                    &Ctx::Blocking
-                };
-                self.entry(unique, s, tree.lookup(walk, node, name))
-            }
-            Operation::Getattr { arg } => self.getattr(req, arg, s),
-            Operation::Setattr { arg } => self.setattr(req, arg, s),
-            Operation::Access { arg } => status(unique, tree.access(node, arg.mask as i32)),
-            Operation::Statfs => self.statfs(req, s),
-
-            Operation::Mkdir { arg, name } => {
-                self.made(req, s, tree.mkdir(node, name, arg.mode, arg.umask))
-            }
-            Operation::Mknod { arg, name } => {
-                let rdev = u64::from(arg.rdev);
-                self.made(req, s, tree.mknod(node, name, arg.mode, rdev, arg.umask))
-            }
-            Operation::Symlink { name, target } => {
-                self.made(req, s, tree.symlink(node, name, target))
-            }
-            Operation::Link { arg, newname } => {
-                self.entry(unique, s, tree.link(arg.oldnodeid, node, newname))
-            }
-            Operation::Unlink { name } => status(unique, tree.unlink(node, name)),
-            Operation::Rmdir { name } => status(unique, tree.rmdir(node, name)),
-            Operation::Rename { arg, name, newname } => {
-                status(unique, tree.rename(node, name, arg.newdir, newname, 0))
-            }
-            Operation::Rename2 { arg, name, newname } => {
-                status(unique, self.rename2(req, arg, name, newname))
-            }
-            Operation::Readlink => self.readlink(req, data),
-
-            Operation::Open { arg } => self.open(req, arg, s),
-            Operation::Create { arg, name } => self.create(req, arg, name, s),
-            Operation::Read { arg } => self.read(cx, req, arg, data),
-            Operation::Write { arg, data: payload } => self.write(cx, req, arg, payload, s),
-            Operation::Flush { arg } => {
-                self.locks.flush(node, arg.lock_owner);
-                Ok(Reply::empty(unique))
-            }
-            Operation::Getlk { arg } => self.getlk(req, arg, s),
-            Operation::Setlk { arg } => self.setlk(cx, req, arg, false),
-            Operation::Setlkw { arg } => self.setlk(cx, req, arg, true),
-            Operation::Fsync { arg } => self.fsync(cx, unique, arg),
-            Operation::Fallocate { arg } => self.fallocate(cx, req, arg),
-            Operation::Lseek { arg } => self.lseek(unique, arg, s),
-            Operation::CopyFileRange { arg } => self.copy(req, arg, false, s),
-            Operation::CopyFileRange64 { arg } => self.copy(req, arg, true, s),
-            Operation::Release { arg } | Operation::Releasedir { arg } => self.release(req, arg),
-
-            Operation::Opendir { .. } => self.opendir(req, s),
-            Operation::Readdir { arg } => self.timed(|| self.readdir(req, arg, false, data)),
-            Operation::Readdirplus { arg } => self.timed(|| self.readdir(req, arg, true, data)),
-            Operation::Fsyncdir { arg } => self.fsyncdir(cx, unique, arg),
-
-            Operation::Getxattr { arg, name } => self.xattr(unique, arg.size, s, data, |buf| {
-                tree.getxattr(node, name, buf)
-            }),
-            Operation::Listxattr { arg } => self.listxattr(req, arg.size, s, data),
-            Operation::Setxattr { arg, name, value } => self.setxattr(req, &arg, name, value),
-            Operation::Removexattr { name } => status(unique, tree.removexattr(node, name)),
-
-            Operation::Destroy => Ok(Reply::empty(unique)),
-            Operation::Init { .. } => Err(Errno::EPROTO),
-            // POLL, TMPFILE, STATX and the rest (see the module's doc).
-            _ => Err(Errno::ENOSYS),
-        }
     }
 }
 

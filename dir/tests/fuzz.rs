@@ -111,7 +111,7 @@ fn serve(fs: &DirFs, bytes: &[u8], data: &mut [u8]) -> Option<i32> {
     let head = &words.as_bytes()[..bytes.len()];
     let req = Request::decode(head, &[]).ok()?;
     let mut scratch = Default::default();
-    let data: &mut [u8] = if fs.needs_data_buffer(req.opcode) {
+    let data: &mut [u8] = if req.op.kind().needs_data_buffer() {
         data
     } else {
         &mut []

@@ -71,7 +71,7 @@ impl Harness {
         let head = &words.as_bytes()[..bytes.len()];
         let req = Request::decode(head, &[]).expect("a well-formed request");
         let mut scratch = Default::default();
-        let data: &mut [u8] = if self.fs.needs_data_buffer(opcode) {
+        let data: &mut [u8] = if req.op.kind().needs_data_buffer() {
             &mut self.data
         } else {
             &mut []

@@ -24,7 +24,7 @@ use fuse::{Operation, Reply, Request};
 use memfs::MemFs;
 use runtime::Ctx;
 use server::{Background, Dispatch, ServeOptions, Target};
-use transport::FileSystem;
+use transport::{FileSystem, Operations};
 
 /// How long the stalled lookup takes.
 const STALL: Duration = Duration::from_secs(3);
@@ -39,19 +39,18 @@ struct SlowSource {
     done: AtomicBool,
 }
 
-impl FileSystem for SlowSource {
+impl Operations for SlowSource {
     type Scratch = memfs::Scratch;
+}
 
+/// Serves through the tree's own [`FileSystem::handle`], stalling first where armed.
+impl FileSystem for SlowSource {
     fn init_config(&self, config: InitConfig) -> InitConfig {
         self.fs.init_config(config)
     }
 
     fn session_started(&self, negotiated: &Negotiated, session: std::os::fd::BorrowedFd<'_>) {
         self.fs.session_started(negotiated, session)
-    }
-
-    fn needs_data_buffer(&self, opcode: u32) -> bool {
-        self.fs.needs_data_buffer(opcode)
     }
 
     fn handle<'b>(

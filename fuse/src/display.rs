@@ -8,27 +8,28 @@
 //! logging is off.
 
 use crate::abi::{
-    fuse_copy_file_range_in, fuse_create_in, fuse_lk_in, fuse_read_in, fuse_write_in, FUSE_ROOT_ID,
+    fuse_copy_file_range_in, fuse_create_in, fuse_lk_in, fuse_read_in, fuse_write_in, FUSE_BMAP,
+    FUSE_IOCTL, FUSE_NOTIFY_REPLY, FUSE_REMOVEMAPPING, FUSE_ROOT_ID, FUSE_SETUPMAPPING,
 };
+use crate::kind::OpKind;
 use crate::request::{Operation, Request, WriteData};
 use core::fmt;
 use std::ffi::CStr;
 
-/// The kernel's name for an opcode, without the `FUSE_` prefix.
+/// The kernel's name for an opcode, without the `FUSE_` prefix: a decoded kind's
+/// ([`OpKind::name`]), or one of the opcodes the decoder leaves [`OpKind::Unknown`].
 pub fn opcode_name(opcode: u32) -> Option<&'static str> {
-    #[rustfmt::skip]
-    const NAMES: [&str; 54] = [
-        "", "LOOKUP", "FORGET", "GETATTR", "SETATTR", "READLINK", "SYMLINK", "", // 0..=7
-        "MKNOD", "MKDIR", "UNLINK", "RMDIR", "RENAME", "LINK", "OPEN", "READ", // 8..=15
-        "WRITE", "STATFS", "RELEASE", "", "FSYNC", "SETXATTR", "GETXATTR", "LISTXATTR", // 16..=23
-        "REMOVEXATTR", "FLUSH", "INIT", "OPENDIR", "READDIR", "RELEASEDIR", "FSYNCDIR", // 24..=30
-        "GETLK", "SETLK", "SETLKW", "ACCESS", "CREATE", "INTERRUPT", "BMAP", "DESTROY", // 31..=38
-        "IOCTL", "POLL", "NOTIFY_REPLY", "BATCH_FORGET", "FALLOCATE", "READDIRPLUS", // 39..=44
-        "RENAME2", "LSEEK", "COPY_FILE_RANGE", "SETUPMAPPING", "REMOVEMAPPING", // 45..=49
-        "SYNCFS", "TMPFILE", "STATX", "COPY_FILE_RANGE_64", // 50..=53
-    ];
-    let name = *NAMES.get(usize::try_from(opcode).ok()?)?;
-    (!name.is_empty()).then_some(name)
+    match OpKind::from_opcode(opcode) {
+        OpKind::Unknown => match opcode {
+            FUSE_BMAP => Some("BMAP"),
+            FUSE_IOCTL => Some("IOCTL"),
+            FUSE_NOTIFY_REPLY => Some("NOTIFY_REPLY"),
+            FUSE_SETUPMAPPING => Some("SETUPMAPPING"),
+            FUSE_REMOVEMAPPING => Some("REMOVEMAPPING"),
+            _ => None,
+        },
+        kind => Some(kind.name()),
+    }
 }
 
 impl fmt::Display for Request<'_> {
@@ -236,6 +237,8 @@ mod tests {
             opcode_name(FUSE_COPY_FILE_RANGE_64),
             Some("COPY_FILE_RANGE_64")
         );
+        assert_eq!(opcode_name(FUSE_IOCTL), Some("IOCTL"));
+        assert_eq!(opcode_name(FUSE_REMOVEMAPPING), Some("REMOVEMAPPING"));
         assert_eq!(opcode_name(7), None);
         assert_eq!(opcode_name(19), None);
         assert_eq!(opcode_name(54), None);

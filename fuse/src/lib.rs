@@ -43,7 +43,8 @@
 //! - [`mount`]: check the mountpoint, mount (mount(2) as root, fusermount3
 //!   otherwise), unmount on drop.
 //! - [`dev`]: open /dev/fuse, clone queues, read requests, write replies.
-//! - [`decode`] / [`request`]: bytes to [`Request`] with an [`Operation`].
+//! - [`decode`] / [`request`]: bytes to [`Request`] with an [`Operation`];
+//!   [`kind`]: what each operation is ([`OpKind`]: reply or not, data buffer or not...).
 //! - [`init`]: INIT negotiation and the buffer sizes it implies.
 //! - [`reply`] / [`errno`]: replies as iovecs, directory listings packed in
 //!   place ([`reply::ReaddirBuf`]), errors as [`Errno`].
@@ -90,6 +91,7 @@ pub mod display;
 pub mod errno;
 pub mod flags;
 pub mod init;
+pub mod kind;
 pub mod mount;
 pub mod mountinfo;
 pub mod notify;
@@ -100,5 +102,6 @@ mod sys;
 
 pub use decode::{DecodeError, Features};
 pub use errno::Errno;
+pub use kind::{Family, OpKind};
 pub use reply::{Reply, Sent};
 pub use request::{Operation, Request, WriteData};

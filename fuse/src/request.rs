@@ -12,6 +12,7 @@
 //! `FUSE(  42) READ fh=1 off=4096 len=4096`.
 
 use crate::abi::*;
+use crate::kind::OpKind;
 use std::ffi::CStr;
 use std::io::IoSlice;
 
@@ -40,8 +41,10 @@ pub struct Request<'a> {
 }
 
 /// The operation and its arguments, borrowed from the request buffer.
+///
+/// Not `#[non_exhaustive]`: servers match it exhaustively, so that an operation added
+/// here fails to compile wherever it is not yet decided ([`crate::kind`]).
 #[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
 pub enum Operation<'a> {
     /// Handshake; copied and zero-extended (older kernels send 8 or 16 bytes).
     Init {
@@ -378,11 +381,11 @@ impl<'a> Request<'a> {
     /// False for requests the kernel does not wait on: FORGET, BATCH_FORGET
     /// and INTERRUPT (which may still be answered with ENOSYS or EAGAIN).
     pub fn expects_reply(&self) -> bool {
-        expects_reply(self.opcode)
+        self.op.kind().replies()
     }
 }
 
-/// False for opcodes the kernel expects no reply to; see [`Request::expects_reply`].
+/// False for opcodes the kernel expects no reply to ([`OpKind::replies`]).
 pub fn expects_reply(opcode: u32) -> bool {
-    !matches!(opcode, FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT)
+    OpKind::from_opcode(opcode).replies()
 }

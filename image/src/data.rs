@@ -13,7 +13,7 @@ const SEEK_HOLE: u32 = 4;
 
 impl Export {
     /// READ: short at the end of the image, empty past it.
-    pub(super) fn read<'b>(
+    pub(super) fn read_into<'b>(
         &self,
         cx: &Ctx<'_>,
         arg: &fuse_read_in,
@@ -35,7 +35,7 @@ impl Export {
     /// WRITE: straight from the request buffers to the backend (no copy). Past the end it
     /// grows a growable export; otherwise it is short up to the end and ENOSPC after it.
     /// A write with O_SYNC or O_DSYNC is flushed before the reply.
-    pub(super) fn write<'a>(
+    pub(super) fn write_from<'a>(
         &self,
         cx: &Ctx<'_>,
         arg: &fuse_write_in,
@@ -79,7 +79,7 @@ impl Export {
     /// FALLOCATE: mode 0 grows a growable export at or past the end (ENOSPC for a fixed
     /// size) and is accepted inside the image; PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE zero
     /// through the backend; other modes EOPNOTSUPP.
-    pub(super) fn fallocate(&self, cx: &Ctx<'_>, arg: &fuse_fallocate_in) -> Result<(), Errno> {
+    pub(super) fn allocate(&self, cx: &Ctx<'_>, arg: &fuse_fallocate_in) -> Result<(), Errno> {
         if !self.options.writable {
             return Err(Errno::EROFS);
         }
@@ -113,7 +113,7 @@ impl Export {
 
     /// LSEEK with SEEK_DATA / SEEK_HOLE, from the backend's allocation map. The end of the
     /// image counts as a hole; at or past it, ENXIO.
-    pub(super) fn lseek<'a>(
+    pub(super) fn seek_data<'a>(
         &self,
         cx: &Ctx<'_>,
         arg: &fuse_lseek_in,
@@ -146,7 +146,7 @@ impl Export {
     }
 
     /// SETATTR: checks everything first, then resizes, then updates the attributes.
-    pub(super) fn setattr<'a>(
+    pub(super) fn set_attr<'a>(
         &self,
         cx: &Ctx<'_>,
         arg: &fuse_setattr_in,
@@ -158,6 +158,6 @@ impl Export {
             self.backend.resize(cx, arg.size).map_err(Errno::from)?;
         }
         self.attrs.apply(arg);
-        self.getattr(out)
+        self.attr_into(out)
     }
 }

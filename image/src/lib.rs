@@ -5,9 +5,12 @@
 //!
 //! This is the product's semantics, independent of how requests arrive (a coroutine queue
 //! over io_uring, blocking threads, FUSE over io_uring): [`Export`] is a
-//! [`FileSystem`]; a transport decodes a [`Request`], calls [`FileSystem::handle`] with the
-//! [`Ctx`] it runs in, and sends the returned [`Reply`]. Nothing here allocates: reply arguments live in a [`ReplyArgs`] the caller
-//! owns (on its coroutine's stack) and READ data goes into the caller's data buffer.
+//! [`FileSystem`]; a transport decodes a [`Request`](fuse::Request), calls
+//! [`FileSystem::handle`] with the [`Ctx`] it runs in, which runs the operation's method of
+//! [`Operations`](transport::Operations) (`ops`; those the export does not serve answer
+//! ENOSYS), and sends the returned [`Reply`](fuse::Reply). Nothing here allocates: reply
+//! arguments live in a [`ReplyArgs`] the caller owns (on its coroutine's stack) and READ
+//! data goes into the caller's data buffer.
 //!
 //! Rules, QEMU's FUSE export where they make sense:
 //! - sizes are byte-exact (QEMU rounds to 512 bytes);
@@ -21,6 +24,7 @@
 
 pub mod attr;
 mod data;
+mod ops;
 
 use std::io;
 use std::sync::Arc;
@@ -32,7 +36,7 @@ use attr::Attributes;
 use fuse::abi::*;
 use fuse::backing::{self, Mode};
 use fuse::init::{InitConfig, Negotiated};
-use fuse::{Errno, Operation, Reply, Request};
+use fuse::Errno;
 use std::os::fd::BorrowedFd;
 use transport::FileSystem;
 
@@ -134,13 +138,13 @@ impl Export {
         self.options
     }
 
-    fn getattr<'a>(&self, out: &'a mut fuse_attr_out) -> Result<&'a fuse_attr_out, Errno> {
+    fn attr_into<'a>(&self, out: &'a mut fuse_attr_out) -> Result<&'a fuse_attr_out, Errno> {
         let allocated = self.backend.allocated_bytes().map_err(Errno::from)?;
         *out = self.attrs.attr_out(self.backend.len(), allocated);
         Ok(out)
     }
 
-    fn open<'a>(
+    fn open_into<'a>(
         &self,
         arg: &fuse_open_in,
         out: &'a mut fuse_open_out,
@@ -179,7 +183,7 @@ impl Export {
     }
 
     /// RELEASE: the last passthrough open of the image unregisters its backing file.
-    fn release(&self, arg: &fuse_release_in) {
+    fn release_passthrough(&self, arg: &fuse_release_in) {
         if !self.options.passthrough {
             return;
         }
@@ -193,14 +197,14 @@ impl Export {
     }
 
     /// FLUSH: makes writes durable, where there can be any.
-    fn flush_op(&self, cx: &Ctx<'_>) -> Result<(), Errno> {
+    fn flush_writes(&self, cx: &Ctx<'_>) -> Result<(), Errno> {
         if !self.options.writable {
             return Ok(());
         }
         self.backend.flush(cx).map_err(Errno::from)
     }
 
-    fn statfs<'a>(&self, out: &'a mut fuse_statfs_out) -> &'a fuse_statfs_out {
+    fn statfs_into<'a>(&self, out: &'a mut fuse_statfs_out) -> &'a fuse_statfs_out {
         const BSIZE: u64 = 4096;
         out.st.bsize = BSIZE as u32;
         out.st.frsize = BSIZE as u32;
@@ -224,8 +228,6 @@ fn reopen_path(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
 }
 
 impl FileSystem for Export {
-    type Scratch = ReplyArgs;
-
     /// The protocol's defaults plus shared mappings: OPEN answers `FOPEN_DIRECT_IO`, and
     /// without DIRECT_IO_ALLOW_MMAP the kernel refuses `MAP_SHARED` of such a file.
     fn init_config(&self, mut config: InitConfig) -> InitConfig {
@@ -244,63 +246,6 @@ impl FileSystem for Export {
             self.passthrough
                 .start(negotiated.has(FUSE_PASSTHROUGH), session);
         }
-    }
-
-    fn needs_data_buffer(&self, opcode: u32) -> bool {
-        opcode == FUSE_READ
-    }
-
-    /// `data` is the caller's buffer for READ data (at least the negotiated `max_read`);
-    /// `args` holds the reply's argument struct.
-    fn handle<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        args: &'b mut ReplyArgs,
-        data: &'b mut [u8],
-    ) -> Option<Reply<'b>> {
-        let unique = req.unique;
-        let result = match req.op {
-            Operation::Getattr { .. } => {
-                self.getattr(&mut args.attr).map(|a| Reply::arg(unique, a))
-            }
-            Operation::Setattr { arg } => self
-                .setattr(cx, arg, &mut args.attr)
-                .map(|a| Reply::arg(unique, a)),
-            Operation::Open { arg } => self
-                .open(arg, &mut args.open)
-                .map(|o| Reply::arg(unique, o)),
-            Operation::Release { arg } => {
-                self.release(arg);
-                Ok(Reply::empty(unique))
-            }
-            Operation::Flush { .. } => self.flush_op(cx).map(|()| Reply::empty(unique)),
-            Operation::Fsync { .. } => self
-                .backend
-                .flush(cx)
-                .map_err(Errno::from)
-                .map(|()| Reply::empty(unique)),
-            Operation::Read { arg } => self.read(cx, arg, data).map(|d| Reply::data(unique, d)),
-            Operation::Write { arg, data } => self
-                .write(cx, arg, data, &mut args.write)
-                .map(|w| Reply::arg(unique, w)),
-            Operation::Fallocate { arg } => self.fallocate(cx, arg).map(|()| Reply::empty(unique)),
-            Operation::Lseek { arg } => self
-                .lseek(cx, arg, &mut args.lseek)
-                .map(|l| Reply::arg(unique, l)),
-            Operation::Statfs => Ok(Reply::arg(unique, self.statfs(&mut args.statfs))),
-            Operation::Lookup { .. } => Err(Errno::ENOENT),
-            Operation::Statx { .. } => Err(Errno::ENOSYS),
-            Operation::Init { .. } => Err(Errno::EPROTO),
-            // The kernel waits for DESTROY's reply (libfuse answers it too); sent at
-            // unmount of fuseblk mounts only, never to ours, but answered all the same.
-            Operation::Destroy => Ok(Reply::empty(unique)),
-            Operation::Interrupt { .. }
-            | Operation::Forget { .. }
-            | Operation::BatchForget { .. } => return None,
-            _ => Err(Errno::ENOSYS),
-        };
-        Some(result.unwrap_or_else(|errno| Reply::error(unique, errno)))
     }
 
     /// fdatasync of the image, whether or not the export is writable.
@@ -338,20 +283,5 @@ mod tests {
             config.flags,
             fuse::init::DEFAULT_FLAGS | FUSE_DIRECT_IO_ALLOW_MMAP
         );
-    }
-
-    #[test]
-    fn only_read_replies_need_the_data_buffer() {
-        let e = export();
-        assert!(e.needs_data_buffer(FUSE_READ));
-        for op in [
-            FUSE_WRITE,
-            FUSE_GETATTR,
-            FUSE_SETATTR,
-            FUSE_FALLOCATE,
-            FUSE_LSEEK,
-        ] {
-            assert!(!e.needs_data_buffer(op), "opcode {op}");
-        }
     }
 }

@@ -5,8 +5,9 @@
 //! (backend operations, and the reply when it goes through the ring); the *CPU* time, the
 //! rest; and the *total* from the read completing to the reply written. Each goes into a
 //! histogram of its opcode, beside sums of coroutine switches, SQEs and direct /dev/fuse
-//! syscalls. Recording costs a few clock reads and histogram increments per request; the
-//! histograms of an opcode are allocated the first time it is seen, never per request.
+//! syscalls; each opcode's report names its family ([`fuse::OpKind::family`]). Recording
+//! costs a few clock reads and histogram increments per request; the histograms of an
+//! opcode are allocated the first time it is seen, never per request.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use runtime::histogram::{Histogram, Summary};
 use serde::Serialize;
 
 use fuse::display::opcode_name;
+use fuse::{Family, OpKind};
 
 /// Opcodes get their own slot up to this number; higher ones share the last.
 const SLOTS: usize = 64;
@@ -56,6 +58,10 @@ struct OpAccount {
 pub struct OpReport {
     /// Requests of this opcode.
     pub count: u64,
+    /// The family the opcode belongs to ([`fuse::OpKind::family`]), to sum over (absent
+    /// in documents written before it was added).
+    #[serde(default)]
+    pub family: Option<Family>,
     /// Wait before running, ns.
     pub wait: Summary,
     /// Suspended on io_uring, ns.
@@ -129,6 +135,7 @@ impl Accounting {
                 name,
                 OpReport {
                     count,
+                    family: Some(OpKind::from_opcode(slot as u32).family()),
                     wait: op.wait.summary(),
                     io: op.io.summary(),
                     cpu: op.cpu.summary(),
@@ -221,5 +228,7 @@ mod tests {
         );
         assert_eq!(report["GETATTR"].count, 1);
         assert_eq!(report.len(), 2);
+        assert_eq!(read.family, Some(Family::Data));
+        assert_eq!(report["GETATTR"].family, Some(Family::Attributes));
     }
 }

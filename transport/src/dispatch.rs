@@ -48,7 +48,7 @@ pub fn serve_request<F: FileSystem>(
     };
     log::trace!("{req}");
     let mut scratch = F::Scratch::default();
-    let data = match fs.needs_data_buffer(req.opcode) {
+    let data = match req.op.kind().needs_data_buffer() {
         true => data,
         false => &mut [],
     };

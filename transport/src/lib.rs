@@ -14,7 +14,8 @@
 //! threads, libfuse's model) and [`uring`] (FUSE over io_uring: per-CPU queues of ring
 //! entries on the loop's own ring), all with the same [`FileSystem::handle`].
 //!
-//! Layout: [`service`] (the [`FileSystem`] seam), [`dispatch`] (one request: decode,
+//! Layout: [`service`] (the [`FileSystem`] seam), [`ops`] (its typed half: one method per
+//! operation, [`Operations`], and the one match that calls them), [`dispatch`] (one request: decode,
 //! handle, reply), [`buffers`] (request buffers whose WRITE data and READ replies are
 //! page-aligned), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
 //! of the last in `uring_cmd`), [`placement`] (which of several /dev/fuse loops take
@@ -26,6 +27,7 @@ pub mod blocking;
 pub mod buffers;
 pub mod coroutine;
 pub mod dispatch;
+pub mod ops;
 pub mod placement;
 pub mod service;
 pub mod uring;
@@ -34,4 +36,5 @@ mod uring_cmd;
 pub use accounting::OpReport;
 pub use coroutine::{Queue, QueueConfig};
 pub use dispatch::QueueStats;
+pub use ops::{Answer, Operations};
 pub use service::FileSystem;

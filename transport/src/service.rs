@@ -17,8 +17,13 @@
 //!   helper threads), on a local one directly (`dir_export::fs`, "What blocks").
 //! - The reply borrows only from `scratch` and `data`, both owned by the transport for the
 //!   request's lifetime; nothing is allocated per request.
-//! - `data` is page-aligned and at least `max_write` bytes when
-//!   [`FileSystem::needs_data_buffer`] says the opcode needs it, and empty otherwise.
+//! - `data` is page-aligned and at least `max_write` bytes when the opcode's reply needs
+//!   it ([`fuse::OpKind::needs_data_buffer`], the same rule for every file system), and
+//!   empty otherwise.
+//! - A file system says what it does per operation in [`Operations`] (one method each,
+//!   ENOSYS by default); `handle` runs them through the one adapter, [`crate::ops::handle`].
+//!   A file system overrides `handle` only to stand between the transport and another
+//!   file system (a test's wrapper).
 //! - `session_started` runs once, after INIT and before the first request.
 //! - `close` runs once, after the last request and before the unmount, so that the mount
 //!   goes only once the file system is durable and free for the next user; by default it
@@ -32,12 +37,12 @@ use runtime::Ctx;
 use fuse::init::{InitConfig, Negotiated};
 use fuse::{Reply, Request};
 
-/// A file system that every transport can serve. `Send + Sync`: worker threads and several
-/// queues share one.
-pub trait FileSystem: Send + Sync + 'static {
-    /// Storage for one reply's argument struct, on the serving coroutine's or thread's stack.
-    type Scratch: Default;
+use crate::ops::Operations;
 
+/// A file system that every transport can serve: its session (INIT, start, flush, close)
+/// here, its answer to each operation in [`Operations`]. `Send + Sync`: worker threads
+/// and several queues share one.
+pub trait FileSystem: Operations {
     /// What to ask for at INIT, starting from the transport's `config` (flags, limits).
     fn init_config(&self, config: InitConfig) -> InitConfig {
         config
@@ -51,19 +56,17 @@ pub trait FileSystem: Send + Sync + 'static {
         let _ = (negotiated, session);
     }
 
-    /// Whether requests of `opcode` need the data buffer for their reply (READ data, a
-    /// directory listing).
-    fn needs_data_buffer(&self, opcode: u32) -> bool;
-
     /// Serves one decoded request. Returns `None` for requests that take no reply (FORGET,
-    /// INTERRUPT...).
+    /// INTERRUPT...). By default through [`Operations`] ([`crate::ops::handle`]).
     fn handle<'b>(
         &self,
         cx: &Ctx<'_>,
         req: &Request<'_>,
         scratch: &'b mut Self::Scratch,
         data: &'b mut [u8],
-    ) -> Option<Reply<'b>>;
+    ) -> Option<Reply<'b>> {
+        crate::ops::handle(self, cx, req, scratch, data)
+    }
 
     /// Makes everything written so far durable.
     fn flush(&self, cx: &Ctx<'_>) -> io::Result<()>;

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use fuse::abi::*;
 use fuse::dev::FuseDev;
-use fuse::{Errno, Reply, Request};
+use fuse::{Errno, OpKind, Reply, Request};
 use runtime::Ctx;
 use runtime::{Co, WaitQueue};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -295,7 +295,7 @@ impl<F: FileSystem> RingQueues<F> {
                 return refuse(header, h.unique);
             }
             small[fixed..fixed + payload_sz].copy_from_slice(&payload.bytes()[..payload_sz]);
-            let data: &mut [u8] = match self.fs.needs_data_buffer(h.opcode) {
+            let data: &mut [u8] = match OpKind::from_opcode(h.opcode).needs_data_buffer() {
                 true => payload.bytes_mut(),
                 false => &mut [],
             };

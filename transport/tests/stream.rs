@@ -18,19 +18,17 @@ use fuse::dev::FuseDev;
 use fuse::{Reply, Request};
 use runtime::Ctx;
 use runtime::{Config, Runtime};
-use transport::{FileSystem, Queue, QueueConfig};
+use transport::{FileSystem, Operations, Queue, QueueConfig};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Answers every request that takes a reply with an empty success.
 struct Echo;
 
-impl FileSystem for Echo {
+impl Operations for Echo {
     type Scratch = ();
+}
 
-    fn needs_data_buffer(&self, _opcode: u32) -> bool {
-        false
-    }
-
+impl FileSystem for Echo {
     fn handle<'b>(
         &self,
         _cx: &Ctx<'_>,

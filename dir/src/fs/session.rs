@@ -1,24 +1,20 @@
 //! The export as a [`FileSystem`]: what it asks the kernel for at INIT and why each flag
 //! (READDIRPLUS, HANDLE_KILLPRIV_V2, DONT_MASK, POSIX_ACL, the lock families, the
 //! writeback cache, passthrough, export support), what starts with the session (the
-//! notifier of stale attributes, passthrough's registration), which requests are given the
-//! data buffer, and the entry point every transport calls: [`FileSystem::handle`], into
-//! [`DirFs::answer`].
+//! notifier of stale attributes, passthrough's registration) and its end. Requests come in
+//! through [`FileSystem::handle`]'s default, the typed dispatch into `ops`.
 
 use std::io;
 use std::os::fd::BorrowedFd;
 
 use fuse::abi::*;
 use fuse::init::{InitConfig, Negotiated};
-use fuse::{Reply, Request};
 use runtime::Ctx;
 use transport::FileSystem;
 
-use super::{DirFs, PassthroughPolicy, Scratch};
+use super::{DirFs, PassthroughPolicy};
 
 impl FileSystem for DirFs {
-    type Scratch = Scratch;
-
     /// The protocol's defaults plus READDIRPLUS (adaptive: the kernel asks for it when a
     /// listing is followed by stats, as `ls -l` does), HANDLE_KILLPRIV_V2 (the kernel
     /// then sends no GETXATTR of `security.capability` before each WRITE; the daemon
@@ -71,30 +67,6 @@ impl FileSystem for DirFs {
         } else if self.options.writeback && self.options.passthrough != PassthroughPolicy::Never {
             log::info!("FUSE passthrough: off with --writeback (the kernel has no passthrough beside the writeback cache)");
         }
-    }
-
-    fn needs_data_buffer(&self, opcode: u32) -> bool {
-        matches!(
-            opcode,
-            FUSE_READ
-                | FUSE_READDIR
-                | FUSE_READDIRPLUS
-                | FUSE_READLINK
-                | FUSE_GETXATTR
-                | FUSE_LISTXATTR
-        )
-    }
-
-    fn handle<'b>(
-        &self,
-        cx: &Ctx<'_>,
-        req: &Request<'_>,
-        scratch: &'b mut Scratch,
-        data: &'b mut [u8],
-    ) -> Option<Reply<'b>> {
-        let unique = req.unique;
-        self.answer(cx, req, scratch, data)
-            .map(|r| r.unwrap_or_else(|errno| Reply::error(unique, errno)))
     }
 
     /// Nothing is buffered here: every WRITE went to the source file before its reply.

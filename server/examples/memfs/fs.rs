@@ -4,10 +4,11 @@
 //! The file system of the `memfs` example (`main.rs` beside this file), and of
 //! `server/tests/memfs.rs`, which includes this file with `#[path]` and mounts it with
 //! every dispatch and transport. It shows what serving asks of a file system: requests
-//! come decoded ([`Request`], one [`Operation`] each), and [`FileSystem::handle`] returns
-//! the [`Reply`], which borrows the per-request `Scratch` (the reply's argument structs)
-//! or `data` (the transport's buffer: READ data, READLINK targets, directory listings), so
-//! that answering allocates nothing of its own. The transport sends it.
+//! come decoded, each to its method of [`Operations`] (the rest answer ENOSYS), which
+//! returns the [`Reply`], borrowing the per-request `Scratch` (the reply's argument
+//! structs) or `data` (the transport's buffer: READ data, READLINK targets, directory
+//! listings), so that answering allocates nothing of its own. The transport sends it;
+//! [`FileSystem`] holds the rest (what to ask at INIT, flush, a name for the logs).
 //!
 //! How it is kept:
 //! - Every node (file, directory, symlink) is in one table, under one `Mutex` (the loops
@@ -37,15 +38,16 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::CStr;
 use std::io;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuse::abi::*;
 use fuse::reply::{dirent_type, Pushed, ReaddirBuf};
-use fuse::{Errno, Operation, Reply, Request, WriteData};
+use fuse::{Errno, Reply, Request, WriteData};
 use runtime::Ctx;
-use transport::FileSystem;
+use transport::{Answer, FileSystem, Operations};
 use zerocopy::FromZeros;
 
 /// How long the kernel may cache names and attributes, in seconds. Every change comes
@@ -113,39 +115,261 @@ impl Default for Scratch {
     }
 }
 
-impl FileSystem for MemFs {
+/// Every operation takes the tree's lock for its whole answer: it is served at once, so
+/// there is nothing to interrupt.
+impl Operations for MemFs {
     type Scratch = Scratch;
 
-    fn needs_data_buffer(&self, opcode: u32) -> bool {
-        matches!(opcode, FUSE_READ | FUSE_READDIR | FUSE_READLINK)
-    }
-
-    fn handle<'b>(
+    fn lookup<'b>(
         &self,
-        _cx: &Ctx<'_>,
+        _: &Ctx<'_>,
         req: &Request<'_>,
-        scratch: &'b mut Scratch,
-        data: &'b mut [u8],
-    ) -> Option<Reply<'b>> {
+        name: &CStr,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
         let mut tree = self.lock();
-        match req.op {
-            // The requests that take no reply.
-            Operation::Forget { arg } => tree.forget(req.nodeid, arg.nlookup),
-            Operation::BatchForget { nodes, .. } => {
-                for one in nodes {
-                    tree.forget(one.nodeid, one.nlookup);
-                }
-            }
-            // Every request is answered at once: there is nothing to interrupt.
-            Operation::Interrupt { .. } => {}
-            _ => {
-                let answer = tree.answer(req, scratch, data);
-                return Some(answer.unwrap_or_else(|errno| Reply::error(req.unique, errno)));
-            }
-        }
-        None
+        let id = tree.child(req.nodeid, name.to_bytes())?;
+        s.entry = tree.hand_out(id)?;
+        Ok(Reply::entry(req.unique, &s.entry))
     }
 
+    fn forget(&self, nodeid: u64, nlookup: u64) {
+        self.lock().forget(nodeid, nlookup);
+    }
+
+    fn getattr<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        _: &fuse_getattr_in,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        s.attr = self.lock().attr_out(req.nodeid)?;
+        Ok(Reply::arg(req.unique, &s.attr))
+    }
+
+    fn setattr<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_setattr_in,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let mut tree = self.lock();
+        tree.setattr(req.nodeid, arg)?;
+        s.attr = tree.attr_out(req.nodeid)?;
+        Ok(Reply::arg(req.unique, &s.attr))
+    }
+
+    fn statfs<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, s: &'b mut Scratch) -> Answer<'b> {
+        s.statfs = self.lock().statfs();
+        Ok(Reply::arg(req.unique, &s.statfs))
+    }
+
+    fn open<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        _: &fuse_open_in,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        self.lock().file(req.nodeid)?;
+        s.open = FromZeros::new_zeroed();
+        Ok(Reply::arg(req.unique, &s.open))
+    }
+
+    fn read<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_read_in,
+        data: &'b mut [u8],
+    ) -> Answer<'b> {
+        let len = data.len().min(arg.size as usize);
+        let n = self.lock().read(req.nodeid, arg.offset, &mut data[..len])?;
+        Ok(Reply::data(req.unique, &data[..n]))
+    }
+
+    fn write<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_write_in,
+        data: WriteData<'_>,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let size = self.lock().write(req.nodeid, arg.offset, data)?;
+        s.write = fuse_write_out { size, padding: 0 };
+        Ok(Reply::arg(req.unique, &s.write))
+    }
+
+    fn flush_file<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, _: &fuse_flush_in) -> Answer<'b> {
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn fsync<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, _: &fuse_fsync_in) -> Answer<'b> {
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn fsyncdir<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, _: &fuse_fsync_in) -> Answer<'b> {
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn release<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, _: &fuse_release_in) -> Answer<'b> {
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn create<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_create_in,
+        name: &CStr,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let mut tree = self.lock();
+        let id = tree.make(req, name.to_bytes(), Kind::File(Vec::new()), arg.mode)?;
+        s.entry = tree.hand_out(id)?;
+        s.open = FromZeros::new_zeroed();
+        Ok(Reply::create(req.unique, &s.entry, &s.open))
+    }
+
+    fn mkdir<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_mkdir_in,
+        name: &CStr,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let mut tree = self.lock();
+        let id = tree.make(req, name.to_bytes(), dir_kind(req.nodeid), arg.mode)?;
+        s.entry = tree.hand_out(id)?;
+        Ok(Reply::entry(req.unique, &s.entry))
+    }
+
+    fn symlink<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        name: &CStr,
+        target: &CStr,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let link = Kind::Symlink(target.to_bytes().to_vec());
+        let mut tree = self.lock();
+        let id = tree.make(req, name.to_bytes(), link, 0o777)?;
+        s.entry = tree.hand_out(id)?;
+        Ok(Reply::entry(req.unique, &s.entry))
+    }
+
+    fn link<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_link_in,
+        newname: &CStr,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let (mut tree, id) = (self.lock(), arg.oldnodeid);
+        if tree.is_dir(id)? {
+            return Err(Errno::EPERM);
+        }
+        tree.add_entry(req.nodeid, newname.to_bytes(), id)?;
+        tree.node_mut(id)?.nlink += 1;
+        s.entry = tree.hand_out(id)?;
+        Ok(Reply::entry(req.unique, &s.entry))
+    }
+
+    fn readlink<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, data: &'b mut [u8]) -> Answer<'b> {
+        let tree = self.lock();
+        let Kind::Symlink(target) = &tree.node(req.nodeid)?.kind else {
+            return Err(Errno::EINVAL);
+        };
+        let out = data.get_mut(..target.len()).ok_or(Errno::ENAMETOOLONG)?;
+        out.copy_from_slice(target);
+        Ok(Reply::readlink(req.unique, out))
+    }
+
+    fn unlink<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, name: &CStr) -> Answer<'b> {
+        self.lock().remove(req.nodeid, name.to_bytes(), false)?;
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn rmdir<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, name: &CStr) -> Answer<'b> {
+        self.lock().remove(req.nodeid, name.to_bytes(), true)?;
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn rename<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_rename_in,
+        name: &CStr,
+        newname: &CStr,
+    ) -> Answer<'b> {
+        let (name, newname) = (name.to_bytes(), newname.to_bytes());
+        self.lock()
+            .rename(req.nodeid, name, arg.newdir, newname, 0)?;
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn rename2<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_rename2_in,
+        name: &CStr,
+        newname: &CStr,
+    ) -> Answer<'b> {
+        let (name, newname) = (name.to_bytes(), newname.to_bytes());
+        self.lock()
+            .rename(req.nodeid, name, arg.newdir, newname, arg.flags)?;
+        Ok(Reply::empty(req.unique))
+    }
+
+    fn opendir<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        _: &fuse_open_in,
+        s: &'b mut Scratch,
+    ) -> Answer<'b> {
+        let mut tree = self.lock();
+        tree.entries(req.nodeid)?;
+        s.open = FromZeros::new_zeroed();
+        s.open.fh = tree.next_fh;
+        tree.next_fh += 1;
+        tree.listings.insert(s.open.fh, Vec::new());
+        Ok(Reply::arg(req.unique, &s.open))
+    }
+
+    /// READDIR; READDIRPLUS is not asked for at INIT, and answers ENOSYS.
+    fn readdir<'b>(
+        &self,
+        _: &Ctx<'_>,
+        req: &Request<'_>,
+        arg: &fuse_read_in,
+        plus: bool,
+        data: &'b mut [u8],
+    ) -> Answer<'b> {
+        if plus {
+            return Err(Errno::ENOSYS);
+        }
+        let listing = self
+            .lock()
+            .readdir(req.nodeid, arg, ReaddirBuf::new(data, arg.size))?;
+        Ok(listing.reply(req.unique))
+    }
+
+    fn releasedir<'b>(&self, _: &Ctx<'_>, req: &Request<'_>, arg: &fuse_release_in) -> Answer<'b> {
+        self.lock().listings.remove(&arg.fh);
+        Ok(Reply::empty(req.unique))
+    }
+}
+
+impl FileSystem for MemFs {
     /// Nothing to make durable: it all goes when the process does.
     fn flush(&self, _cx: &Ctx<'_>) -> io::Result<()> {
         Ok(())
@@ -283,122 +507,6 @@ struct Tree {
 }
 
 impl Tree {
-    /// Answers one request that takes a reply.
-    fn answer<'b>(
-        &mut self,
-        req: &Request<'_>,
-        s: &'b mut Scratch,
-        data: &'b mut [u8],
-    ) -> Result<Reply<'b>, Errno> {
-        let (unique, node) = (req.unique, req.nodeid);
-        let done = Reply::empty(unique);
-        match req.op {
-            Operation::Lookup { name } => {
-                let id = self.child(node, name.to_bytes())?;
-                s.entry = self.hand_out(id)?;
-                Ok(Reply::entry(unique, &s.entry))
-            }
-            Operation::Getattr { .. } => {
-                s.attr = self.attr_out(node)?;
-                Ok(Reply::arg(unique, &s.attr))
-            }
-            Operation::Setattr { arg } => {
-                self.setattr(node, arg)?;
-                s.attr = self.attr_out(node)?;
-                Ok(Reply::arg(unique, &s.attr))
-            }
-            Operation::Open { .. } => {
-                self.file(node)?;
-                s.open = FromZeros::new_zeroed();
-                Ok(Reply::arg(unique, &s.open))
-            }
-            Operation::Read { arg } => {
-                let len = data.len().min(arg.size as usize);
-                let n = self.read(node, arg.offset, &mut data[..len])?;
-                Ok(Reply::data(unique, &data[..n]))
-            }
-            Operation::Write { arg, data: payload } => {
-                let size = self.write(node, arg.offset, payload)?;
-                s.write = fuse_write_out { size, padding: 0 };
-                Ok(Reply::arg(unique, &s.write))
-            }
-            Operation::Flush { .. }
-            | Operation::Fsync { .. }
-            | Operation::Fsyncdir { .. }
-            | Operation::Release { .. } => Ok(done),
-            Operation::Create { arg, name } => {
-                let id = self.make(req, name.to_bytes(), Kind::File(Vec::new()), arg.mode)?;
-                s.entry = self.hand_out(id)?;
-                s.open = FromZeros::new_zeroed();
-                Ok(Reply::create(unique, &s.entry, &s.open))
-            }
-            Operation::Mkdir { arg, name } => {
-                let id = self.make(req, name.to_bytes(), dir_kind(node), arg.mode)?;
-                s.entry = self.hand_out(id)?;
-                Ok(Reply::entry(unique, &s.entry))
-            }
-            Operation::Symlink { name, target } => {
-                let link = Kind::Symlink(target.to_bytes().to_vec());
-                let id = self.make(req, name.to_bytes(), link, 0o777)?;
-                s.entry = self.hand_out(id)?;
-                Ok(Reply::entry(unique, &s.entry))
-            }
-            Operation::Link { arg, newname } => {
-                let id = arg.oldnodeid;
-                if self.is_dir(id)? {
-                    return Err(Errno::EPERM);
-                }
-                self.add_entry(node, newname.to_bytes(), id)?;
-                self.node_mut(id)?.nlink += 1;
-                s.entry = self.hand_out(id)?;
-                Ok(Reply::entry(unique, &s.entry))
-            }
-            Operation::Readlink => {
-                let Kind::Symlink(target) = &self.node(node)?.kind else {
-                    return Err(Errno::EINVAL);
-                };
-                let out = data.get_mut(..target.len()).ok_or(Errno::ENAMETOOLONG)?;
-                out.copy_from_slice(target);
-                Ok(Reply::readlink(unique, out))
-            }
-            Operation::Unlink { name } => self.remove(node, name.to_bytes(), false).map(|()| done),
-            Operation::Rmdir { name } => self.remove(node, name.to_bytes(), true).map(|()| done),
-            Operation::Rename { arg, name, newname } => {
-                let (name, newname) = (name.to_bytes(), newname.to_bytes());
-                self.rename(node, name, arg.newdir, newname, 0)
-                    .map(|()| done)
-            }
-            Operation::Rename2 { arg, name, newname } => {
-                let (name, newname) = (name.to_bytes(), newname.to_bytes());
-                self.rename(node, name, arg.newdir, newname, arg.flags)
-                    .map(|()| done)
-            }
-            Operation::Opendir { .. } => {
-                self.entries(node)?;
-                s.open = FromZeros::new_zeroed();
-                s.open.fh = self.next_fh;
-                self.next_fh += 1;
-                self.listings.insert(s.open.fh, Vec::new());
-                Ok(Reply::arg(unique, &s.open))
-            }
-            Operation::Readdir { arg } => {
-                let listing = self.readdir(node, arg, ReaddirBuf::new(data, arg.size))?;
-                Ok(listing.reply(unique))
-            }
-            Operation::Releasedir { arg } => {
-                self.listings.remove(&arg.fh);
-                Ok(done)
-            }
-            Operation::Statfs => {
-                s.statfs = self.statfs();
-                Ok(Reply::arg(unique, &s.statfs))
-            }
-            // Sent to fuseblk mounts only; nothing to tear down.
-            Operation::Destroy => Ok(done),
-            _ => Err(Errno::ENOSYS),
-        }
-    }
-
     fn node(&self, id: u64) -> Result<&Node, Errno> {
         self.nodes.get(&id).ok_or(Errno::ENOENT)
     }

@@ -31,7 +31,8 @@
 //! Linux 6.14+ with `echo Y > /sys/module/fuse/parameters/enable_uring`. The server
 //! logs at `info` (mount, dispatch, unmount); `RUST_LOG=debug` shows more.
 //!
-//! What the API takes: a [`transport::FileSystem`] (here [`fs::MemFs`], in `fs.rs`), a
+//! What the API takes: a [`transport::FileSystem`] (here [`fs::MemFs`], in `fs.rs`: its
+//! answer to each FUSE operation in [`transport::Operations`], the rest ENOSYS), a
 //! [`Target`] (where and as what to mount) and [`ServeOptions`] (how to serve: dispatch,
 //! transport, loops). [`Server::mount`] mounts and answers INIT, [`Server::serve`] serves,
 //! then flushes, unmounts and reports. `server::serve` does both in one call; a test
