@@ -471,6 +471,70 @@ impl Allocator {
         }
     }
 
+    /// Adds `change` (1 or -1) to the refcount of each of `clusters` (sorted; see
+    /// [`Refcounts::changed_blocks`]): all of them or, on an error found before writing
+    /// (a count out of range), none. Clusters left with no reference are free: reusable
+    /// and punched (the caller made their unlink durable). Nothing is synced.
+    pub(crate) fn change_refcounts(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        clusters: &[u64],
+        change: i64,
+    ) -> io::Result<()> {
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        let s = &mut *s;
+        let mut freed = Vec::new();
+        let blocks = s
+            .refcounts
+            .changed_blocks(cx, host, clusters, change, |c, n| {
+                if n == 0 {
+                    freed.push(c);
+                }
+            })?;
+        for (at, raw) in &blocks {
+            host.write(cx, raw, *at)?;
+        }
+        for run in freed.chunk_by(|a, b| a + 1 == *b) {
+            self.punch(cx, host, run[0], run.len() as u64);
+        }
+        let room = MAX_FREE.saturating_sub(s.free.len());
+        s.free.extend(freed.into_iter().take(room));
+        Ok(())
+    }
+
+    /// Whether [`change_refcounts`](Self::change_refcounts) would succeed: `Err` as it
+    /// would fail, nothing written.
+    pub(crate) fn check_refcount_change(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        clusters: &[u64],
+        change: i64,
+    ) -> io::Result<()> {
+        let _serial = self.serial(cx);
+        let s = self.state();
+        s.refcounts
+            .changed_blocks(cx, host, clusters, change, |_, _| {})
+            .map(drop)
+    }
+
+    /// The refcounts of `clusters` (sorted), in their order.
+    pub(crate) fn refcounts_of(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        clusters: &[u64],
+    ) -> io::Result<Vec<u64>> {
+        let _serial = self.serial(cx);
+        let s = self.state();
+        let mut counts = Vec::with_capacity(clusters.len());
+        s.refcounts
+            .changed_blocks(cx, host, clusters, 0, |_, n| counts.push(n))?;
+        Ok(counts)
+    }
+
     /// Returns the unused reservation (refcount 0 again); for the backend's drop.
     pub(crate) fn release(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<()> {
         let _serial = self.serial(cx);
