@@ -124,6 +124,24 @@ fn made_and_deleted_while_writing_read_back_as_qemu_reads_them() {
             &format!("{shape}: 4"),
         );
         assert_bytes_eq(&raw_contents(&image), &model, &format!("{shape}: active"));
+        // QEMU reverts to one and writes beside it.
+        let copy = dir.path().join("reverted.qcow2");
+        std::fs::copy(&image, &copy).unwrap();
+        qemu_img(&["snapshot", "-a", "three", copy.to_str().unwrap()]);
+        corofuse_tests::qcow2::qemu_io(&copy, &["write -P 0x77 0 100k"]);
+        assert_check_clean(&copy, &format!("{shape}: reverted by qemu-img"));
+        let mut reverted = at_three.clone();
+        reverted[..100 << 10].fill(0x77);
+        assert_bytes_eq(
+            &raw_contents(&copy),
+            &reverted,
+            &format!("{shape}: reverted"),
+        );
+        assert_bytes_eq(
+            &snapshot_contents(&copy, "3"),
+            &at_three,
+            &format!("{shape}: 3"),
+        );
 
         // Deleted by name, by ID, by both, while writing between.
         let disk = open(&image, &RW);

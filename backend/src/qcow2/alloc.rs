@@ -121,31 +121,11 @@ impl Allocator {
         cluster_bits: u32,
         fills: bool,
     ) -> io::Result<Allocator> {
-        let cluster_size = 1u64 << cluster_bits;
-        let mut scratch = vec![0u8; cluster_size as usize].into_boxed_slice();
-        let file_clusters = file_len.div_ceil(cluster_size);
-        let (mut free, mut end) = (Vec::new(), file_clusters);
-        let per_block = refcounts.per_block();
-        for (bi, &block) in refcounts.table.iter().enumerate() {
-            if block == 0 {
-                continue;
-            }
-            host.read_exact(cx, &mut scratch, block)?;
-            for i in 0..per_block {
-                let cluster = bi as u64 * per_block + i;
-                match refcounts.get_in(&scratch, 0, i) {
-                    0 if cluster < file_clusters && free.len() < MAX_FREE => free.push(cluster),
-                    0 => {}
-                    _ => end = end.max(cluster + 1),
-                }
-            }
-        }
-        // Never hand out cluster 0 (the header), whatever its refcount says.
-        free.retain(|&c| c != 0);
-        free.reverse(); // popped from the back: lowest first
+        let mut scratch = vec![0u8; 1usize << cluster_bits].into_boxed_slice();
+        let (free, end) = scan(cx, host, &refcounts, file_len, cluster_bits, &mut scratch)?;
         let state = State {
             refcounts,
-            end: end.max(1),
+            end,
             free,
             scratch,
         };
@@ -471,68 +451,22 @@ impl Allocator {
         }
     }
 
-    /// Adds `change` (1 or -1) to the refcount of each of `clusters` (sorted; see
-    /// [`Refcounts::changed_blocks`]): all of them or, on an error found before writing
-    /// (a count out of range), none. Clusters left with no reference are free: reusable
-    /// and punched (the caller made their unlink durable). Nothing is synced.
-    pub(crate) fn change_refcounts(
+    /// Serves from `refcounts` from now on, a new refcount structure that the header names
+    /// now (a snapshot made or deleted, `snapshot_edit.rs`), with the free clusters it
+    /// counts; the reservation must be empty ([`release`](Self::release)d).
+    pub(crate) fn replace_refcounts(
         &self,
         cx: &Ctx<'_>,
         host: &Host,
-        clusters: &[u64],
-        change: i64,
+        refcounts: Refcounts,
     ) -> io::Result<()> {
         let _serial = self.serial(cx);
         let mut s = self.state();
         let s = &mut *s;
-        let mut freed = Vec::new();
-        let blocks = s
-            .refcounts
-            .changed_blocks(cx, host, clusters, change, |c, n| {
-                if n == 0 {
-                    freed.push(c);
-                }
-            })?;
-        for (at, raw) in &blocks {
-            host.write(cx, raw, *at)?;
-        }
-        for run in freed.chunk_by(|a, b| a + 1 == *b) {
-            self.punch(cx, host, run[0], run.len() as u64);
-        }
-        let room = MAX_FREE.saturating_sub(s.free.len());
-        s.free.extend(freed.into_iter().take(room));
+        let len = host.file.len();
+        let (free, end) = scan(cx, host, &refcounts, len, self.cluster_bits, &mut s.scratch)?;
+        (s.refcounts, s.free, s.end) = (refcounts, free, end);
         Ok(())
-    }
-
-    /// Whether [`change_refcounts`](Self::change_refcounts) would succeed: `Err` as it
-    /// would fail, nothing written.
-    pub(crate) fn check_refcount_change(
-        &self,
-        cx: &Ctx<'_>,
-        host: &Host,
-        clusters: &[u64],
-        change: i64,
-    ) -> io::Result<()> {
-        let _serial = self.serial(cx);
-        let s = self.state();
-        s.refcounts
-            .changed_blocks(cx, host, clusters, change, |_, _| {})
-            .map(drop)
-    }
-
-    /// The refcounts of `clusters` (sorted), in their order.
-    pub(crate) fn refcounts_of(
-        &self,
-        cx: &Ctx<'_>,
-        host: &Host,
-        clusters: &[u64],
-    ) -> io::Result<Vec<u64>> {
-        let _serial = self.serial(cx);
-        let s = self.state();
-        let mut counts = Vec::with_capacity(clusters.len());
-        s.refcounts
-            .changed_blocks(cx, host, clusters, 0, |_, n| counts.push(n))?;
-        Ok(counts)
     }
 
     /// Returns the unused reservation (refcount 0 again); for the backend's drop.
@@ -548,4 +482,37 @@ impl Allocator {
         }
         Ok(())
     }
+}
+
+/// The free clusters (refcount 0) below the end of the file (`file_len`), lowest last
+/// (popped first), and the first cluster past everything that has a refcount (1 at
+/// least: cluster 0, the header, is never handed out, whatever its refcount says).
+fn scan(
+    cx: &Ctx<'_>,
+    host: &Host,
+    refcounts: &Refcounts,
+    file_len: u64,
+    cluster_bits: u32,
+    scratch: &mut [u8],
+) -> io::Result<(Vec<u64>, u64)> {
+    let file_clusters = file_len.div_ceil(1 << cluster_bits);
+    let (mut free, mut end) = (Vec::new(), file_clusters);
+    let per_block = refcounts.per_block();
+    for (bi, &block) in refcounts.table.iter().enumerate() {
+        if block == 0 {
+            continue;
+        }
+        host.read_exact(cx, scratch, block)?;
+        for i in 0..per_block {
+            let cluster = bi as u64 * per_block + i;
+            match refcounts.get_in(scratch, 0, i) {
+                0 if cluster < file_clusters && free.len() < MAX_FREE => free.push(cluster),
+                0 => {}
+                _ => end = end.max(cluster + 1),
+            }
+        }
+    }
+    free.retain(|&c| c != 0);
+    free.reverse(); // popped from the back: lowest first
+    Ok((free, end.max(1)))
 }

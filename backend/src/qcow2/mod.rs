@@ -321,7 +321,6 @@ impl Qcow2Backend {
             table: Mutex::new(snapshot_edit::TableAt {
                 offset: h.snapshots_offset,
                 count: h.nb_snapshots,
-                len: snapshot_bytes,
             }),
             shown,
             clusters: RangeLocks::default(),

@@ -10,7 +10,7 @@ use std::io;
 
 use crate::Ctx;
 
-use super::header::{invalid, Header};
+use super::header::Header;
 use super::hostio::Host;
 
 /// The geometry of an image's refcounts, and its table (read at open).
@@ -172,54 +172,6 @@ impl Refcounts {
             true => host.write_durable(cx, raw, block + start),
             false => host.write(cx, raw, block + start),
         }
-    }
-}
-
-impl Refcounts {
-    /// Adds `change` to the refcount of each of `clusters` (sorted; one listed twice
-    /// changes twice), reading each refcount block once and writing nothing: returns the
-    /// blocks with their new counts, as (block offset, bytes), and calls `visit` with each
-    /// cluster's new count. An error (and no block) if a count would pass the largest
-    /// (`ERANGE`, as QEMU's "refcount overflow") or drop below 0, or a cluster has no block.
-    /// `change` 0 reads the counts.
-    pub(crate) fn changed_blocks(
-        &self,
-        cx: &Ctx<'_>,
-        host: &Host,
-        clusters: &[u64],
-        change: i64,
-        mut visit: impl FnMut(u64, u64),
-    ) -> io::Result<Vec<(u64, Vec<u8>)>> {
-        let per = self.per_block();
-        let mut blocks = Vec::new(); // once per snapshot made or deleted
-        for group in clusters.chunk_by(|a, b| a / per == b / per) {
-            let block = self.block_of(group[0]).ok_or_else(|| {
-                invalid(format_args!(
-                    "cluster {:#x} is used but has no refcount block",
-                    group[0] << self.cluster_bits
-                ))
-            })?;
-            let mut raw = vec![0u8; 1 << self.cluster_bits];
-            host.read_exact(cx, &mut raw, block)?;
-            for &c in group {
-                let i = c % per;
-                let old = self.get_in(&raw, 0, i);
-                let new = match old.checked_add_signed(change) {
-                    Some(n) if n <= self.max() => n,
-                    Some(_) => return Err(io::Error::from_raw_os_error(libc::ERANGE)),
-                    None => {
-                        return Err(invalid(format_args!(
-                            "cluster {:#x} is used but has refcount 0",
-                            c << self.cluster_bits
-                        )))
-                    }
-                };
-                self.set_in(&mut raw, 0, i, new);
-                visit(c, new);
-            }
-            blocks.push((block, raw));
-        }
-        Ok(blocks)
     }
 }
 

@@ -5,39 +5,41 @@
 //!
 //! Each holds every guest cluster and every L1 entry exclusively for its whole run
 //! (requests wait, then go on) and flushes first, so that the tables on disk are the
-//! whole truth: no L2 entry deferred, no free pending. Each step below ends with a sync.
+//! whole truth: no L2 entry deferred, no free pending.
 //!
-//! # Create
-//! 1. The active L1 table copied to new clusters (without COPIED bits: they mean nothing
-//!    in a snapshot's table); the COPIED bit cleared in the active L1 and L2 entries, and
-//!    the L2 cache drops the tables rewritten, so the next write to any of them copies
-//!    first (`write.rs`). QEMU orders these before the refcounts too (its refcount blocks
-//!    depend on its L2 tables when it adds references).
-//! 2. Refcount +1 for every L2 table and data cluster the active L1 reaches (refused
-//!    before step 1 if one would pass the largest refcount, `ERANGE`); the new snapshot
-//!    table (the old entries as they are, the new one last) written to new clusters.
-//! 3. The header: `nb_snapshots` and `snapshots_offset` in one 12-byte write (bytes 60-71,
-//!    one sector). The snapshot exists from here.
-//! 4. The old table's clusters freed.
+//! # One header write switches everything
+//! QEMU changes the active tables' COPIED bits and the refcounts in place, one after the
+//! other: a power loss between them leaves entries whose COPIED bit disagrees with their
+//! refcount, which `qemu-img check` reports as corruption ("ERROR OFLAG_COPIED"; the
+//! crash-state checker found it in a first version that followed QEMU's order). No order
+//! of in-place writes avoids that: the bit and the count live in different clusters. So
+//! here nothing the header names is written before the switch; the new state is built
+//! past the end of the file, where nothing refers to it, and one 32-byte header write
+//! (bytes 40-71, one sector) switches the active L1 table, the refcount table (and its
+//! length), `nb_snapshots` and `snapshots_offset` together:
+//! 1. The reservation is given back (`Allocator::release`), so that the new counts are
+//!    exact (and leaks a crash left are reclaimed on the way).
+//! 2. The references of the image to be are counted as `qemu-img check` counts them
+//!    (`repair::count_image`), with the active L1 table as it is: each active L2 table
+//!    whose entries' COPIED bits would be wrong then is copied, with the bits right, past
+//!    the end of the file; a new active L1 table (each entry's COPIED bit right too) and
+//!    the new snapshot table follow it. Tables that need no change are shared.
+//! 3. The references counted again, and a new refcount structure holding them written
+//!    after that (`rebuild::write_blocks`): the old table and blocks, the old snapshot
+//!    table, and whatever the change left unreferenced count 0 in it. Synced.
+//! 4. The header switch, synced. The allocator then serves from the new refcounts, the
+//!    L2 cache forgets the tables no longer active.
 //!
-//! A crash before 3 leaves no snapshot and leaked clusters; between 1 and 2, also active
-//! entries without COPIED whose cluster has refcount 1 (a needless copy at the next write:
-//! QEMU's order leaves the same, `qemu-img check` reports it as "ERROR OFLAG_COPIED", and
-//! both the next writable open of a v3 image, which is dirty then, and `qemu-img check
-//! -r all` set the bit again). No order avoids a window there: the bit and the count live
-//! in different clusters, and COPIED on a cluster whose count says two would be worse.
+//! A power loss before 4 leaves the image as it was (plus unreferenced clusters past its
+//! old end: free space, not even leaks); after it, the new image, exact.
 //!
-//! # Delete
-//! 1. The table without the entry written to new clusters (none if it was the last: offset
-//!    0, as QEMU writes it); the header switched as above; the old table freed.
-//! 2. Refcount -1 for the snapshot's L1 table and for every L2 table and data cluster its
-//!    L1 reaches; those left with none are free (reused, and their space punched).
-//! 3. COPIED set back on the active L1 and L2 entries whose cluster's refcount is now 1, as
-//!    QEMU does (`qcow2_update_snapshot_refcount` with addend 0); the L2 cache drops the
-//!    tables rewritten.
-//!
-//! A crash after 1 leaks what the snapshot held; between 2 and 3, entries without COPIED
-//! on clusters with refcount 1 again (as above, and as QEMU leaves them).
+//! Making a snapshot: the active L1 table becomes the snapshot's, as it is; the active
+//! state gets the new one. Its L2 tables that held clusters with refcount 1 (COPIED) are
+//! copied (the active state's copy loses the bits, the snapshot keeps the old table); the
+//! others are shared, as QEMU shares them all. Deleting one: the snapshot's L1 table, and
+//! what only it reached, count 0; the active entries whose clusters are the active state's
+//! alone again get their COPIED bit back (as QEMU's `qcow2_update_snapshot_refcount(..,
+//! 0)` sets it), through copies of their tables.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -48,17 +50,19 @@ use crate::{BlockBackend, Ctx};
 
 use super::alloc::Allocator;
 use super::entry::{self, Mapping, COPIED};
+use super::refcount::Refcounts;
 use super::snapshot::{self, Snapshot, SnapshotInfo, MAX_SNAPSHOTS, MAX_TABLE_BYTES};
-use super::Qcow2Backend;
+use super::tally::Tally;
+use super::{rebuild, repair, Qcow2Backend};
 
-/// The header's `nb_snapshots` (4 bytes) and `snapshots_offset` (8) that follow it.
-const NB_SNAPSHOTS_FIELD: u64 = 60;
+/// The header's `l1_table_offset` (8 bytes), which `refcount_table_offset` (8),
+/// `refcount_table_clusters` (4), `nb_snapshots` (4) and `snapshots_offset` (8) follow.
+const L1_TABLE_FIELD: u64 = 40;
 
-/// Where the snapshot table is: its offset, entries and bytes.
+/// Where the snapshot table is, and its entries.
 pub(super) struct TableAt {
     pub(super) offset: u64,
     pub(super) count: u32,
-    pub(super) len: u64,
 }
 
 impl Qcow2Backend {
@@ -77,7 +81,6 @@ impl Qcow2Backend {
             ));
         }
         let info = new_info(&snapshots, name);
-        let l1 = self.l1_entries();
         let probe = snapshot::encode(&info, 0, 0, 0)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "snapshot name too long"))?;
         if snapshots.len() >= MAX_SNAPSHOTS as usize
@@ -86,22 +89,27 @@ impl Qcow2Backend {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }
         BlockBackend::flush(self, cx)?;
-        let mut refs = Vec::new();
-        self.references(cx, &l1, &mut refs)?;
-        refs.sort_unstable();
-        alloc.check_refcount_change(cx, &self.host, &refs, 1)?;
-        // 1.
-        let l1_copy = self.write_l1_copy(cx, alloc, &l1)?;
-        self.rewrite_copied(cx, &|_| false)?;
-        self.host.file.flush(cx)?;
-        // 2.
-        alloc.change_refcounts(cx, &self.host, &refs, 1)?;
-        let entry = snapshot::encode(&info, l1_copy, l1.len() as u32, self.len())
+        let (l1_offset, l1_size) = self.l1_place();
+        let entry = snapshot::encode(&info, l1_offset, l1_size, self.len())
             .expect("its length was checked");
         let mut table = raw;
+        let span = table.len()..table.len() + entry.len();
         table.extend_from_slice(&entry);
-        // 3. and 4.
-        self.switch_table(cx, alloc, &table, snapshots.len() as u32 + 1)?;
+        let mut all = snapshots;
+        all.push(Snapshot {
+            id: info.id.clone(),
+            name: info.name.clone(),
+            l1_table_offset: l1_offset,
+            l1_size,
+            disk_size: Some(self.len()),
+            date_sec: info.date_sec,
+            date_nsec: info.date_nsec,
+            vm_clock_nsec: info.vm_clock_nsec,
+            vm_state_size: 0,
+            icount: None,
+            span,
+        });
+        self.commit(cx, alloc, &all, &table)?;
         Ok(info)
     }
 
@@ -140,31 +148,10 @@ impl Qcow2Backend {
             )
         })?;
         BlockBackend::flush(self, cx)?;
-        // 1.
         let mut table = raw[..s.span.start].to_vec();
         table.extend_from_slice(&raw[s.span.end..]);
-        self.switch_table(cx, alloc, &table, snapshots.len() as u32 - 1)?;
-        // 2.
-        let mut l1_raw = vec![0u8; s.l1_size as usize * 8];
-        self.host.read_exact(cx, &mut l1_raw, s.l1_table_offset)?;
-        let l1: Vec<u64> = l1_raw
-            .chunks_exact(8)
-            .map(|e| u64::from_be_bytes(e.try_into().expect("8 bytes")))
-            .collect();
-        let mut refs = self.clusters_of(s.l1_table_offset, l1_raw.len() as u64);
-        self.references(cx, &l1, &mut refs)?;
-        refs.sort_unstable();
-        alloc.change_refcounts(cx, &self.host, &refs, -1)?;
-        self.host.file.flush(cx)?;
-        // 3.
-        let mut active = Vec::new();
-        self.references(cx, &self.l1_entries(), &mut active)?;
-        active.sort_unstable();
-        active.dedup();
-        let counts = alloc.refcounts_of(cx, &self.host, &active)?;
-        let owned = |c: u64| active.binary_search(&c).is_ok_and(|i| counts[i] == 1);
-        self.rewrite_copied(cx, &owned)?;
-        self.host.file.flush(cx)?;
+        let left: Vec<Snapshot> = snapshots.iter().filter(|o| o.id != s.id).cloned().collect();
+        self.commit(cx, alloc, &left, &table)?;
         Ok(SnapshotInfo::from(s))
     }
 
@@ -207,128 +194,126 @@ impl Qcow2Backend {
             .collect()
     }
 
-    /// The host clusters `[at, at + len)` covers, as indices.
-    fn clusters_of(&self, at: u64, len: u64) -> Vec<u64> {
-        let first = at >> self.h.cluster_bits;
-        (first..first + len.div_ceil(self.cluster_size())).collect()
+    /// The active L1 table's offset and entries.
+    fn l1_place(&self) -> (u64, u32) {
+        let t = self.l1.read();
+        (t.offset, t.entries.len() as u32)
     }
 
-    /// Appends to `out` the host cluster of every L2 table that `l1` names and of every
-    /// cluster those tables map (a compressed one's clusters each).
-    fn references(&self, cx: &Ctx<'_>, l1: &[u64], out: &mut Vec<u64>) -> io::Result<()> {
-        let mut raw = vec![0u8; self.cluster_size() as usize];
-        for table in l1.iter().filter_map(|&e| entry::l2_table(e)) {
-            out.push(table >> self.h.cluster_bits);
-            self.host.read_exact(cx, &mut raw, table)?;
-            for e in raw.chunks_exact(8) {
-                let e = u64::from_be_bytes(e.try_into().expect("8 bytes"));
-                out.extend(
-                    Mapping::decode(e, self.h.cluster_bits).host_clusters(self.h.cluster_bits),
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes `l1` to new clusters, without COPIED bits; returns its offset (0 if empty).
-    fn write_l1_copy(&self, cx: &Ctx<'_>, alloc: &Allocator, l1: &[u64]) -> io::Result<u64> {
-        if l1.is_empty() {
-            return Ok(0);
-        }
-        let raw: Vec<u8> = l1
-            .iter()
-            .flat_map(|e| (e & !COPIED).to_be_bytes())
-            .collect();
-        let n = (raw.len() as u64).div_ceil(self.cluster_size());
-        let at = alloc.contiguous(cx, &self.host, n)?;
-        self.host.write(cx, &raw, at)?;
-        Ok(at)
-    }
-
-    /// Makes the COPIED bit of each active L1 entry and each data (or preallocated zero)
-    /// L2 entry say `owned(host cluster)`, writing the tables that change (not synced) and
-    /// dropping them from the L2 cache.
-    fn rewrite_copied(&self, cx: &Ctx<'_>, owned: &dyn Fn(u64) -> bool) -> io::Result<()> {
-        let bits = self.h.cluster_bits;
-        let flag = |e: u64, host: u64| match owned(host >> bits) {
-            true => e | COPIED,
-            false => e & !COPIED,
-        };
+    /// Makes `snapshots`, whose table is `raw`, the image's, with the active state as it
+    /// is: the module docs' steps 1 to 4.
+    fn commit(
+        &self,
+        cx: &Ctx<'_>,
+        alloc: &Allocator,
+        snapshots: &[Snapshot],
+        raw: &[u8],
+    ) -> io::Result<()> {
+        let cs = self.cluster_size();
+        alloc.release(cx, &self.host)?;
+        let (l1_offset, l1_size) = self.l1_place();
+        let mut h = self.h.clone();
+        // 2. The active L2 tables counted, not its L1 table (a new snapshot's now).
+        (h.l1_table_offset, h.l1_size) = (l1_offset, 0);
+        (h.nb_snapshots, h.snapshots_offset) = (snapshots.len() as u32, 0);
+        let max = Refcounts::with_table(&h, 0, Vec::new()).max();
+        let file_end = self.host.file.len().div_ceil(cs);
+        let mut t = Tally::new(file_end, max)?;
+        repair::count_image(cx, &self.host, &h, snapshots, 0, &mut t)?;
         let mut l1 = self.l1_entries();
-        let mut raw = vec![0u8; self.cluster_size() as usize];
+        let l1_raw: Vec<u8> = l1.iter().flat_map(|e| e.to_be_bytes()).collect();
+        let what = || "the active L1 table".to_owned();
+        repair::count_l2_tables(cx, &self.host, &h, &mut t, &l1_raw, &what)?;
+        h.l1_size = l1_size;
+        // The active tables, right for those counts, from the end of the file on.
+        let mut next = file_end;
+        let mut writes = Vec::new(); // once per snapshot made or deleted
+        let mut replaced = Vec::new();
         for e in l1.iter_mut() {
             let Some(table) = entry::l2_table(*e) else {
                 continue;
             };
-            *e = flag(*e, table);
-            self.host.read_exact(cx, &mut raw, table)?;
-            let mut changed = false;
-            for bytes in raw.chunks_exact_mut(8) {
-                let old = u64::from_be_bytes((&*bytes).try_into().expect("8 bytes"));
-                let new = match Mapping::decode(old, bits) {
-                    Mapping::Data { host, .. } | Mapping::Zero { host } if host != 0 => {
-                        flag(old, host)
-                    }
-                    _ => old,
+            let mut bytes = vec![0u8; cs as usize];
+            self.host.read_exact(cx, &mut bytes, table)?;
+            if self.set_copied(&mut bytes, &t) {
+                *e = (next * cs) | COPIED;
+                writes.push((next * cs, bytes));
+                replaced.push(table);
+                next += 1;
+            } else {
+                *e = match t.get(table / cs) {
+                    1 => table | COPIED,
+                    _ => table,
                 };
-                if new != old {
-                    bytes.copy_from_slice(&new.to_be_bytes());
-                    changed = true;
-                }
-            }
-            if changed {
-                self.host.write(cx, &raw, table)?;
-                self.l2.forget(table);
             }
         }
-        if self.l1_entries() != l1 {
-            // The table stays put: a move takes the resize lock, which is held here.
-            let offset = self.l1.read().offset;
-            let bytes: Vec<u8> = l1.iter().flat_map(|e| e.to_be_bytes()).collect();
-            self.host.write(cx, &bytes, offset)?;
-            for (slot, &e) in self.l1.read().entries.iter().zip(&l1) {
-                slot.store(e, Ordering::Release);
-            }
+        let l1_raw: Vec<u8> = l1.iter().flat_map(|e| e.to_be_bytes()).collect();
+        h.l1_table_offset = next * cs;
+        next += (l1_raw.len() as u64).div_ceil(cs);
+        if !snapshots.is_empty() {
+            h.snapshots_offset = next * cs;
+            next += (raw.len() as u64).div_ceil(cs);
         }
+        self.host.file.resize(cx, next * cs)?;
+        for (at, bytes) in &writes {
+            self.host.write(cx, bytes, *at)?;
+        }
+        self.host.write(cx, &l1_raw, h.l1_table_offset)?;
+        if !snapshots.is_empty() {
+            self.host.write(cx, raw, h.snapshots_offset)?;
+        }
+        // 3.
+        let mut t = Tally::new(next, max)?;
+        repair::count_image(cx, &self.host, &h, snapshots, raw.len() as u64, &mut t)?;
+        let r = rebuild::write_blocks(cx, &self.host, &h, &mut t)?;
+        let table: Vec<u8> = r.table.iter().flat_map(|e| e.to_be_bytes()).collect();
+        self.host.write(cx, &table, r.table_offset)?;
+        self.host.file.flush(cx)?;
+        // 4.
+        let mut fields = [0u8; 32];
+        fields[..8].copy_from_slice(&h.l1_table_offset.to_be_bytes());
+        fields[8..16].copy_from_slice(&r.table_offset.to_be_bytes());
+        let table_clusters = table.len() as u64 / cs;
+        fields[16..20].copy_from_slice(&(table_clusters as u32).to_be_bytes());
+        fields[20..24].copy_from_slice(&h.nb_snapshots.to_be_bytes());
+        fields[24..].copy_from_slice(&h.snapshots_offset.to_be_bytes());
+        self.host.write(cx, &fields, L1_TABLE_FIELD)?;
+        self.host.file.flush(cx)?;
+        self.l1.replace(&l1_raw, h.l1_table_offset);
+        for table in replaced {
+            self.l2.forget(table);
+        }
+        alloc.replace_refcounts(cx, &self.host, r)?;
+        *self.table_at() = TableAt {
+            offset: h.snapshots_offset,
+            count: h.nb_snapshots,
+        };
+        self.snapshots.store(snapshots.len(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Makes `raw` (`count` entries) the snapshot table: written to new clusters (none if
-    /// empty) and synced, the header switched to it in one write and synced, the old
-    /// table's clusters freed.
-    fn switch_table(
-        &self,
-        cx: &Ctx<'_>,
-        alloc: &Allocator,
-        raw: &[u8],
-        count: u32,
-    ) -> io::Result<()> {
-        let at = match count {
-            0 => 0,
-            _ => {
-                let n = (raw.len() as u64).div_ceil(self.cluster_size());
-                let at = alloc.contiguous(cx, &self.host, n)?;
-                self.host.write(cx, raw, at)?;
-                at
+    /// Makes the COPIED bit of each data (or preallocated zero) entry of the L2 table
+    /// `bytes` say whether `t` counts its cluster once; whether any changed.
+    fn set_copied(&self, bytes: &mut [u8], t: &Tally) -> bool {
+        let bits = self.h.cluster_bits;
+        let mut changed = false;
+        for raw in bytes.chunks_exact_mut(8) {
+            let old = u64::from_be_bytes((&*raw).try_into().expect("8 bytes"));
+            let new = match Mapping::decode(old, bits) {
+                Mapping::Data { host, .. } | Mapping::Zero { host } if host != 0 => {
+                    match t.get(host >> bits) {
+                        1 => old | COPIED,
+                        _ => old & !COPIED,
+                    }
+                }
+                _ => old,
+            };
+            if new != old {
+                raw.copy_from_slice(&new.to_be_bytes());
+                changed = true;
             }
-        };
-        self.host.file.flush(cx)?;
-        let mut fields = [0u8; 12];
-        fields[..4].copy_from_slice(&count.to_be_bytes());
-        fields[4..].copy_from_slice(&at.to_be_bytes());
-        self.host.write(cx, &fields, NB_SNAPSHOTS_FIELD)?;
-        self.host.file.flush(cx)?;
-        let new = TableAt {
-            offset: at,
-            count,
-            len: raw.len() as u64,
-        };
-        let old = std::mem::replace(&mut *self.table_at(), new);
-        self.snapshots.store(count as usize, Ordering::Relaxed);
-        match old.count {
-            0 => Ok(()),
-            _ => alloc.apply_frees(cx, &self.host, self.clusters_of(old.offset, old.len)),
         }
+        changed
     }
 }
 
