@@ -338,3 +338,29 @@ fn made_while_other_threads_write() {
     let active = raw_contents(&image);
     assert!(active.iter().all(|&x| x == rounds), "the active state");
 }
+
+/// How long making and deleting a snapshot of a 1 GiB disk takes, every cluster written
+/// (64 KiB clusters, on /dev/shm where there is one): printed, not asserted.
+#[test]
+#[ignore = "a measurement: cargo test --release --test qcow2_snapshot_create -- --ignored --nocapture"]
+fn measure_make_and_delete_of_a_full_1g_disk() {
+    require_tool!("qemu-io");
+    let dir = match Path::new("/dev/shm").is_dir() {
+        true => tempfile::tempdir_in("/dev/shm").unwrap(),
+        false => tempfile::tempdir().unwrap(),
+    };
+    let image = dir.path().join("full.qcow2");
+    corofuse_tests::qcow2::create(&image, "compat=1.1", Some("1G"));
+    corofuse_tests::qcow2::qemu_io(&image, &["write -P 1 0 1G"]);
+    let cx = Ctx::Blocking;
+    let disk = open(&image, &RW);
+    let t = std::time::Instant::now();
+    disk.snapshot_create(&cx, "a").unwrap();
+    let made = t.elapsed();
+    let t = std::time::Instant::now();
+    disk.snapshot_delete(&cx, None, Some("a")).unwrap();
+    let deleted = t.elapsed();
+    drop(disk);
+    assert_check_clean(&image, "1 GiB");
+    eprintln!("1 GiB full, 64 KiB clusters: made in {made:?}, deleted in {deleted:?}");
+}

@@ -67,6 +67,14 @@ const FILLING: Duration = Duration::from_secs(1);
 /// Free clusters remembered from the open-time scan, at most.
 const MAX_FREE: usize = 1 << 20;
 
+/// A refcount structure about to be put in force, with its free clusters and its end
+/// ([`Allocator::prepare`]).
+pub(crate) struct NewRefcounts {
+    refcounts: Refcounts,
+    free: Vec<u64>,
+    end: u64,
+}
+
 /// A cluster handed out by [`Allocator::cluster`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NewCluster {
@@ -451,22 +459,34 @@ impl Allocator {
         }
     }
 
-    /// Serves from `refcounts` from now on, a new refcount structure that the header names
-    /// now (a snapshot made or deleted, `snapshot_edit.rs`), with the free clusters it
-    /// counts; the reservation must be empty ([`release`](Self::release)d).
-    pub(crate) fn replace_refcounts(
+    /// What the allocator needs of `refcounts`, a new refcount structure written but not
+    /// in force yet (a snapshot made or deleted, `snapshot_edit.rs`): read before the
+    /// header switches to it, so that nothing can fail after.
+    pub(crate) fn prepare(
         &self,
         cx: &Ctx<'_>,
         host: &Host,
         refcounts: Refcounts,
-    ) -> io::Result<()> {
+    ) -> io::Result<NewRefcounts> {
         let _serial = self.serial(cx);
         let mut s = self.state();
-        let s = &mut *s;
         let len = host.file.len();
         let (free, end) = scan(cx, host, &refcounts, len, self.cluster_bits, &mut s.scratch)?;
-        (s.refcounts, s.free, s.end) = (refcounts, free, end);
-        Ok(())
+        Ok(NewRefcounts {
+            refcounts,
+            free,
+            end,
+        })
+    }
+
+    /// Serves from `new` from now on (the header names it now); the reservation must be
+    /// empty ([`release`](Self::release)d) and nothing allocated since [`prepare`].
+    ///
+    /// [`prepare`]: Self::prepare
+    pub(crate) fn replace_refcounts(&self, cx: &Ctx<'_>, new: NewRefcounts) {
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        (s.refcounts, s.free, s.end) = (new.refcounts, new.free, new.end);
     }
 
     /// Returns the unused reservation (refcount 0 again); for the backend's drop.

@@ -27,8 +27,9 @@
 //! 3. The references counted again, and a new refcount structure holding them written
 //!    after that (`rebuild::write_blocks`): the old table and blocks, the old snapshot
 //!    table, and whatever the change left unreferenced count 0 in it. Synced.
-//! 4. The header switch, synced. The allocator then serves from the new refcounts, the
-//!    L2 cache forgets the tables no longer active.
+//! 4. The header switch, synced. The allocator then serves from the new refcounts (read
+//!    before the switch: nothing after it can fail), the L2 cache forgets the tables no
+//!    longer active.
 //!
 //! A power loss before 4 leaves the image as it was (plus unreferenced clusters past its
 //! old end: free space, not even leaks); after it, the new image, exact.
@@ -268,12 +269,14 @@ impl Qcow2Backend {
         let r = rebuild::write_blocks(cx, &self.host, &h, &mut t)?;
         let table: Vec<u8> = r.table.iter().flat_map(|e| e.to_be_bytes()).collect();
         self.host.write(cx, &table, r.table_offset)?;
+        let table_clusters = table.len() as u64 / cs;
+        let table_offset = r.table_offset;
+        let new_refcounts = alloc.prepare(cx, &self.host, r)?;
         self.host.file.flush(cx)?;
         // 4.
         let mut fields = [0u8; 32];
         fields[..8].copy_from_slice(&h.l1_table_offset.to_be_bytes());
-        fields[8..16].copy_from_slice(&r.table_offset.to_be_bytes());
-        let table_clusters = table.len() as u64 / cs;
+        fields[8..16].copy_from_slice(&table_offset.to_be_bytes());
         fields[16..20].copy_from_slice(&(table_clusters as u32).to_be_bytes());
         fields[20..24].copy_from_slice(&h.nb_snapshots.to_be_bytes());
         fields[24..].copy_from_slice(&h.snapshots_offset.to_be_bytes());
@@ -283,7 +286,7 @@ impl Qcow2Backend {
         for table in replaced {
             self.l2.forget(table);
         }
-        alloc.replace_refcounts(cx, &self.host, r)?;
+        alloc.replace_refcounts(cx, new_refcounts);
         *self.table_at() = TableAt {
             offset: h.snapshots_offset,
             count: h.nb_snapshots,
