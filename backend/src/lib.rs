@@ -72,7 +72,7 @@ pub use inject::{InjectBackend, InjectStats};
 pub use nbd::{NbdBackend, NbdOptions};
 pub use null::{parse_size, NullBackend};
 pub use probed_raw::ProbedRaw;
-pub use qcow2::Qcow2Backend;
+pub use qcow2::{Qcow2Backend, SnapshotInfo};
 /// The context every backend call runs in; it lives in the runtime, beside [`runtime::Co`].
 pub use runtime::Ctx;
 pub use sys::IOV_MAX;
@@ -171,6 +171,31 @@ pub trait BlockBackend: Send + Sync {
     /// stop while its server no longer answers. Local storage finishes by itself: nothing
     /// to do (the default).
     fn abort(&self) {}
+
+    /// Makes an internal snapshot named `name` of the disk as it is now, while it serves
+    /// (QMP `blockdev-snapshot-internal-sync`): qcow2 only, `ENOTSUP` by default. Errors:
+    /// `EROFS` read-only; `InvalidInput` "Name is empty"; `AlreadyExists` "Snapshot with
+    /// name 'N' already exists" (QMP adds " on device 'D'").
+    fn snapshot_create(&self, cx: &Ctx<'_>, name: &str) -> io::Result<SnapshotInfo> {
+        let _ = (cx, name);
+        Err(io::Error::from_raw_os_error(libc::ENOTSUP))
+    }
+
+    /// Deletes the internal snapshot with ID `id` and/or name `name` (both must match when
+    /// both are given; QMP `blockdev-snapshot-delete-internal-sync`) and returns what it
+    /// was: qcow2 only, `ENOTSUP` by default. Errors: `InvalidInput` "Name or id must be
+    /// provided"; `NotFound` "Snapshot with id 'I' and name 'N' does not exist" (a missing
+    /// one is 'null'; QMP adds " on device 'D'"); `PermissionDenied` "Failed to remove
+    /// snapshot from snapshot list: Operation not permitted" (read-only, as qsd says it).
+    fn snapshot_delete(
+        &self,
+        cx: &Ctx<'_>,
+        id: Option<&str>,
+        name: Option<&str>,
+    ) -> io::Result<SnapshotInfo> {
+        let _ = (cx, id, name);
+        Err(io::Error::from_raw_os_error(libc::ENOTSUP))
+    }
 }
 
 /// The costly paths a backend took, for `--stats`: each is a copy, an extra read or a wait

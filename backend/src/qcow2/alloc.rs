@@ -67,6 +67,14 @@ const FILLING: Duration = Duration::from_secs(1);
 /// Free clusters remembered from the open-time scan, at most.
 const MAX_FREE: usize = 1 << 20;
 
+/// A refcount structure about to be put in force, with its free clusters and its end
+/// ([`Allocator::prepare`]).
+pub(crate) struct NewRefcounts {
+    refcounts: Refcounts,
+    free: Vec<u64>,
+    end: u64,
+}
+
 /// A cluster handed out by [`Allocator::cluster`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NewCluster {
@@ -121,31 +129,11 @@ impl Allocator {
         cluster_bits: u32,
         fills: bool,
     ) -> io::Result<Allocator> {
-        let cluster_size = 1u64 << cluster_bits;
-        let mut scratch = vec![0u8; cluster_size as usize].into_boxed_slice();
-        let file_clusters = file_len.div_ceil(cluster_size);
-        let (mut free, mut end) = (Vec::new(), file_clusters);
-        let per_block = refcounts.per_block();
-        for (bi, &block) in refcounts.table.iter().enumerate() {
-            if block == 0 {
-                continue;
-            }
-            host.read_exact(cx, &mut scratch, block)?;
-            for i in 0..per_block {
-                let cluster = bi as u64 * per_block + i;
-                match refcounts.get_in(&scratch, 0, i) {
-                    0 if cluster < file_clusters && free.len() < MAX_FREE => free.push(cluster),
-                    0 => {}
-                    _ => end = end.max(cluster + 1),
-                }
-            }
-        }
-        // Never hand out cluster 0 (the header), whatever its refcount says.
-        free.retain(|&c| c != 0);
-        free.reverse(); // popped from the back: lowest first
+        let mut scratch = vec![0u8; 1usize << cluster_bits].into_boxed_slice();
+        let (free, end) = scan(cx, host, &refcounts, file_len, cluster_bits, &mut scratch)?;
         let state = State {
             refcounts,
-            end: end.max(1),
+            end,
             free,
             scratch,
         };
@@ -471,6 +459,36 @@ impl Allocator {
         }
     }
 
+    /// What the allocator needs of `refcounts`, a new refcount structure written but not
+    /// in force yet (a snapshot made or deleted, `snapshot_edit.rs`): read before the
+    /// header switches to it, so that nothing can fail after.
+    pub(crate) fn prepare(
+        &self,
+        cx: &Ctx<'_>,
+        host: &Host,
+        refcounts: Refcounts,
+    ) -> io::Result<NewRefcounts> {
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        let len = host.file.len();
+        let (free, end) = scan(cx, host, &refcounts, len, self.cluster_bits, &mut s.scratch)?;
+        Ok(NewRefcounts {
+            refcounts,
+            free,
+            end,
+        })
+    }
+
+    /// Serves from `new` from now on (the header names it now); the reservation must be
+    /// empty ([`release`](Self::release)d) and nothing allocated since [`prepare`].
+    ///
+    /// [`prepare`]: Self::prepare
+    pub(crate) fn replace_refcounts(&self, cx: &Ctx<'_>, new: NewRefcounts) {
+        let _serial = self.serial(cx);
+        let mut s = self.state();
+        (s.refcounts, s.free, s.end) = (new.refcounts, new.free, new.end);
+    }
+
     /// Returns the unused reservation (refcount 0 again); for the backend's drop.
     pub(crate) fn release(&self, cx: &Ctx<'_>, host: &Host) -> io::Result<()> {
         let _serial = self.serial(cx);
@@ -484,4 +502,37 @@ impl Allocator {
         }
         Ok(())
     }
+}
+
+/// The free clusters (refcount 0) below the end of the file (`file_len`), lowest last
+/// (popped first), and the first cluster past everything that has a refcount (1 at
+/// least: cluster 0, the header, is never handed out, whatever its refcount says).
+fn scan(
+    cx: &Ctx<'_>,
+    host: &Host,
+    refcounts: &Refcounts,
+    file_len: u64,
+    cluster_bits: u32,
+    scratch: &mut [u8],
+) -> io::Result<(Vec<u64>, u64)> {
+    let file_clusters = file_len.div_ceil(1 << cluster_bits);
+    let (mut free, mut end) = (Vec::new(), file_clusters);
+    let per_block = refcounts.per_block();
+    for (bi, &block) in refcounts.table.iter().enumerate() {
+        if block == 0 {
+            continue;
+        }
+        host.read_exact(cx, scratch, block)?;
+        for i in 0..per_block {
+            let cluster = bi as u64 * per_block + i;
+            match refcounts.get_in(scratch, 0, i) {
+                0 if cluster < file_clusters && free.len() < MAX_FREE => free.push(cluster),
+                0 => {}
+                _ => end = end.max(cluster + 1),
+            }
+        }
+    }
+    free.retain(|&c| c != 0);
+    free.reverse(); // popped from the back: lowest first
+    Ok((free, end.max(1)))
 }

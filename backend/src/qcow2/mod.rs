@@ -27,7 +27,9 @@
 //! - Internal snapshots (`snapshot.rs`): the active state is served, and clusters and L2
 //!   tables that snapshots share (refcount above one, no COPIED bit) are copied before
 //!   they change (`write.rs`); or, with [`OpenOptions::snapshot`], one snapshot's L1
-//!   table is served read-only instead. Snapshots are neither made nor deleted here.
+//!   table is served read-only instead. Snapshots are made and deleted while the image
+//!   serves (`snapshot_edit.rs`: QMP's `blockdev-snapshot-internal-sync` and
+//!   `blockdev-snapshot-delete-internal-sync`).
 //! - Refused at open, one line naming the feature: encryption, external data files,
 //!   extended L2 entries, unknown incompatible features. An image marked corrupt opens
 //!   read-only only. A dirty image (refcounts not written back: QEMU with lazy refcounts,
@@ -60,8 +62,8 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 mod alloc;
 mod backing;
@@ -79,6 +81,7 @@ mod reftable;
 mod repair;
 mod resize;
 mod snapshot;
+mod snapshot_edit;
 mod tally;
 mod write;
 mod zero;
@@ -96,6 +99,7 @@ use hostio::Host;
 use l2_cache::L2Cache;
 
 pub(crate) use header::MAGIC;
+pub use snapshot::SnapshotInfo;
 
 /// A qcow2 image.
 pub struct Qcow2Backend {
@@ -116,7 +120,9 @@ pub struct Qcow2Backend {
     alloc: Option<Allocator>,
     backing: Option<Arc<dyn BlockBackend>>,
     /// Internal snapshots in the image.
-    snapshots: usize,
+    snapshots: AtomicUsize,
+    /// Where the snapshot table is now (changed only with every cluster held).
+    table: Mutex<snapshot_edit::TableAt>,
     /// The snapshot exported instead of the active state (`--snapshot`).
     shown: Option<snapshot::Snapshot>,
     decompressor: Decompressor,
@@ -311,7 +317,11 @@ impl Qcow2Backend {
             l1,
             l2: L2Cache::new(h.cluster_size(), l1_size),
             write_back: deferred::WriteBack::default(),
-            snapshots: snapshots.len(),
+            snapshots: AtomicUsize::new(snapshots.len()),
+            table: Mutex::new(snapshot_edit::TableAt {
+                offset: h.snapshots_offset,
+                count: h.nb_snapshots,
+            }),
             shown,
             clusters: RangeLocks::default(),
             l1_locks: RangeLocks::default(),
@@ -480,7 +490,7 @@ impl BlockBackend for Qcow2Backend {
             cs if cs < 1024 => format!("{cs} B"),
             cs => format!("{} KiB", cs / 1024),
         };
-        let snapshots = match (&self.shown, self.snapshots) {
+        let snapshots = match (&self.shown, self.snapshots.load(Ordering::Relaxed)) {
             (Some(s), _) => format!(", snapshot {} ({})", s.id, s.name),
             (None, 0) => String::new(),
             (None, 1) => ", 1 internal snapshot".to_owned(),
@@ -502,6 +512,19 @@ impl BlockBackend for Qcow2Backend {
 
     fn abort(&self) {
         self.host.file.abort();
+    }
+
+    fn snapshot_create(&self, cx: &Ctx<'_>, name: &str) -> io::Result<SnapshotInfo> {
+        self.create_snapshot(cx, name)
+    }
+
+    fn snapshot_delete(
+        &self,
+        cx: &Ctx<'_>,
+        id: Option<&str>,
+        name: Option<&str>,
+    ) -> io::Result<SnapshotInfo> {
+        self.delete_snapshot(cx, id, name)
     }
 }
 

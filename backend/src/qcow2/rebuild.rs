@@ -23,6 +23,22 @@ use super::tally::{Kind, Tally};
 /// Writes a refcount structure holding the counts of `t` after the end of the file, and
 /// switches the header (and `h`) to it.
 pub(crate) fn rebuild(cx: &Ctx<'_>, host: &Host, h: &mut Header, t: &mut Tally) -> io::Result<()> {
+    let r = write_blocks(cx, host, h, t)?;
+    let table_clusters = r.table.len() as u64 * 8 / h.cluster_size();
+    super::reftable::install(cx, host, &r.table, r.table_offset, table_clusters)?;
+    (h.refcount_table_offset, h.refcount_table_clusters) = (r.table_offset, table_clusters as u32);
+    Ok(())
+}
+
+/// Lays out a refcount structure holding the counts of `t` (itself counted) after the end
+/// of the file (extended over it) and writes its blocks; returns it, its table not
+/// written yet, nothing synced.
+pub(crate) fn write_blocks(
+    cx: &Ctx<'_>,
+    host: &Host,
+    h: &Header,
+    t: &mut Tally,
+) -> io::Result<Refcounts> {
     let cs = h.cluster_size();
     let start = t.len();
     let (table_clusters, blocks) = layout(start, cs, per_block(h));
@@ -52,9 +68,7 @@ pub(crate) fn rebuild(cx: &Ctx<'_>, host: &Host, h: &mut Header, t: &mut Tally) 
         }
         host.write(cx, &raw, (first_block + b) * cs)?;
     }
-    super::reftable::install(cx, host, &r.table, start * cs, table_clusters)?;
-    (h.refcount_table_offset, h.refcount_table_clusters) = (start * cs, table_clusters as u32);
-    Ok(())
+    Ok(r)
 }
 
 /// Refcount entries per block of the image with header `h`.

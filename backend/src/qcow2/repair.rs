@@ -153,7 +153,7 @@ fn add(t: &mut Tally, r: Range<u64>, kind: Kind, what: impl Fn() -> String) -> i
 }
 
 /// Counts every reference but the refcount structure's own.
-fn count_image(
+pub(crate) fn count_image(
     cx: &Ctx<'_>,
     host: &Host,
     h: &Header,
@@ -185,6 +185,19 @@ fn count_l1(
     add(t, clusters(h, offset, len), Kind::Meta, what)?;
     let mut raw = vec![0u8; len as usize]; // once per L1 table, at open
     host.read_exact(cx, &mut raw, offset)?;
+    count_l2_tables(cx, host, h, t, &raw, what)
+}
+
+/// Counts the L2 tables that the L1 entries `raw` name and their data clusters (not the
+/// L1 table's own clusters).
+pub(crate) fn count_l2_tables(
+    cx: &Ctx<'_>,
+    host: &Host,
+    h: &Header,
+    t: &mut Tally,
+    raw: &[u8],
+    what: &dyn Fn() -> String,
+) -> io::Result<()> {
     let mut l2 = vec![0u8; h.cluster_size() as usize];
     for (i, e) in raw.chunks_exact(8).enumerate() {
         let table = be64(e) & OFFSET_MASK;

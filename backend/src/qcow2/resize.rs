@@ -51,7 +51,7 @@ impl Qcow2Backend {
         if new_len < size {
             return refuse(libc::EOPNOTSUPP, "shrinking a qcow2 image is not supported");
         }
-        if self.h.version == 2 && self.snapshots > 0 {
+        if self.h.version == 2 && self.snapshots.load(Ordering::Relaxed) > 0 {
             // As QEMU: a v2 snapshot entry cannot record the size it was taken at.
             return refuse(libc::EOPNOTSUPP, "a v2 image with snapshots cannot grow");
         }

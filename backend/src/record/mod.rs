@@ -191,4 +191,18 @@ impl BlockBackend for RecordBackend {
     fn abort(&self) {
         self.inner.abort();
     }
+
+    /// Not recorded: what it writes reaches the image through the recorded file below.
+    fn snapshot_create(&self, cx: &Ctx<'_>, name: &str) -> io::Result<crate::SnapshotInfo> {
+        self.inner.snapshot_create(cx, name)
+    }
+
+    fn snapshot_delete(
+        &self,
+        cx: &Ctx<'_>,
+        id: Option<&str>,
+        name: Option<&str>,
+    ) -> io::Result<crate::SnapshotInfo> {
+        self.inner.snapshot_delete(cx, id, name)
+    }
 }
