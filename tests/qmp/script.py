@@ -9,6 +9,7 @@ WORKDIR holds disk.img (raw, 4 MiB) and the empty files mnt0 and mnt1 to mount o
 import asyncio
 import json
 import os
+import subprocess
 import sys
 
 from qemu.qmp import QMPClient, ExecuteError
@@ -72,6 +73,7 @@ async def main(sock, work):
     seen["del-e0-again"] = await run("block-export-del", {"id": "e0"})
     seen["blockdev-del"] = await run("blockdev-del", {"node-name": "f"})
     seen["blockdev-del-again"] = await run("blockdev-del", {"node-name": "f"})
+    await snapshots(run, work, seen)
     seen["quit"] = await run("quit")
     # qemu-storage-daemon 10.0 sends no SHUTDOWN (only QEMU's system emulator does);
     # corofuse sends it, as the issue asks: the comparison leaves this key out.
@@ -84,6 +86,72 @@ async def main(sock, work):
     except EOFError:
         pass
     print(json.dumps(seen, sort_keys=True))
+
+
+async def snapshots(run, work, seen):
+    """Internal snapshots of a qcow2 node made and deleted while its export serves, the
+    errors for each wrong use, and what qemu-img finds afterwards."""
+    image, mnt = os.path.join(work, "snap.qcow2"), os.path.join(work, "mnt2")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", image, "4M"], check=True)
+    open(mnt, "a").close()
+    snap = "blockdev-snapshot-internal-sync"
+    delete = "blockdev-snapshot-delete-internal-sync"
+    seen["snap-nodes"] = [
+        await run("blockdev-add", {"driver": "file", "node-name": "sf", "filename": image}),
+        await run("blockdev-add", {"driver": "qcow2", "node-name": "sq", "file": "sf"}),
+        await run("block-export-add", {"type": "fuse", "id": "e3", "node-name": "sq",
+                                       "mountpoint": mnt, "writable": True}),
+    ]
+    first, second = b"A" * 65536, b"B" * 65536
+
+    def write(data):
+        with open(mnt, "r+b") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    write(first)
+    seen["snap-create"] = await run(snap, {"device": "sq", "name": "s1"})
+    write(second)
+    seen["snap-create-2"] = await run(snap, {"device": "sq", "name": "s2"})
+    seen["snap-errors"] = [
+        await run(snap, {"device": "sq", "name": "s1"}),
+        await run(snap, {"device": "sf", "name": "x"}),
+        await run(snap, {"device": "nope", "name": "x"}),
+        await run(snap, {"device": "z", "name": "x"}),
+        await run(snap, {"device": "sq"}),
+        await run(snap, {"device": "sq", "name": ""}),
+        await run(delete, {"device": "sq", "name": "nope"}),
+        await run(delete, {"device": "sq", "id": "1", "name": "s2"}),
+        await run(delete, {"device": "sq"}),
+        await run(delete, {"device": "z", "name": "x"}),
+    ]
+
+    def described(reply):
+        if "return" not in reply:
+            return reply
+        r = reply["return"]
+        return {"keys": sorted(r), "id": r["id"], "name": r["name"],
+                "vm-state-size": r["vm-state-size"]}
+
+    seen["snap-delete-live"] = described(await run(delete, {"device": "sq", "name": "s2"}))
+    with open(mnt, "rb") as f:
+        seen["snap-active-reads"] = f.read(len(second)) == second
+    seen["snap-export-del"] = await run("block-export-del", {"id": "e3"})
+    await asyncio.sleep(0.5)
+    listed = subprocess.run(["qemu-img", "snapshot", "-U", "-l", image],
+                            capture_output=True, text=True, check=True).stdout
+    seen["snap-listed"] = [line.split()[:2] for line in listed.splitlines()[2:]]
+    raw = os.path.join(work, "s1.raw")
+    subprocess.run(["qemu-img", "convert", "-U", "-l", "snapshot.name=s1", "-O", "raw",
+                    image, raw], check=True)
+    with open(raw, "rb") as f:
+        seen["snap-s1-reads"] = f.read(len(first)) == first
+    seen["snap-delete"] = described(await run(delete, {"device": "sq", "id": "1"}))
+    seen["snap-blockdev-del"] = [await run("blockdev-del", {"node-name": "sq"}),
+                                 await run("blockdev-del", {"node-name": "sf"})]
+    check = subprocess.run(["qemu-img", "check", image], capture_output=True, text=True)
+    seen["snap-check"] = check.returncode
 
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -301,6 +301,17 @@ impl Model {
             .resize(&runtime::Ctx::Blocking, size)
             .map_err(|e| ExportError::Refused(format!("Could not resize: {e}")))
     }
+
+    /// Node `name`'s backend, for a change made through it while its exports serve (an
+    /// internal snapshot): the open one, else the node opened for the change, writable
+    /// unless it is read-only (the change then fails as on a read-only open).
+    pub fn backend_of(&self, name: &str) -> io::Result<Arc<dyn BlockBackend>> {
+        if let Some(opened) = self.opened.get(name) {
+            return Ok(Arc::clone(&opened.backend));
+        }
+        let node = self.nodes.get(name).ok_or_else(|| missing(name))?;
+        node.open(!node.read_only)
+    }
 }
 
 /// No node by that name.

@@ -153,6 +153,8 @@ const COMMANDS: &[&str] = &[
     "query-block-exports",
     "query-named-block-nodes",
     "block_resize",
+    "blockdev-snapshot-internal-sync",
+    "blockdev-snapshot-delete-internal-sync",
     "query-iothreads",
     "quit",
 ];
@@ -202,6 +204,22 @@ impl Commands for Runner<'_> {
                 f.finish()?;
                 let name = node.or(device).unwrap_or_default();
                 Ok(self.hub.daemon().resize(&name, size).map(ok)?)
+            }
+            "blockdev-snapshot-internal-sync" => {
+                let mut f = corofuse_qsd::fields::Fields::new(arguments, false)?;
+                let device = f.req_str("device")?;
+                let name = f.req_str("name")?;
+                f.finish()?;
+                Ok(self.hub.daemon().snapshot_create(&device, &name).map(ok)?)
+            }
+            "blockdev-snapshot-delete-internal-sync" => {
+                let mut f = corofuse_qsd::fields::Fields::new(arguments, false)?;
+                let device = f.req_str("device")?;
+                let id = f.str("id")?;
+                let name = f.str("name")?;
+                f.finish()?;
+                let daemon = &mut self.hub.daemon();
+                Ok(daemon.snapshot_delete(&device, id.as_deref(), name.as_deref())?)
             }
             "query-iothreads" => {
                 no_arguments(arguments).map(|()| self.hub.daemon().query_iothreads())

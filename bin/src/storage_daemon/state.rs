@@ -12,8 +12,9 @@
 //! that names none: as many, pinned the same way, as `corofuse mount` would use).
 
 use std::collections::BTreeMap;
+use std::io;
 
-use corofuse_qsd::{AllowOther, BlockExport, Blockdev, Object};
+use corofuse_qsd::{AllowOther, Backing, BlockExport, Blockdev, Child, Driver, Object};
 use serde_json::{json, Value};
 use server::{LoopSet, Report, ServeOptions};
 
@@ -291,6 +292,83 @@ impl Daemon {
             ExportError::Open(e) => super::open::open_error(node, &self.graph(), &e),
             ExportError::Refused(e) => e,
         })
+    }
+
+    /// `blockdev-snapshot-internal-sync`: an internal snapshot of root node `device`,
+    /// made while its exports serve. Errors in qsd's words and order.
+    pub fn snapshot_create(&mut self, device: &str, name: &str) -> Result<(), String> {
+        let node = self.snapshot_node(device)?;
+        let backend = self.model.backend_of(device).map_err(|e| e.to_string())?;
+        match backend.snapshot_create(&runtime::Ctx::Blocking, name) {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
+                Err(format!("Device '{device}' is read only"))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Err(format!(
+                "Block format '{}' used by device '{device}' does not support internal \
+                 snapshots",
+                node.driver_name()
+            )),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(format!("{e} on device '{device}'"))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// `blockdev-snapshot-delete-internal-sync`: deletes the snapshot of `device` with ID
+    /// `id` and/or name `name`, and answers what it was, as qsd.
+    pub fn snapshot_delete(
+        &mut self,
+        device: &str,
+        id: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Value, String> {
+        self.snapshot_node(device)?;
+        let backend = self.model.backend_of(device).map_err(|e| e.to_string())?;
+        match backend.snapshot_delete(&runtime::Ctx::Blocking, id, name) {
+            Ok(s) => {
+                let mut info = json!({
+                    "id": s.id,
+                    "name": s.name,
+                    "vm-state-size": s.vm_state_size,
+                    "date-sec": s.date_sec,
+                    "date-nsec": s.date_nsec,
+                    "vm-clock-sec": s.vm_clock_nsec / 1_000_000_000,
+                    "vm-clock-nsec": s.vm_clock_nsec % 1_000_000_000,
+                });
+                if let Some(icount) = s.icount {
+                    info["icount"] = json!(icount);
+                }
+                Ok(info)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {
+                Err("Failed to get a snapshot list: Operation not supported".into())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(format!("{e} on device '{device}'"))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The declared node a snapshot command names: it exists and is a root (no other
+    /// node has it as its `file` or `backing`).
+    fn snapshot_node(&self, device: &str) -> Result<&Blockdev, String> {
+        let node = (self.nodes.get(device))
+            .ok_or_else(|| format!("Cannot find device='{device}' nor node-name='{device}'"))?;
+        let names_it = |child: &Child| matches!(child, Child::Name(n) if n == device);
+        let is_child = self.nodes.values().any(|n| match &n.driver {
+            Driver::Raw { file } => names_it(file),
+            Driver::Qcow2 { file, backing } => {
+                names_it(file) || matches!(backing, Backing::Node(b) if names_it(b))
+            }
+            _ => false,
+        });
+        if is_child {
+            return Err("Need a root block node".into());
+        }
+        Ok(node)
     }
 
     /// `query-iothreads`.
