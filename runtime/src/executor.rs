@@ -7,7 +7,8 @@
 //! This module is the loop: the [`Runtime`] and the state it owns ([`Inner`]), the turn
 //! (`run_until`), waiting and reaping. The rest of `Inner`'s work is in sibling modules, one
 //! job each, so that the turn reads as one page: `sched` (every key's slot and the run
-//! queue), `spawn` (a spawn queues a job and the start of a worker for it), `submit` (SQEs
+//! queue), `spawn` (a spawn queues a start entry with its job, and a worker is promised
+//! to it), `submit` (SQEs
 //! into the ring, making room when it is full, cancels), `fast_paths` (the turns of a lone
 //! coroutine without the queue, prefetching ahead of a long queue), `resume` (switching into
 //! a coroutine and booking how it came back: yield, I/O, wait, done, panic) and `shutdown`
@@ -23,7 +24,6 @@ use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::fast_paths::Alone;
-use crate::job_queue::JobQueue;
 use crate::join::JoinHandle;
 use crate::loop_cell::LoopCell;
 use crate::poll::AdaptivePoll;
@@ -33,13 +33,13 @@ use crate::run_queue::RunQueue;
 use crate::sched::Sched;
 use crate::stack_pool::StackPool;
 use crate::task::{State, TaskId};
+use crate::worker::START;
 
 /// The loop's state, shared (`Rc`) by the [`Runtime`], its workers and their [`Co`]s. Its
 /// methods are spread over the modules named above, one job each.
 pub(crate) struct Inner {
     pub(crate) sched: LoopCell<Sched>,
     pub(crate) coros: LoopCell<CoroStore>,
-    pub(crate) jobs: LoopCell<JobQueue>,
     pub(crate) reactor: Reactor,
     pub(crate) stacks: LoopCell<StackPool>,
     pub(crate) counters: Counters,
@@ -85,7 +85,6 @@ impl Runtime {
                 tops: Vec::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
-            jobs: LoopCell::new(JobQueue::new()),
             reactor,
             stacks: LoopCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
             counters: Counters::default(),
@@ -204,6 +203,11 @@ impl Inner {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
                 self.prefetch_ahead();
+                let key = if value == START {
+                    self.start_worker()
+                } else {
+                    key
+                };
                 match self.run_task(key, value) {
                     Back::Yielded => {
                         if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
@@ -303,7 +307,7 @@ impl Inner {
         let key = user_data as usize;
         self.sched.with(|s| {
             let slot = &mut s.tasks[key];
-            debug_assert_eq!(slot.state, State::Io, "CQE for {} not in I/O", slot.id);
+            debug_assert_eq!(slot.state, State::Io, "CQE for key {key} not in I/O");
             slot.state = State::Ready;
         });
         Some(key)
