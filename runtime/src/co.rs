@@ -292,7 +292,7 @@ impl<'a> Co<'a> {
 
     /// A copy of the loop's counters.
     pub fn counters(&self) -> CounterSnapshot {
-        self.inner.counters.snapshot()
+        self.inner.counters()
     }
 
     /// Escape hatch: submits any prepared SQE and suspends until its completion; returns

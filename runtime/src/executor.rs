@@ -159,7 +159,7 @@ impl Runtime {
 
     /// A copy of the loop's counters.
     pub fn counters(&self) -> CounterSnapshot {
-        self.inner.counters.snapshot()
+        self.inner.counters()
     }
 
     /// Pooled capacity kept for reuse: idle workers plus bare stacks.
@@ -184,6 +184,12 @@ impl Drop for Runtime {
 }
 
 impl Inner {
+    /// A copy of the loop's counters.
+    pub(crate) fn counters(&self) -> CounterSnapshot {
+        let queued_starts = self.stacks.with(|pool| pool.promised());
+        self.counters.snapshot(queued_starts)
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.get()
     }
@@ -239,7 +245,7 @@ impl Inner {
                 }
                 self.reap();
             } else if idle {
-                let live = self.counters.live.get();
+                let live = self.counters.live();
                 if live == 0 {
                     return Ok(());
                 }

@@ -89,6 +89,7 @@ impl Inner {
                 .collect();
             (jobs, slots)
         });
+        self.counters.dropped_unrun.add(jobs.len() as u64);
         let workers = self.coros.with(|coros| {
             let taken = slots.into_iter();
             taken

@@ -85,6 +85,7 @@ impl Inner {
     /// than the call costs a start that chains nothing.
     #[inline(never)]
     pub(crate) fn start_worker(&self) -> usize {
+        self.counters.loop_starts.bump();
         let key = self.stacks.with(StackPool::claim);
         self.sched.with(|s| {
             debug_assert!(key < s.tasks.len());
@@ -108,7 +109,6 @@ impl Inner {
     pub(crate) fn chain_job(&self) -> Option<NonNull<Job>> {
         let job = self.sched.with(|s| s.ready.pop_start_in_turn())?;
         self.stacks.with(StackPool::kept);
-        self.counters.chained.bump();
         Some(job)
     }
 

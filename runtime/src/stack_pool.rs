@@ -89,6 +89,11 @@ impl StackPool {
         self.idle.push(key);
     }
 
+    /// Idle workers promised to queued start entries: one per queued start.
+    pub(crate) fn promised(&self) -> usize {
+        self.idle.len() - self.spare
+    }
+
     /// Whether idle workers should be ended: the pool is over its bound.
     #[inline(always)]
     pub(crate) fn over_bound(&self) -> bool {

@@ -163,3 +163,33 @@ fn spawns_are_refused_once_shutdown_begins_even_with_spare_workers() {
     assert_eq!(after.raw_os_error(), Some(libc::ECANCELED));
     assert_eq!(rt.counters().spawned, 5);
 }
+
+#[test]
+fn chained_and_live_are_exact_while_starts_wait_and_after_shutdown_drops_them() {
+    let rt = rt();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    for _ in 0..4 {
+        let seen = seen.clone();
+        rt.spawn(move |co| {
+            let c = co.counters();
+            seen.borrow_mut().push((c.chained, c.live));
+        })
+        .unwrap();
+    }
+    let c = rt.counters();
+    assert_eq!(
+        (c.spawned, c.chained, c.live),
+        (4, 0, 4),
+        "queued, none begun"
+    );
+    rt.run().unwrap();
+    // The loop started the first job; each of the others chained onto its worker.
+    assert_eq!(*seen.borrow(), [(0, 4), (1, 3), (2, 2), (3, 1)]);
+    for _ in 0..3 {
+        rt.spawn(|_| unreachable!("dropped unrun")).unwrap();
+    }
+    rt.shutdown().unwrap();
+    let c = rt.counters();
+    assert_eq!((c.spawned, c.completed, c.chained), (7, 4, 3));
+    assert_eq!(c.live, 3, "jobs dropped unrun at shutdown never finished");
+}
