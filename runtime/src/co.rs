@@ -12,6 +12,7 @@ use io_uring::squeue;
 use crate::counters::CounterSnapshot;
 use crate::executor::Inner;
 use crate::join::JoinHandle;
+use crate::spawn::UNNAMED;
 use crate::task::{Identity, Park, TaskId};
 
 /// The handle a coroutine receives: its identity, and the way back to its event loop.
@@ -260,9 +261,11 @@ impl<'a> Co<'a> {
         result
     }
 
-    /// Starts another coroutine on this loop; it first runs after this one suspends.
+    /// Starts another coroutine on this loop; it first runs after this one suspends. The
+    /// same spawn as [`Runtime::spawn`](crate::Runtime::spawn) (one implementation,
+    /// `Inner::spawn`, behind both).
     pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
-        self.rc.spawn("task", f)
+        self.rc.spawn(UNNAMED, f)
     }
 
     /// Starts a named coroutine (the name appears in logs).
@@ -279,7 +282,7 @@ impl<'a> Co<'a> {
         &self,
         f: impl FnOnce(&Co<'_>) -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
-        self.rc.spawn_joinable("task", f)
+        self.rc.spawn_joinable(UNNAMED, f)
     }
 
     /// Cancels the I/O that coroutine `id` is suspended on, if any (it resumes with

@@ -31,6 +31,7 @@ use crate::reactor::{Reactor, INTERNAL};
 use crate::resume::Back;
 use crate::run_queue::RunQueue;
 use crate::sched::Sched;
+use crate::spawn::UNNAMED;
 use crate::stack_pool::StackPool;
 use crate::task::{State, TaskId};
 use crate::worker::START;
@@ -100,9 +101,10 @@ impl Runtime {
         })
     }
 
-    /// Starts a coroutine; it runs when the loop next runs.
+    /// Starts a coroutine; it runs when the loop next runs. The same spawn as
+    /// [`Co::spawn`] (one implementation, `Inner::spawn`, behind both).
     pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
-        self.inner.spawn("task", f)
+        self.inner.spawn(UNNAMED, f)
     }
 
     /// Starts a named coroutine (the name appears in logs, e.g. when it panics).
@@ -119,7 +121,7 @@ impl Runtime {
         &self,
         f: impl FnOnce(&Co<'_>) -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
-        self.inner.spawn_joinable("task", f)
+        self.inner.spawn_joinable(UNNAMED, f)
     }
 
     /// Runs `f` in a coroutine and drives the loop until it finishes; other coroutines keep

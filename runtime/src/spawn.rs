@@ -34,6 +34,9 @@ use crate::stack_pool::StackPool;
 use crate::task::{State, TaskId};
 use crate::worker::worker;
 
+/// The name of a coroutine spawned without one.
+pub(crate) const UNNAMED: &str = "task";
+
 impl Inner {
     /// Queues the start of `f`, with a worker promised to it (a pooled one, or a new one on
     /// a pooled or fresh stack).
