@@ -20,15 +20,23 @@ pub(crate) struct CoroStore {
 }
 
 impl CoroStore {
+    /// A store whose first chunk exists: the reserved start key (`run_queue::STARTER`)
+    /// has an entry, always empty, before any worker is made.
     pub(crate) fn new() -> Self {
-        CoroStore { chunks: Vec::new() }
+        let mut store = CoroStore { chunks: Vec::new() };
+        store.add_chunk();
+        store
+    }
+
+    fn add_chunk(&mut self) {
+        let chunk: Box<Chunk> = Box::new(std::array::from_fn(|_| None));
+        self.chunks.push(NonNull::from(Box::leak(chunk)));
     }
 
     /// Stores the worker of `key`, adding chunks up to the one holding `key`.
     pub(crate) fn put(&mut self, key: usize, co: Coro) {
         while self.chunks.len() <= key / CHUNK {
-            let chunk: Box<Chunk> = Box::new(std::array::from_fn(|_| None));
-            self.chunks.push(NonNull::from(Box::leak(chunk)));
+            self.add_chunk();
         }
         // SAFETY: the entry is live; the loop thread is the only user and no reference to
         // this handle is live (its coroutine is not running).

@@ -25,7 +25,18 @@ pub(crate) struct Sched {
 }
 
 impl Sched {
-    /// A free key for a new worker.
+    /// No coroutine yet; key [`STARTER`](crate::run_queue::STARTER) reserved, with a slot that stays free and a stack
+    /// top of 0 (prefetching it is harmless).
+    pub(crate) fn new() -> Sched {
+        Sched {
+            tasks: vec![Slot::FREE],
+            no_worker: Vec::new(),
+            ready: RunQueue::new(),
+            tops: vec![0],
+        }
+    }
+
+    /// A free key for a new worker (never [`STARTER`](crate::run_queue::STARTER)).
     pub(crate) fn new_key(&mut self) -> usize {
         self.no_worker.pop().unwrap_or_else(|| {
             self.tasks.push(Slot::FREE);
