@@ -20,23 +20,15 @@ pub(crate) struct CoroStore {
 }
 
 impl CoroStore {
-    /// A store whose first chunk exists: the reserved start key (`run_queue::STARTER`)
-    /// has an entry, always empty, before any worker is made.
     pub(crate) fn new() -> Self {
-        let mut store = CoroStore { chunks: Vec::new() };
-        store.add_chunk();
-        store
-    }
-
-    fn add_chunk(&mut self) {
-        let chunk: Box<Chunk> = Box::new(std::array::from_fn(|_| None));
-        self.chunks.push(NonNull::from(Box::leak(chunk)));
+        CoroStore { chunks: Vec::new() }
     }
 
     /// Stores the worker of `key`, adding chunks up to the one holding `key`.
     pub(crate) fn put(&mut self, key: usize, co: Coro) {
         while self.chunks.len() <= key / CHUNK {
-            self.add_chunk();
+            let chunk: Box<Chunk> = Box::new(std::array::from_fn(|_| None));
+            self.chunks.push(NonNull::from(Box::leak(chunk)));
         }
         // SAFETY: the entry is live; the loop thread is the only user and no reference to
         // this handle is live (its coroutine is not running).

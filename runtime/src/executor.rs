@@ -29,10 +29,12 @@ use crate::loop_cell::LoopCell;
 use crate::poll::AdaptivePoll;
 use crate::reactor::{Reactor, INTERNAL};
 use crate::resume::Back;
+use crate::run_queue::RunQueue;
 use crate::sched::Sched;
 use crate::spawn::UNNAMED;
 use crate::stack_pool::StackPool;
 use crate::task::{State, TaskId};
+use crate::worker::START;
 
 /// The loop's state, shared (`Rc`) by the [`Runtime`], its workers and their [`Co`]s. Its
 /// methods are spread over the modules named above, one job each.
@@ -77,7 +79,12 @@ impl Runtime {
         let reactor = Reactor::new(config.ring_entries, config.sqe128)
             .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
         let inner = Inner {
-            sched: LoopCell::new(Sched::new()),
+            sched: LoopCell::new(Sched {
+                tasks: Vec::new(),
+                no_worker: Vec::new(),
+                ready: RunQueue::new(),
+                tops: Vec::new(),
+            }),
             coros: LoopCell::new(CoroStore::new()),
             reactor,
             stacks: LoopCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
@@ -204,8 +211,12 @@ impl Inner {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
                 self.prefetch_ahead();
-                let (key, back) = self.run_entry(key, value);
-                match back {
+                let key = if value == START {
+                    self.start_worker()
+                } else {
+                    key
+                };
+                match self.run_task(key, value) {
                     Back::Yielded => {
                         if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
                             if self.run_alone(key, &mut stop) {

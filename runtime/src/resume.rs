@@ -18,9 +18,8 @@ use corosensei::CoroutineResult;
 
 use crate::co::Co;
 use crate::executor::Inner;
-use crate::run_queue::STARTER;
 use crate::task::{Coro, Park, State};
-use crate::worker::{END, START};
+use crate::worker::END;
 
 /// How a coroutine came back to the loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,31 +33,14 @@ pub(crate) enum Back {
 }
 
 impl Inner {
-    /// Runs one run queue entry: switches into its coroutine, in place in its slot, and
-    /// books how it came back; returns the coroutine's key with it. When it yielded
-    /// (`Park::Yield`), the caller queues it.
-    ///
-    /// An entry whose slot is empty is a start (its key is the reserved
-    /// `run_queue::STARTER`, never a worker's): a promised idle worker is claimed and
-    /// resumed with [`START`], and its key returned. Every resume loads the slot anyway, so
-    /// telling a start from a resume costs one test the resume's own check then folds
-    /// away.
+    /// Switches into one coroutine, in place in its slot, and books how it came back.
+    /// When it yielded (`Park::Yield`), the caller queues it.
     #[inline(always)]
-    pub(crate) fn run_entry(&self, key: usize, value: i32) -> (usize, Back) {
-        let slot = self.coros.with(|coros| coros.slot(key));
-        // SAFETY: the slot's address is stable for the store's life (see `CoroStore`);
-        // nothing holds a reference to it between resumes.
-        let (slot, key, value) = if unsafe { (*slot.as_ptr()).is_none() } {
-            debug_assert_eq!(key, STARTER, "a ready coroutine is in its slot");
-            let key = self.start_worker();
-            (self.coros.with(|coros| coros.slot(key)), key, START)
-        } else {
-            (slot, key, value)
-        };
-        (key, self.run_in(slot, key, value))
+    pub(crate) fn run_task(&self, key: usize, value: i32) -> Back {
+        self.run_in(self.coros.with(|coros| coros.slot(key)), key, value)
     }
 
-    /// Switches into the coroutine of `key` in `slot`, and books how it came back.
+    /// [`Inner::run_task`] with the slot of `key` already looked up.
     #[inline(always)]
     pub(crate) fn run_in(&self, slot: NonNull<Option<Coro>>, key: usize, value: i32) -> Back {
         self.counters.resumes.bump();

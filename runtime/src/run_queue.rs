@@ -2,8 +2,8 @@
 //! the jobs of spawned coroutines waiting to start, and the boundary of the loop's current
 //! turn.
 //!
-//! One queue for resumes and starts: a spawn pushes a start entry (key [`STARTER`], a key
-//! no worker ever has: any idle worker may take it) and writes its [`Job`] into the job slot at the same index, so
+//! One queue for resumes and starts: a spawn pushes a start entry ([`START`], no key: any
+//! idle worker may take it) and writes its [`Job`] into the job slot at the same index, so
 //! starts and resumes keep one FIFO order with one head and one tail. Job slots are
 //! uninitialised except under queued start entries; a start entry's job is taken out as
 //! the entry is popped (by the loop, for the worker it resumes, or by a worker chaining it).
@@ -29,11 +29,7 @@ use std::ptr::NonNull;
 use crate::co::Co;
 use crate::job::{Job, PendingJob};
 use crate::task::TaskId;
-
-/// The key of every start entry: reserved, never a worker's, so its coroutine slot is
-/// always empty and resuming it is how the loop finds a start (see `resume`) without a
-/// test of its own.
-pub(crate) const STARTER: usize = 0;
+use crate::worker::START;
 
 pub(crate) struct RunQueue {
     slots: Vec<(usize, i32)>,
@@ -91,10 +87,10 @@ impl RunQueue {
         }
         let at = self.tail & self.mask;
         // SAFETY: masked into both rings (see `push_back`); the job slot under an entry
-        // that is not queued holds no job. A start's resume value is never read: only its
-        // key is written.
+        // that is not queued holds no job. A start's key is never read: only its value is
+        // written.
         let boxed = unsafe {
-            self.slots.get_unchecked_mut(at).0 = STARTER;
+            self.slots.get_unchecked_mut(at).1 = START;
             Job::write(self.jobs.get_unchecked_mut(at).as_mut_ptr(), id, name, f)
         };
         self.tail += 1;
@@ -104,7 +100,7 @@ impl RunQueue {
     /// The job of the start entry the loop has just popped, for the worker it resumes.
     #[inline(always)]
     pub(crate) fn started_job(&mut self) -> NonNull<Job> {
-        debug_assert!(self.head > 0 && self.at_raw(self.head - 1).0 == STARTER);
+        debug_assert!(self.head > 0 && self.at_raw(self.head - 1).1 == START);
         self.job_at(self.head - 1)
     }
 
@@ -112,7 +108,7 @@ impl RunQueue {
     /// for the worker whose job just returned.
     #[inline(always)]
     pub(crate) fn pop_start_in_turn(&mut self) -> Option<NonNull<Job>> {
-        if !self.in_turn() || self.front().0 != STARTER {
+        if !self.in_turn() || self.front().1 != START {
             return None;
         }
         self.head += 1;
@@ -194,9 +190,10 @@ impl RunQueue {
         Some(entry)
     }
 
-    /// The key of the entry `distance` places behind the oldest, if there is one ([`STARTER`]
-    /// for a start: a prefetch warms nothing useful for it, which costs less than telling
-    /// starts apart on every resume of a long queue).
+    /// The key of the entry `distance` places behind the oldest, if there is one. A start
+    /// entry's key is stale (whatever key that ring slot last held, or 0): a valid key,
+    /// whose stack a prefetch warms for nothing, which costs less than telling starts
+    /// apart on every resume of a long queue.
     #[inline(always)]
     pub(crate) fn key_ahead(&self, distance: usize) -> Option<usize> {
         if distance >= self.len() {
@@ -209,7 +206,7 @@ impl RunQueue {
     /// unrun (shutdown).
     pub(crate) fn drain(&mut self) -> Vec<PendingJob> {
         let starts: Vec<usize> = (self.head..self.tail)
-            .filter(|&i| self.at(i).0 == STARTER)
+            .filter(|&i| self.at(i).1 == START)
             .collect();
         let jobs = starts
             .into_iter()
@@ -263,7 +260,7 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    use super::{RunQueue, STARTER};
+    use super::{RunQueue, START};
     use crate::co::Co;
     use crate::job::Job;
     use crate::task::TaskId;
@@ -322,7 +319,7 @@ mod tests {
             expect += 1;
         }
         q.start_turn();
-        assert_eq!(q.pop_in_turn().map(|e| e.0), Some(STARTER));
+        assert_eq!(q.pop_in_turn().map(|e| e.1), Some(START));
         // SAFETY: as above.
         let job = unsafe { Job::take(q.started_job().as_ptr()) };
         assert_eq!(job.identity().0, TaskId(expect));

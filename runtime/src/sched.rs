@@ -25,18 +25,7 @@ pub(crate) struct Sched {
 }
 
 impl Sched {
-    /// No coroutine yet; key [`STARTER`](crate::run_queue::STARTER) reserved, with a slot that stays free and a stack
-    /// top of 0 (prefetching it is harmless).
-    pub(crate) fn new() -> Sched {
-        Sched {
-            tasks: vec![Slot::FREE],
-            no_worker: Vec::new(),
-            ready: RunQueue::new(),
-            tops: vec![0],
-        }
-    }
-
-    /// A free key for a new worker (never [`STARTER`](crate::run_queue::STARTER)).
+    /// A free key for a new worker.
     pub(crate) fn new_key(&mut self) -> usize {
         self.no_worker.pop().unwrap_or_else(|| {
             self.tasks.push(Slot::FREE);

@@ -2,14 +2,13 @@
 //!
 //! A spawn promises itself an idle worker (one counter of spare workers in the
 //! `StackPool`; a worker is made now if none is spare, so a failure to map a stack is the
-//! spawn's error, and shutdown's refusal is checked there too: a closed pool has no
-//! spare) and pushes a start entry (the reserved key `run_queue::STARTER`) whose job is
-//! written in place in the run queue's job slot: one push, no worker chosen yet. When the
-//! loop reaches a start entry it claims an idle worker and resumes it (`run_entry`), and
-//! the worker runs the job of that entry. When a worker's job returns and the next entry
-//! of the turn is a start, the worker pops it and runs its job itself (`chain_job`): the
-//! order the loop would have run it in, without two switches, and the promise is simply
-//! dropped (the promised worker never left the pool).
+//! spawn's error, and shutdown's refusal is checked there too: a closed pool has no spare) and pushes a
+//! start entry ([`START`](crate::worker::START)) whose job is written in place in the run queue's job slot: one
+//! push, no key chosen yet. When the loop reaches a start entry it claims an idle worker
+//! and resumes it, and the worker runs the job of that entry. When a worker's job returns
+//! and the next entry of the turn is a start, the worker pops it and runs its job itself
+//! (`chain_job`): the order the loop would have run it in, without two switches, and the
+//! promise is simply dropped (the promised worker never left the pool).
 //!
 //! The job's identity travels with the job into the worker's `Co` (`Co::begin`), where the
 //! loop reads it when it needs it (`Sched::identity`): nothing is copied into the key's slot
@@ -85,7 +84,8 @@ impl Inner {
     /// The loop reached a start entry: claims a promised idle worker for it and books its
     /// key ready; the loop then resumes it with [`START`](crate::worker::START). Out of
     /// line: inlined into the turn, it costs the lone yielder's fast path two
-    /// instructions per switch (registers the compiler rematerialises in its loop).
+    /// instructions per switch (registers the compiler rematerialises in its loop), more
+    /// than the call costs a start that chains nothing.
     #[inline(never)]
     pub(crate) fn start_worker(&self) -> usize {
         self.counters.loop_starts.bump();
