@@ -12,7 +12,8 @@ use io_uring::squeue;
 use crate::counters::CounterSnapshot;
 use crate::executor::Inner;
 use crate::join::JoinHandle;
-use crate::task::{Park, TaskId};
+use crate::spawn::UNNAMED;
+use crate::task::{Identity, Park, TaskId};
 
 /// The handle a coroutine receives: its identity, and the way back to its event loop.
 ///
@@ -31,7 +32,8 @@ pub struct Co<'a> {
     /// The same loop as an `Rc`, for spawns (a new worker holds a strong count).
     rc: &'a Rc<Inner>,
     key: usize,
-    id: Cell<TaskId>,
+    /// The current job's identity, which the loop reads in place (see `Identity`).
+    pub(crate) identity: Identity,
     /// This coroutine's [`Co::on_first_suspend`] hook, while armed (its lifetime erased:
     /// it is cleared before that call returns or unwinds). Beside `suspends`, which every
     /// suspend writes anyway, so checking it costs no line and one load.
@@ -76,18 +78,17 @@ pub struct CoStats {
 }
 
 impl<'a> Co<'a> {
-    pub(crate) fn new(
-        yielder: &'a Yielder<i32, Park>,
-        rc: &'a Rc<Inner>,
-        key: usize,
-        id: TaskId,
-    ) -> Self {
+    /// The `Co` of the worker at `key`, before its first job.
+    pub(crate) fn new(yielder: &'a Yielder<i32, Park>, rc: &'a Rc<Inner>, key: usize) -> Self {
         Co {
             yielder,
             inner: rc,
             rc,
             key,
-            id: Cell::new(id),
+            identity: Identity {
+                id: Cell::new(TaskId(0)),
+                name: Cell::new(""),
+            },
             hook: Cell::new(None),
             suspends: Cell::new(0),
             sqes: Cell::new(0),
@@ -113,7 +114,12 @@ impl<'a> Co<'a> {
 
     /// This coroutine's identity.
     pub fn id(&self) -> TaskId {
-        self.id.get()
+        self.identity.id.get()
+    }
+
+    /// This coroutine's name (the one it was spawned with, `"task"` by default).
+    pub(crate) fn name(&self) -> &'static str {
+        self.identity.name.get()
     }
 
     /// This coroutine's loop: unique among the loops of the process, never reused.
@@ -150,8 +156,9 @@ impl<'a> Co<'a> {
 
     /// Starts the next job of the same worker: its identity, and counters from zero.
     #[inline(always)]
-    pub(crate) fn begin(&self, id: TaskId) {
-        self.id.set(id);
+    pub(crate) fn begin(&self, (id, name): (TaskId, &'static str)) {
+        self.identity.id.set(id);
+        self.identity.name.set(name);
         self.suspends.set(0);
         self.sqes.set(0);
         self.io_wait_ns.set(0);
@@ -254,9 +261,11 @@ impl<'a> Co<'a> {
         result
     }
 
-    /// Starts another coroutine on this loop; it first runs after this one suspends.
+    /// Starts another coroutine on this loop; it first runs after this one suspends. The
+    /// same spawn as [`Runtime::spawn`](crate::Runtime::spawn) (one implementation,
+    /// `Inner::spawn`, behind both).
     pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
-        self.rc.spawn("task", f)
+        self.rc.spawn(UNNAMED, f)
     }
 
     /// Starts a named coroutine (the name appears in logs).
@@ -273,7 +282,7 @@ impl<'a> Co<'a> {
         &self,
         f: impl FnOnce(&Co<'_>) -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
-        self.rc.spawn_joinable("task", f)
+        self.rc.spawn_joinable(UNNAMED, f)
     }
 
     /// Cancels the I/O that coroutine `id` is suspended on, if any (it resumes with
@@ -286,7 +295,7 @@ impl<'a> Co<'a> {
 
     /// A copy of the loop's counters.
     pub fn counters(&self) -> CounterSnapshot {
-        self.inner.counters.snapshot()
+        self.inner.counters()
     }
 
     /// Escape hatch: submits any prepared SQE and suspends until its completion; returns

@@ -38,23 +38,27 @@ impl Counter {
 #[derive(Default, Debug)]
 pub(crate) struct Counters {
     pub(crate) spawned: Counter,
-    pub(crate) completed: Counter,
+    /// Jobs that returned or panicked (the snapshot's `completed` is these less the
+    /// panicked): one counter that every job's end bumps, and `live` subtracts.
+    pub(crate) finished: Counter,
     pub(crate) panicked: Counter,
     pub(crate) stacks_allocated: Counter,
     /// Bare stacks taken from the pool (the snapshot's `stacks_reused` adds the spawns that
     /// took an idle worker: every spawn that made no worker).
     pub(crate) stacks_reused: Counter,
     pub(crate) jobs_boxed: Counter,
-    pub(crate) chained: Counter,
+    /// Jobs the loop started by resuming an idle worker (the others are chained: the
+    /// snapshot's `chained` is the jobs begun less these, so a chained start counts
+    /// nothing).
+    pub(crate) loop_starts: Counter,
+    /// Jobs dropped unrun at shutdown (never begun, never finished: still `live`).
+    pub(crate) dropped_unrun: Counter,
     pub(crate) resumes: Counter,
     pub(crate) suspends: Counter,
     pub(crate) sqes_submitted: Counter,
     pub(crate) enter_calls: Counter,
     pub(crate) cqes_reaped: Counter,
     pub(crate) peak_live: Counter,
-    /// Spawned and not yet finished, kept as it changes (one add at a spawn and at a
-    /// finish) so that a spawn checks `peak_live` against one load.
-    pub(crate) live: Counter,
     pub(crate) poll_hits: Counter,
     pub(crate) poll_misses: Counter,
 }
@@ -110,15 +114,21 @@ pub struct CounterSnapshot {
 
 impl Counters {
     /// A coroutine started: it is live, perhaps at a new peak. Returns how many have been
-    /// spawned, this one included (its id). Each counter is read once and written once.
+    /// spawned, this one included (its id). Only `spawned` is written: the live count is
+    /// derived (`live`), so a finish writes one counter too.
     #[inline(always)]
     pub(crate) fn started(&self) -> u64 {
         let spawned = self.spawned.get() + 1;
         self.spawned.0.set(spawned);
-        let live = self.live.get().wrapping_add(1);
-        self.live.0.set(live);
-        self.peak_live.set_max(live);
+        self.peak_live
+            .set_max(spawned.wrapping_sub(self.finished.get()));
         spawned
+    }
+
+    /// Coroutines spawned and not finished (jobs dropped unrun at shutdown stay counted).
+    #[inline(always)]
+    pub(crate) fn live(&self) -> u64 {
+        self.spawned.get().wrapping_sub(self.finished.get())
     }
 
     /// A coroutine's job returned (`panicked: false`) or panicked.
@@ -126,31 +136,32 @@ impl Counters {
     pub(crate) fn finished(&self, panicked: bool) {
         if panicked {
             self.panicked.bump();
-        } else {
-            self.completed.bump();
         }
-        self.live.add(u64::MAX); // wrapping: minus one
+        self.finished.bump();
     }
 
-    pub(crate) fn snapshot(&self) -> CounterSnapshot {
-        let finished = self.completed.get() + self.panicked.get();
+    /// A copy of the counters; `queued_starts` is how many spawned jobs wait to begin.
+    pub(crate) fn snapshot(&self, queued_starts: usize) -> CounterSnapshot {
+        let finished = self.finished.get();
+        let unbegun = queued_starts as u64 + self.dropped_unrun.get();
+        let chained = self.spawned.get() - unbegun - self.loop_starts.get();
         // Every spawn takes an idle worker or makes one, on a bare pooled or a fresh stack.
         let workers_made = self.stacks_reused.get() + self.stacks_allocated.get();
         let workers_reused = self.spawned.get() - workers_made;
         CounterSnapshot {
             spawned: self.spawned.get(),
-            completed: self.completed.get(),
+            completed: finished - self.panicked.get(),
             panicked: self.panicked.get(),
-            live: self.live.get(),
+            live: self.live(),
             peak_live: self.peak_live.get(),
             stacks_allocated: self.stacks_allocated.get(),
             stacks_reused: self.stacks_reused.get() + workers_reused,
             workers_reused,
             jobs_boxed: self.jobs_boxed.get(),
-            chained: self.chained.get(),
+            chained,
             resumes: self.resumes.get(),
             suspends: self.suspends.get(),
-            switches: self.resumes.get() + self.suspends.get() + finished - self.chained.get(),
+            switches: self.resumes.get() + self.suspends.get() + finished - chained,
             sqes_submitted: self.sqes_submitted.get(),
             enter_calls: self.enter_calls.get(),
             cqes_reaped: self.cqes_reaped.get(),

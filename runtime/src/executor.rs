@@ -7,7 +7,8 @@
 //! This module is the loop: the [`Runtime`] and the state it owns ([`Inner`]), the turn
 //! (`run_until`), waiting and reaping. The rest of `Inner`'s work is in sibling modules, one
 //! job each, so that the turn reads as one page: `sched` (every key's slot and the run
-//! queue), `spawn` (a spawn queues a job and the start of a worker for it), `submit` (SQEs
+//! queue), `spawn` (a spawn queues a start entry with its job, and a worker is promised
+//! to it), `submit` (SQEs
 //! into the ring, making room when it is full, cancels), `fast_paths` (the turns of a lone
 //! coroutine without the queue, prefetching ahead of a long queue), `resume` (switching into
 //! a coroutine and booking how it came back: yield, I/O, wait, done, panic) and `shutdown`
@@ -23,7 +24,6 @@ use crate::config::Config;
 use crate::coro_store::CoroStore;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::fast_paths::Alone;
-use crate::job_queue::JobQueue;
 use crate::join::JoinHandle;
 use crate::loop_cell::LoopCell;
 use crate::poll::AdaptivePoll;
@@ -31,15 +31,16 @@ use crate::reactor::{Reactor, INTERNAL};
 use crate::resume::Back;
 use crate::run_queue::RunQueue;
 use crate::sched::Sched;
+use crate::spawn::UNNAMED;
 use crate::stack_pool::StackPool;
 use crate::task::{State, TaskId};
+use crate::worker::START;
 
 /// The loop's state, shared (`Rc`) by the [`Runtime`], its workers and their [`Co`]s. Its
 /// methods are spread over the modules named above, one job each.
 pub(crate) struct Inner {
     pub(crate) sched: LoopCell<Sched>,
     pub(crate) coros: LoopCell<CoroStore>,
-    pub(crate) jobs: LoopCell<JobQueue>,
     pub(crate) reactor: Reactor,
     pub(crate) stacks: LoopCell<StackPool>,
     pub(crate) counters: Counters,
@@ -85,7 +86,6 @@ impl Runtime {
                 tops: Vec::new(),
             }),
             coros: LoopCell::new(CoroStore::new()),
-            jobs: LoopCell::new(JobQueue::new()),
             reactor,
             stacks: LoopCell::new(StackPool::new(config.stack_size, config.max_free_stacks)),
             counters: Counters::default(),
@@ -101,9 +101,10 @@ impl Runtime {
         })
     }
 
-    /// Starts a coroutine; it runs when the loop next runs.
+    /// Starts a coroutine; it runs when the loop next runs. The same spawn as
+    /// [`Co::spawn`] (one implementation, `Inner::spawn`, behind both).
     pub fn spawn(&self, f: impl FnOnce(&Co<'_>) + 'static) -> io::Result<TaskId> {
-        self.inner.spawn("task", f)
+        self.inner.spawn(UNNAMED, f)
     }
 
     /// Starts a named coroutine (the name appears in logs, e.g. when it panics).
@@ -120,7 +121,7 @@ impl Runtime {
         &self,
         f: impl FnOnce(&Co<'_>) -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
-        self.inner.spawn_joinable("task", f)
+        self.inner.spawn_joinable(UNNAMED, f)
     }
 
     /// Runs `f` in a coroutine and drives the loop until it finishes; other coroutines keep
@@ -160,7 +161,7 @@ impl Runtime {
 
     /// A copy of the loop's counters.
     pub fn counters(&self) -> CounterSnapshot {
-        self.inner.counters.snapshot()
+        self.inner.counters()
     }
 
     /// Pooled capacity kept for reuse: idle workers plus bare stacks.
@@ -185,6 +186,12 @@ impl Drop for Runtime {
 }
 
 impl Inner {
+    /// A copy of the loop's counters.
+    pub(crate) fn counters(&self) -> CounterSnapshot {
+        let queued_starts = self.stacks.with(|pool| pool.promised());
+        self.counters.snapshot(queued_starts)
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.get()
     }
@@ -204,6 +211,11 @@ impl Inner {
             self.sched.with(|s| s.ready.start_turn());
             while let Some((key, value)) = self.sched.with(|s| s.ready.pop_in_turn()) {
                 self.prefetch_ahead();
+                let key = if value == START {
+                    self.start_worker()
+                } else {
+                    key
+                };
                 match self.run_task(key, value) {
                     Back::Yielded => {
                         if !self.sched.with(|s| s.ready.in_turn()) && self.alone() {
@@ -235,7 +247,7 @@ impl Inner {
                 }
                 self.reap();
             } else if idle {
-                let live = self.counters.live.get();
+                let live = self.counters.live();
                 if live == 0 {
                     return Ok(());
                 }
@@ -303,7 +315,7 @@ impl Inner {
         let key = user_data as usize;
         self.sched.with(|s| {
             let slot = &mut s.tasks[key];
-            debug_assert_eq!(slot.state, State::Io, "CQE for {} not in I/O", slot.id);
+            debug_assert_eq!(slot.state, State::Io, "CQE for key {key} not in I/O");
             slot.state = State::Ready;
         });
         Some(key)

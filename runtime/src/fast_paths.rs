@@ -185,8 +185,11 @@ impl Inner {
             if s.ready.len() < PREFETCH_FROM {
                 return;
             }
-            if let Some(key) = s.ready.key_ahead(PREFETCH_AHEAD - 1) {
-                prefetch(s.tops[key].wrapping_sub(64));
+            // A start entry's key is stale but was some worker's (see `key_ahead`); `get`
+            // costs what the bounds check did, and never panics on it.
+            let ahead = s.ready.key_ahead(PREFETCH_AHEAD - 1);
+            if let Some(&top) = ahead.and_then(|key| s.tops.get(key)) {
+                prefetch(top.wrapping_sub(64));
             }
         });
     }

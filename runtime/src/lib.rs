@@ -26,20 +26,21 @@
 //! ```
 //!
 //! Layout: `executor` (the [`Runtime`] and its loop: turns, waiting, reaping), `sched`
-//! (every coroutine's slot and the run queue), `spawn` (a job queued with a worker's start),
-//! `submit` (SQEs into the ring, room when it is full, cancels), `fast_paths` (a lone
-//! coroutine's turns without the queue, prefetching ahead), `resume` (switching into a
-//! coroutine, booking how it came back, panic containment), `shutdown` (cancel, drain, then
-//! unwind), `worker` (coroutines that run job after job, as QEMU's pool does), `colored_stack`
-//! (stack tops staggered across cache sets), `job` (the spawned closure, stored inline),
-//! `job_queue` (jobs waiting for a worker), `coro_store` (workers at stable addresses),
-//! `run_queue`, `reactor` (the ring), `poll` (adaptive polling before sleeping), `co`
-//! (the in-coroutine handle), `ops` (one method per io_uring operation), `task` (what the
-//! loop knows of one coroutine), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool`
-//! (idle workers and spare stacks), `loop_cell` (loop-owned state without `RefCell`'s
-//! counting), `config`, `counters`, `ctx` (a call's context: a coroutine's ring or
-//! blocking syscalls, the one seam every file system and backend uses), `file_io` (the
-//! blocking syscalls behind it), `eventfd` (a wake-up another thread sends a loop),
+//! (every coroutine's slot and the run queue), `spawn` (a start queued with its job, a
+//! worker promised to it), `submit` (SQEs into the ring, room when it is full, cancels),
+//! `fast_paths` (a lone coroutine's turns without the queue, prefetching ahead), `resume`
+//! (switching into a coroutine, booking how it came back, panic containment), `shutdown`
+//! (cancel, drain, then unwind), `worker` (coroutines that run job after job, as QEMU's
+//! pool does), `colored_stack` (stack tops staggered across cache sets), `job` (the
+//! spawned closure, stored inline), `coro_store` (workers at stable addresses),
+//! `run_queue` (resumes and starts, with the jobs waiting to start, in one FIFO),
+//! `reactor` (the ring), `poll` (adaptive polling before sleeping), `co` (the
+//! in-coroutine handle), `ops` (one method per io_uring operation), `task` (what the loop
+//! knows of one coroutine), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool` (idle
+//! workers, promised or spare, and bare stacks), `loop_cell` (loop-owned state without
+//! `RefCell`'s counting), `config`, `counters`, `ctx` (a call's context: a coroutine's
+//! ring or blocking syscalls, the one seam every file system and backend uses), `file_io`
+//! (the blocking syscalls behind it), `eventfd` (a wake-up another thread sends a loop),
 //! `histogram` (latency distributions), `affinity` (CPU pinning).
 //!
 //! Dependencies: `corosensei` (the stack switch), `io-uring` (the ring), `libc` (the
@@ -63,7 +64,6 @@ mod fast_paths;
 pub mod file_io;
 pub mod histogram;
 mod job;
-mod job_queue;
 mod join;
 mod loop_cell;
 mod ops;

@@ -16,6 +16,7 @@ use std::ptr::NonNull;
 
 use corosensei::CoroutineResult;
 
+use crate::co::Co;
 use crate::executor::Inner;
 use crate::task::{Coro, Park, State};
 use crate::worker::END;
@@ -104,23 +105,21 @@ impl Inner {
     #[cold]
     #[inline(never)]
     fn ended_by_panic(&self, key: usize) {
-        self.sched.with(|s| s.release(key));
         let co = self.coros.with(|coros| coros.take(key));
         self.end(key, co.expect("a panicked coroutine is in its slot"));
     }
 
-    /// Books the panic of the job of the worker at `key` (called by that worker, on its
-    /// own stack, where it caught the panic): counts it and logs it with the job's
+    /// Books the panic of the job of the worker whose `Co` is `co` (called by that worker,
+    /// on its own stack, where it caught the panic): counts it and logs it with the job's
     /// identity. The worker then returns, and the loop ends it (`ended_by_panic`).
     #[cold]
     #[inline(never)]
-    pub(crate) fn panicked(&self, key: usize, payload: Box<dyn std::any::Any + Send>) {
+    pub(crate) fn panicked(&self, co: &Co<'_>, payload: Box<dyn std::any::Any + Send>) {
         self.counters.finished(true);
-        let slot = self.sched.with(|s| s.tasks[key]);
         log::error!(
             "coroutine {} ({}) panicked: {}; the loop goes on",
-            slot.id,
-            slot.name,
+            co.id(),
+            co.name(),
             panic_message(&*payload)
         );
     }
@@ -142,13 +141,7 @@ impl Inner {
     #[cold]
     #[inline(never)]
     fn trim(&self) {
-        while let Some(key) = self.stacks.with(|pool| {
-            if pool.over_bound() {
-                pool.pop_idle()
-            } else {
-                None
-            }
-        }) {
+        while let Some(key) = self.stacks.with(|pool| pool.pop_over_bound()) {
             self.end_idle(key);
         }
     }
@@ -164,11 +157,15 @@ impl Inner {
         self.end(key, co);
     }
 
-    /// Pools the stack of a worker that has ended, and frees its key.
+    /// Pools the stack of a worker that has ended, and frees its key (forgetting the
+    /// identity its `Co` held).
     fn end(&self, key: usize, co: Coro) {
         self.stacks
             .with(|pool| pool.give(co.into_stack().into_inner()));
-        self.sched.with(|s| s.no_worker.push(key));
+        self.sched.with(|s| {
+            s.release(key);
+            s.no_worker.push(key);
+        });
     }
 }
 

@@ -4,9 +4,14 @@
 //! It is apart from the loop so that how a key is made, booked, woken and freed reads in one
 //! place; the loop, spawning, resuming and shutdown all go through these few methods.
 
+use std::ptr::NonNull;
+
 use crate::executor::Inner;
 use crate::run_queue::RunQueue;
-use crate::task::{Slot, State, TaskId};
+use crate::task::{Identity, Slot, State, TaskId};
+
+/// The identity of a key that has no worker, or whose worker has not run yet.
+const NOBODY: (TaskId, &str) = (TaskId(0), "idle");
 
 /// Every key's slot, the free keys that have no worker, and the run queue of
 /// `(key, resume value)`. Free keys with an idle worker are in the `StackPool`.
@@ -23,23 +28,25 @@ impl Sched {
     /// A free key for a new worker.
     pub(crate) fn new_key(&mut self) -> usize {
         self.no_worker.pop().unwrap_or_else(|| {
-            self.tasks.push(Slot {
-                state: State::Free,
-                id: TaskId(0),
-                name: "",
-            });
+            self.tasks.push(Slot::FREE);
             self.tasks.len() - 1
         })
     }
 
-    /// Frees the slot of a coroutine that ended; returns what it was.
+    /// Frees the slot of a worker that ended (its `Co` is gone); returns what it was.
     pub(crate) fn release(&mut self, key: usize) -> Slot {
-        let free = Slot {
-            state: State::Free,
-            id: TaskId(0),
-            name: "",
-        };
-        std::mem::replace(&mut self.tasks[key], free)
+        std::mem::replace(&mut self.tasks[key], Slot::FREE)
+    }
+
+    /// Registers the identity in the `Co` of the worker of `key`, which lives until that
+    /// worker ends (then `release` forgets it).
+    pub(crate) fn register(&mut self, key: usize, who: &Identity) {
+        self.tasks[key].who = Some(NonNull::from(who));
+    }
+
+    /// The identity of the job the worker of `key` runs (or ran last).
+    pub(crate) fn identity(&self, key: usize) -> (TaskId, &'static str) {
+        identity(&self.tasks[key])
     }
 
     pub(crate) fn live_keys(&self, state: impl Fn(State) -> bool) -> Vec<usize> {
@@ -58,12 +65,27 @@ impl Inner {
             return false;
         }
         self.sched.with(|s| match s.tasks.get_mut(key) {
-            Some(slot) if slot.id == id && slot.state == State::Waiting => {
+            Some(slot) if slot.state == State::Waiting && identity(slot).0 == id => {
                 slot.state = State::Ready;
                 s.ready.push_back((key, 0));
                 true
             }
             _ => false,
         })
+    }
+}
+
+/// The identity `slot`'s worker holds, read in place.
+pub(crate) fn identity(slot: &Slot) -> (TaskId, &'static str) {
+    match slot.who {
+        // SAFETY: `who` points into the `Co` of the key's worker, which lives until the
+        // worker ends; its slot is released (`who` cleared) when it ends, before the `Co` can
+        // be reused, and shutdown reads identities before dropping any worker. The
+        // identity is `Cell`s, read on the loop's thread while the worker is suspended.
+        Some(who) => unsafe {
+            let who = who.as_ref();
+            (who.id.get(), who.name.get())
+        },
+        None => NOBODY,
     }
 }

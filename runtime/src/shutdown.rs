@@ -20,10 +20,14 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::executor::Inner;
-use crate::job::Job;
+use crate::job::PendingJob;
 use crate::resume::panic_message;
-use crate::task::{Coro, Slot, State};
-use crate::worker::{END, START};
+use crate::sched::identity;
+use crate::task::{Coro, State, TaskId};
+use crate::worker::END;
+
+/// A worker taken out at shutdown: its state, its job's identity, and the worker.
+type Taken = (State, (TaskId, &'static str), Coro);
 
 impl Inner {
     pub(crate) fn shutdown(&self) -> io::Result<()> {
@@ -33,6 +37,9 @@ impl Inner {
             ));
         }
         self.closing.set(true);
+        // Spawns are refused from now on: with no spare worker, each takes the slow path,
+        // which checks `closing`.
+        self.stacks.with(|pool| pool.close());
         self.cancel_in_flight();
         while self.reactor.in_flight() > 0 {
             if let Err(e) = self.reactor.enter(1, &self.counters) {
@@ -53,13 +60,11 @@ impl Inner {
                 panic_message(&*payload)
             );
         }
-        for (slot, co) in workers {
-            let ended = panic::catch_unwind(AssertUnwindSafe(|| end_at_shutdown(&slot, co)));
+        for (state, (id, name), co) in workers {
+            let ended = panic::catch_unwind(AssertUnwindSafe(|| end_at_shutdown(state, co)));
             if let Err(payload) = ended {
                 log::error!(
-                    "coroutine {} ({}) panicked while unwinding at shutdown: {}",
-                    slot.id,
-                    slot.name,
+                    "coroutine {id} ({name}) panicked while unwinding at shutdown: {}",
                     panic_message(&*payload)
                 );
             }
@@ -67,25 +72,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Every job that never started, and every remaining worker with its slot (idle workers
-    /// come with a free slot); leaves the loop empty.
-    fn take_all(&self) -> (Vec<Job>, Vec<(Slot, Coro)>) {
-        let jobs = self.jobs.with(|jobs| jobs.drain());
-        let mut idle = self.stacks.with(|pool| pool.drain_idle());
-        let slots: Vec<(usize, Slot)> = self.sched.with(|s| {
-            // Workers a queued job was to start are idle too.
-            idle.extend(s.ready.keys_with(START));
-            s.ready.clear();
+    /// Every job that never started, and every remaining worker with its state and
+    /// identity, read while every worker still lives (idle workers, promised or not, come
+    /// with a free state); leaves the loop empty, every slot released.
+    fn take_all(&self) -> (Vec<PendingJob>, Vec<Taken>) {
+        let idle = self.stacks.with(|pool| pool.take_idle());
+        let (jobs, slots) = self.sched.with(|s| {
+            let jobs = s.ready.drain();
             let live = s.live_keys(|_| true).into_iter();
-            let mut slots: Vec<_> = live.map(|k| (k, s.release(k))).collect();
-            debug_assert!(slots.iter().all(|(_, slot)| slot.state != State::Free));
-            slots.extend(idle.into_iter().map(|k| (k, s.tasks[k])));
-            slots
+            let keys = live.chain(idle);
+            let slots: Vec<_> = keys
+                .map(|k| {
+                    let slot = s.release(k);
+                    (k, slot.state, identity(&slot))
+                })
+                .collect();
+            (jobs, slots)
         });
+        self.counters.dropped_unrun.add(jobs.len() as u64);
         let workers = self.coros.with(|coros| {
             let taken = slots.into_iter();
             taken
-                .filter_map(|(key, slot)| Some((slot, coros.take(key)?)))
+                .filter_map(|(key, state, who)| Some((state, who, coros.take(key)?)))
                 .collect()
         });
         (jobs, workers)
@@ -103,8 +111,8 @@ impl Inner {
 
 /// Ends a worker at shutdown: an idle one (or one never started), resumed with [`END`],
 /// returns; one suspended inside its job is dropped, which unwinds its stack.
-fn end_at_shutdown(slot: &Slot, mut co: Coro) {
-    if slot.state == State::Free {
+fn end_at_shutdown(state: State, mut co: Coro) {
+    if state == State::Free {
         co.resume(END);
     }
     drop(co);

@@ -1,12 +1,23 @@
-//! Spawning: a spawn queues its closure in the job queue, and in the run queue an entry that
-//! starts an idle worker ([`START`]): a pooled one, or one made now (so a failure to map a
-//! stack is the spawn's error). When the loop reaches that entry it resumes the worker, which
-//! takes the job queue's oldest job; when a worker's job returns and the next entry of the
-//! turn starts another worker, the finished worker takes that job itself and puts the other
-//! worker back among the idle (`chain_job`): the same order, without two switches.
+//! Spawning: one queue, and a count of promised workers.
+//!
+//! A spawn promises itself an idle worker (one counter of spare workers in the
+//! `StackPool`; a worker is made now if none is spare, so a failure to map a stack is the
+//! spawn's error, and shutdown's refusal is checked there too: a closed pool has no spare) and pushes a
+//! start entry ([`START`](crate::worker::START)) whose job is written in place in the run queue's job slot: one
+//! push, no key chosen yet. When the loop reaches a start entry it claims an idle worker
+//! and resumes it, and the worker runs the job of that entry. When a worker's job returns
+//! and the next entry of the turn is a start, the worker pops it and runs its job itself
+//! (`chain_job`): the order the loop would have run it in, without two switches, and the
+//! promise is simply dropped (the promised worker never left the pool).
+//!
+//! The job's identity travels with the job into the worker's `Co` (`Co::begin`), where the
+//! loop reads it when it needs it (`Sched::identity`): nothing is copied into the key's slot
+//! per job, and a chained job does not touch the slot at all (its state stays `Ready`).
 //!
 //! It is apart from the loop because it is the workers' side of the contract (see `worker`):
-//! what a spawn queues and how a worker takes it.
+//! what a spawn queues and how a worker takes it. [`Runtime`](crate::Runtime) and
+//! [`Co`] are its two public entry points, each a call of [`Inner::spawn`] or
+//! [`Inner::spawn_joinable`].
 
 use std::io;
 use std::ptr::NonNull;
@@ -19,37 +30,41 @@ use crate::colored_stack::ColoredStack;
 use crate::executor::Inner;
 use crate::job::Job;
 use crate::join::{JoinHandle, JoinState};
-use crate::task::{Slot, State, TaskId};
-use crate::worker::{worker, START};
+use crate::stack_pool::StackPool;
+use crate::task::{State, TaskId};
+use crate::worker::worker;
+
+/// The name of a coroutine spawned without one.
+pub(crate) const UNNAMED: &str = "task";
 
 impl Inner {
-    /// Queues `f`, and the start of an idle worker for it (a pooled one, or a new one on a
-    /// pooled or fresh stack).
+    /// Queues the start of `f`, with a worker promised to it (a pooled one, or a new one on
+    /// a pooled or fresh stack).
     #[inline]
     pub(crate) fn spawn<F>(self: &Rc<Self>, name: &'static str, f: F) -> io::Result<TaskId>
     where
         F: FnOnce(&Co<'_>) + 'static,
     {
-        if self.closing.get() {
-            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        // A closed pool has no spare worker: shutdown's refusal is checked on the slow path.
+        if !self.stacks.with(StackPool::promise) {
+            self.new_worker()?;
         }
-        let key = match self.stacks.with(|pool| pool.pop_idle()) {
-            Some(key) => key,
-            None => self.new_worker()?,
-        };
         // Ids count the spawns from 1.
         let id = TaskId(self.counters.started());
-        if self.jobs.with(|jobs| jobs.push(id, name, f)) {
+        if self.sched.with(|s| s.ready.push_start(id, name, f)) {
             self.counters.jobs_boxed.bump();
         }
-        self.sched.with(|s| s.ready.push_back((key, START)));
         Ok(id)
     }
 
-    /// A new worker at a free key, for the job being spawned.
+    /// A new idle worker at a free key, promised to the job being spawned; or `ECANCELED`
+    /// once the loop is shutting down (its pool closed, every spawn comes here).
     #[cold]
     #[inline(never)]
-    fn new_worker(self: &Rc<Self>) -> io::Result<usize> {
+    fn new_worker(self: &Rc<Self>) -> io::Result<()> {
+        if self.closing.get() {
+            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        }
         let stack = self.stacks.with(|pool| pool.take(&self.counters))?;
         let key = self.sched.with(|s| s.new_key());
         let stack = ColoredStack::new(stack, key);
@@ -62,47 +77,42 @@ impl Inner {
             s.tops[key] = top;
         });
         self.coros.with(|coros| coros.put(key, co));
-        Ok(key)
+        self.stacks.with(|pool| pool.park_promised(key));
+        Ok(())
     }
 
-    /// The job queue's oldest job, for the worker at `key` (which the loop started, or which
-    /// chained the job); books it as that key's coroutine.
-    #[inline(always)]
-    pub(crate) fn take_job(&self, key: usize) -> (NonNull<Job>, TaskId) {
-        let job = self.jobs.with(|jobs| jobs.pop());
-        let job = job.expect("every worker start has its job");
-        // SAFETY: the slot was just released and nothing touches it before the worker
-        // runs it (see `JobQueue`).
-        let (id, name) = unsafe { Job::identity(job.as_ptr()) };
+    /// The loop reached a start entry: claims a promised idle worker for it and books its
+    /// key ready; the loop then resumes it with [`START`](crate::worker::START). Out of
+    /// line: inlined into the turn, it costs the lone yielder's fast path two
+    /// instructions per switch (registers the compiler rematerialises in its loop), more
+    /// than the call costs a start that chains nothing.
+    #[inline(never)]
+    pub(crate) fn start_worker(&self) -> usize {
+        self.counters.loop_starts.bump();
+        let key = self.stacks.with(StackPool::claim);
         self.sched.with(|s| {
             debug_assert!(key < s.tasks.len());
             // SAFETY: every key comes from `Sched::new_key`, which makes its slot; slots
             // are never removed.
-            *unsafe { s.tasks.get_unchecked_mut(key) } = Slot {
-                state: State::Ready,
-                id,
-                name,
-            }
+            unsafe { s.tasks.get_unchecked_mut(key) }.state = State::Ready;
         });
-        (job, id)
+        key
     }
 
-    /// Called by a worker whose job returned: whether the next entry of this turn starts a
-    /// worker on a job, which it then takes from the run queue to run that job itself (the
-    /// worker it was for goes back among the idle).
+    /// The job of the start entry the loop just popped, for the worker it resumed.
     #[inline(always)]
-    pub(crate) fn chain_job(&self) -> bool {
-        let next = self
-            .sched
-            .with(|s| s.ready.pop_in_turn_if(|(_, value)| value == START));
-        match next {
-            Some((unused, _)) => {
-                self.stacks.with(|pool| pool.park_idle(unused));
-                self.counters.chained.bump();
-                true
-            }
-            None => false,
-        }
+    pub(crate) fn started_job(&self) -> NonNull<Job> {
+        self.sched.with(|s| s.ready.started_job())
+    }
+
+    /// Called by a worker whose job returned: the job of the next entry of this turn, if
+    /// that entry is a start, popped so that this worker runs it in place (the worker
+    /// promised to it stays idle).
+    #[inline(always)]
+    pub(crate) fn chain_job(&self) -> Option<NonNull<Job>> {
+        let job = self.sched.with(|s| s.ready.pop_start_in_turn())?;
+        self.stacks.with(StackPool::kept);
+        Some(job)
     }
 
     pub(crate) fn spawn_joinable<T, F>(

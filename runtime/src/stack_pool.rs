@@ -7,9 +7,12 @@
 //! stack. Idle workers and bare stacks together stay within `max_free`; beyond it a worker is
 //! ended and its stack unmapped.
 //!
-//! A spawn takes its worker out of the pool (or makes one), so that a failure to map a
-//! stack is the spawn's error; a worker whose job another worker ran instead (chained)
-//! comes back without having run.
+//! A spawn promises itself an idle worker (or makes one and promises it), so that a failure
+//! to map a stack is the spawn's error; the promise is a count, not a key taken out: the
+//! loop claims an idle worker only when it reaches the start entry, and a job that a
+//! finished worker runs in place (chained) just drops its promise, the promised worker
+//! never leaving the pool. Promised workers are not spare: they do not count against the
+//! bound, and are never ended to trim the pool.
 
 use std::io;
 
@@ -21,8 +24,15 @@ pub(crate) struct StackPool {
     free: Vec<DefaultStack>,
     /// Keys of idle workers, most recently idle last (its stack is the warmest).
     idle: Vec<usize>,
+    /// Idle workers not promised to a queued start entry (at most `idle.len()`): what a
+    /// spawn checks and takes, one counter instead of a promised count compared with
+    /// `idle.len()`. Zero for good once the pool is closed, which is how a spawn learns
+    /// that the loop is shutting down without a check of its own (see `close`).
+    spare: usize,
     stack_size: usize,
     max_free: usize,
+    #[cfg(debug_assertions)]
+    closed: bool,
 }
 
 impl StackPool {
@@ -30,22 +40,58 @@ impl StackPool {
         StackPool {
             free: Vec::new(),
             idle: Vec::new(),
+            spare: 0,
             stack_size,
             max_free,
+            #[cfg(debug_assertions)]
+            closed: false,
         }
     }
 
-    /// The key of an idle worker, if there is one: a pooled spawn.
+    /// Promises an idle worker to a spawn, if one is spare: a pooled spawn. Never once the
+    /// pool is closed.
     #[inline(always)]
-    pub(crate) fn pop_idle(&mut self) -> Option<usize> {
-        self.idle.pop()
+    pub(crate) fn promise(&mut self) -> bool {
+        if self.spare == 0 {
+            return false;
+        }
+        self.spare -= 1;
+        true
     }
 
-    /// Puts the worker of `key` back among the idle ones (its job returned, or another
-    /// worker ran the job it was for).
+    /// The key of a promised idle worker, for the start entry the loop has reached.
+    #[inline(always)]
+    pub(crate) fn claim(&mut self) -> usize {
+        debug_assert!(self.idle.len() > self.spare);
+        self.idle.pop().expect("a promised worker is idle")
+    }
+
+    /// Drops a promise: a finished worker ran the job in place, and the promised one stays
+    /// idle, spare again.
+    #[inline(always)]
+    pub(crate) fn kept(&mut self) {
+        debug_assert!(self.idle.len() > self.spare);
+        self.spare += 1;
+    }
+
+    /// Puts the worker of `key` back among the idle ones, spare (its job returned).
     #[inline(always)]
     pub(crate) fn park_idle(&mut self, key: usize) {
+        #[cfg(debug_assertions)]
+        debug_assert!(!self.closed, "nothing parks after shutdown");
         self.idle.push(key);
+        self.spare += 1;
+    }
+
+    /// Puts the worker of `key`, just made, among the idle ones, promised to the spawn
+    /// that made it.
+    pub(crate) fn park_promised(&mut self, key: usize) {
+        self.idle.push(key);
+    }
+
+    /// Idle workers promised to queued start entries: one per queued start.
+    pub(crate) fn promised(&self) -> usize {
+        self.idle.len() - self.spare
     }
 
     /// Whether idle workers should be ended: the pool is over its bound.
@@ -54,8 +100,28 @@ impl StackPool {
         self.len() > self.max_free
     }
 
-    /// Every idle worker's key; leaves none (shutdown).
-    pub(crate) fn drain_idle(&mut self) -> Vec<usize> {
+    /// A spare idle worker to end while the pool is over its bound (never a promised one).
+    pub(crate) fn pop_over_bound(&mut self) -> Option<usize> {
+        if !self.over_bound() || self.spare == 0 {
+            return None;
+        }
+        self.spare -= 1;
+        self.idle.pop()
+    }
+
+    /// Closes the pool (shutdown): no spare worker ever again, so that every later spawn
+    /// takes the slow path, which refuses it.
+    pub(crate) fn close(&mut self) {
+        #[cfg(debug_assertions)]
+        {
+            self.closed = true;
+        }
+        self.spare = 0;
+    }
+
+    /// Every idle worker's key, promised or not, to be ended; leaves none (shutdown).
+    pub(crate) fn take_idle(&mut self) -> Vec<usize> {
+        debug_assert_eq!(self.spare, 0, "closed first");
         std::mem::take(&mut self.idle)
     }
 
@@ -77,8 +143,40 @@ impl StackPool {
         }
     }
 
-    /// Idle workers plus bare stacks.
+    /// Spare idle workers (not promised), plus bare stacks.
     pub(crate) fn len(&self) -> usize {
-        self.free.len() + self.idle.len()
+        self.free.len() + self.spare
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StackPool;
+
+    #[test]
+    fn promised_workers_are_neither_spare_nor_trimmed() {
+        let mut pool = StackPool::new(16 * 1024, 1);
+        assert!(!pool.promise(), "no idle worker to promise");
+        for key in 0..3 {
+            pool.park_idle(key);
+        }
+        pool.park_promised(9);
+        assert_eq!(pool.len(), 3, "a worker made for a spawn is not spare");
+        assert!(pool.promise() && pool.promise());
+        assert_eq!(pool.len(), 1, "one idle worker is spare");
+        assert_eq!(pool.pop_over_bound(), None, "at the bound");
+        pool.park_idle(3);
+        // Over the bound by one: one unpromised worker ends, never a promised one.
+        assert!(pool.pop_over_bound().is_some());
+        assert_eq!(pool.pop_over_bound(), None);
+        assert!(pool.promise(), "the last spare worker");
+        assert!(!pool.promise());
+        pool.kept();
+        let claimed = [pool.claim(), pool.claim(), pool.claim()];
+        assert_eq!((claimed.len(), pool.len()), (3, 1));
+        pool.close();
+        assert_eq!(pool.take_idle().len(), 1);
+        assert_eq!(pool.len(), 0);
+        assert!(!pool.promise(), "a closed pool promises nothing");
     }
 }

@@ -69,7 +69,7 @@ impl Inner {
     pub(crate) fn cancel_io(&self, id: TaskId) -> io::Result<bool> {
         let key = self.sched.with(|s| {
             let io = s.live_keys(|state| state == State::Io);
-            io.into_iter().find(|&key| s.tasks[key].id == id)
+            io.into_iter().find(|&key| s.identity(key).0 == id)
         });
         let Some(key) = key else {
             return Ok(false);

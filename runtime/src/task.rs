@@ -1,6 +1,8 @@
 //! What the loop knows about one coroutine: its handle, its state and its identity.
 
+use std::cell::Cell;
 use std::fmt;
+use std::ptr::NonNull;
 
 use corosensei::Coroutine;
 
@@ -38,8 +40,24 @@ pub(crate) enum State {
 #[derive(Clone, Copy)]
 pub(crate) struct Slot {
     pub(crate) state: State,
-    pub(crate) id: TaskId,
-    pub(crate) name: &'static str,
+    /// The identity in the `Co` of this key's worker (its current or last job's), from the
+    /// worker's first run until it ends: read in place, never copied per job.
+    pub(crate) who: Option<NonNull<Identity>>,
+}
+
+impl Slot {
+    pub(crate) const FREE: Slot = Slot {
+        state: State::Free,
+        who: None,
+    };
+}
+
+/// Who a worker's current job is: kept in the worker's `Co` (on its stack, at a stable
+/// address for the worker's life), set for every job (`Co::begin`), and read in place by
+/// the loop through the key's [`Slot`].
+pub(crate) struct Identity {
+    pub(crate) id: Cell<TaskId>,
+    pub(crate) name: Cell<&'static str>,
 }
 
 /// Identity of a coroutine, unique for the life of its runtime (keys are reused; these are

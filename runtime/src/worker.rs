@@ -4,15 +4,16 @@
 //! no switch at all, when that job is next in the loop's turn.
 //!
 //! # Contract with the loop (`executor`)
-//! - A worker is bound to one key for its whole life. It is resumed with [`START`] when
-//!   the loop reaches the run queue entry a spawn queued for it: it takes the job queue's
-//!   oldest job (jobs and starts are queued in the same order), runs it
-//!   with its [`Co`] reset (so per-coroutine counters start at zero for every job), and
-//!   counts it completed. Yields in between are the job's own.
+//! - A worker is bound to one key for its whole life; when it first runs it registers its
+//!   [`Co`]'s identity with that key's slot (read in place by the loop from then on).
+//! - It is resumed with [`START`] when the loop reaches a start entry in the run queue and
+//!   chose this idle worker for it: it takes that entry's job ([`Inner::started_job`]),
+//!   runs it with its [`Co`] reset (the job's identity, and per-coroutine counters from
+//!   zero), and counts it completed. Yields in between are the job's own.
 //! - It then asks the loop for the next job of the same turn ([`Inner::chain_job`]): if the
-//!   next ready entry starts another worker, it runs that worker's job in place (the order
-//!   the loop would have run it in, without the two switches) and the other worker stays
-//!   idle; otherwise it suspends with [`Park::Done`].
+//!   next ready entry is a start, it pops it and runs its job in place (the order the loop
+//!   would have run it in, without the two switches); otherwise it suspends with
+//!   [`Park::Done`].
 //! - Resumed with [`END`] (idle, or never started), it returns: that is how the loop ends
 //!   an idle worker.
 //! - A panic in a job ends the worker: it unwinds to corosensei's root and resumes on the
@@ -28,7 +29,7 @@ use crate::co::Co;
 use crate::colored_stack::ColoredStack;
 use crate::executor::Inner;
 use crate::job::Job;
-use crate::task::{Coro, Park, TaskId};
+use crate::task::{Coro, Park};
 
 /// Resume value that starts a worker on the job queue's oldest job: never a CQE's result
 /// (at least -4095) nor a yield's or wake's (0), so a run queue entry with it is a start.
@@ -40,7 +41,8 @@ pub(crate) const END: i32 = i32::MIN;
 pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro {
     Coroutine::with_stack(stack, move |yielder, first: i32| {
         // One `Co` for every job of this worker, reset for each (`begin`).
-        let co = Co::new(yielder, &inner, key, TaskId(0));
+        let co = Co::new(yielder, &inner, key);
+        inner.sched.with(|s| s.register(key, &co.identity));
         let served = panic::catch_unwind(AssertUnwindSafe(|| serve(&inner, &co, yielder, first)));
         if let Err(payload) = served {
             if inner.is_closing() {
@@ -48,7 +50,7 @@ pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro 
                 // corosensei's root must see its own payload to finish the drop.
                 panic::resume_unwind(payload);
             }
-            inner.panicked(key, payload);
+            inner.panicked(&co, payload);
         }
     })
 }
@@ -58,15 +60,18 @@ pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro 
 fn serve(inner: &Inner, co: &Co<'_>, yielder: &Yielder<i32, Park>, first: i32) {
     let mut command = first;
     while command != END {
+        let mut job = inner.started_job();
         loop {
-            let (job, id) = inner.take_job(co.key());
-            co.begin(id);
-            // SAFETY: `take_job` just released this slot and nothing has spawned since
-            // (see `JobQueue`); `run` moves the closure out before calling it.
-            unsafe { Job::run(job.as_ptr(), co) };
+            // SAFETY: the start entry of `job` was just popped and nothing has spawned
+            // since (see `RunQueue`); `run` reads the job out before calling the closure.
+            unsafe {
+                co.begin(Job::identity(job.as_ptr()));
+                Job::run(job.as_ptr(), co);
+            }
             inner.counters.finished(false);
-            if !inner.chain_job() {
-                break;
+            match inner.chain_job() {
+                Some(next) => job = next,
+                None => break,
             }
         }
         command = yielder.suspend(Park::Done);
