@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """machinery-share.py PERF_DATA BIN PID: the daemon's samples (perf record -a) split by the
 source file of the innermost non-std (inlined) frame at the sampled instruction; prints the
-share of "coroutine machinery": executor, coro_store, job, job_queue, run_queue, worker, stack_pool, counters, resume, fast_paths, sched, spawn,
+share of "coroutine machinery": executor, coro_store, job, run_queue, worker, stack_pool, counters, resume, fast_paths, sched, spawn,
 loop_cell, task, join, co, corosensei and the catch_unwind around the resume."""
 import collections, re, subprocess, sys
 data, binary, pid = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -35,7 +35,7 @@ inner = {a: next((l for l in c if "/rustc/" not in l), c[0]) for a, c in chains.
 def kind(path):
     m = re.search(r"runtime/src/(\w+)\.rs", path)
     if m:
-        return "runtime machinery: " + m[1] if m[1] in ("executor", "coro_store", "job", "job_queue", "run_queue", "worker", "stack_pool", "counters", "loop_cell", "task", "join", "co", "resume", "fast_paths", "sched", "spawn") else "runtime I/O: " + m[1]
+        return "runtime machinery: " + m[1] if m[1] in ("executor", "coro_store", "job", "run_queue", "worker", "stack_pool", "counters", "loop_cell", "task", "join", "co", "resume", "fast_paths", "sched", "spawn") else "runtime I/O: " + m[1]
     if "corosensei" in path: return "runtime machinery: corosensei"
     if "io-uring" in path: return "io-uring crate"
     m = re.search(r"/work/[^/]+/(\w+)/", path)
