@@ -43,10 +43,13 @@
 //! (through the receive buffer below half its size).
 //!
 //! # Failure
-//! A socket error or a protocol violation ([`ProtoError`]) ends the connection with one
-//! log line: every request in flight fails with `EIO`, and so does every later one. A
-//! request whose waiter goes away (its coroutine cancelled) leaves its slot to the reader,
-//! which frees it when the reply comes.
+//! A protocol violation ([`ProtoError`]) ends the connection with one log line: every
+//! request in flight fails with `EIO`, and so does every later one. A socket error, or a
+//! reply saying the server is shutting down (`ESHUTDOWN`: nbdkit's answer to what it read
+//! as it quit, not done), loses it instead: the requests in flight are sent again on a
+//! new connection (`--reconnect-delay`, see [`Conn::await_reconnect`]), the last flush at
+//! close like any other. A request whose waiter goes away (its coroutine cancelled)
+//! leaves its slot to the reader, which frees it when the reply comes.
 //!
 //! [`ProtoError`]: super::proto::ProtoError
 
@@ -74,6 +77,11 @@ const FULL_NAP: Duration = Duration::from_micros(50);
 /// failed attempt the next one is made.
 const RECONNECT_NAP: Duration = Duration::from_millis(20);
 const RETRY_AFTER: Duration = Duration::from_millis(100);
+
+/// How long one attempt at a new connection may wait for the server at each step (the
+/// connect, each read or write of the handshake): a server that accepts and then says
+/// nothing must not hold up the attempts after it.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(5);
 
 /// What a connection needs to be made again when it is lost (`--reconnect-delay`).
 #[derive(Clone, Debug)]
@@ -487,6 +495,7 @@ impl Conn {
             own,
             dest,
             own_done: false,
+            shutting_down: false,
         };
         loop {
             let more = !table.own_done || rx::complete(rx.pending(), self.structured, &mut table);
@@ -499,6 +508,9 @@ impl Conn {
                 cx,
             };
             match reply::read_one(&mut wire, &mut table, self.structured) {
+                Ok(()) if table.shutting_down => {
+                    return Err(("the server is shutting down (ESHUTDOWN)".into(), true))
+                }
                 Ok(()) => {}
                 Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     return Err(("the server closed the connection".into(), true))
@@ -669,10 +681,14 @@ impl Conn {
         st.stream.shutdown();
         let keys: Vec<usize> = st.slots.iter().map(|(k, _)| k).collect();
         for key in keys {
-            let slot = &mut st.slots[key];
-            if matches!(slot.phase, Phase::Done(_)) {
-                continue;
+            match st.slots[key].phase {
+                Phase::Done(_) => continue,
+                // Handed the turn to send and not sending yet: it will find itself lost
+                // and never send, so the turn is free (else no new connection is made).
+                Phase::WriteTurn => st.writer = false,
+                _ => {}
             }
+            let slot = &mut st.slots[key];
             if slot.abandoned {
                 st.slots.remove(key);
                 continue;
@@ -689,11 +705,12 @@ impl Conn {
     }
 
     /// Waits until the connection is made again (making it, when no one else is) and
-    /// readies `key` to be sent again. Once `--reconnect-delay` has passed since the loss
-    /// (at once with 0), the request fails with `EIO` as soon as an attempt made since it
-    /// came has failed, or one failed less than [`RETRY_AFTER`] ago; the connection stays
-    /// lost, not dead, so that the next request tries again, as QEMU's nbd driver does:
-    /// a restarted server is used again without a remount.
+    /// readies `key` to be sent again. A request that came before `--reconnect-delay` ran
+    /// out since the loss fails with `EIO` when it runs out; one that came after (at once
+    /// with 0) fails with `EIO` as soon as an attempt made since it came has failed, or one
+    /// failed less than [`RETRY_AFTER`] ago (each attempt bounded by [`ATTEMPT_LIMIT`]).
+    /// The connection stays lost, not dead, so that the next request tries again, as
+    /// QEMU's nbd driver does: a restarted server is used again without a remount.
     fn await_reconnect(&self, cx: &Ctx<'_>, key: usize) -> io::Result<()> {
         let redial = self.redial.as_ref().ok_or_else(eio)?;
         let arrived = Instant::now();
@@ -716,11 +733,12 @@ impl Conn {
                 self.install(&mut st, redial, dialed);
                 continue;
             }
-            let expired = since.elapsed() >= redial.delay;
+            let (now, expiry) = (Instant::now(), since + redial.delay);
+            let expired = now >= expiry;
             let failed_since = st
                 .failed_at
-                .is_some_and(|t| t >= arrived || t.elapsed() < RETRY_AFTER);
-            if expired && failed_since {
+                .is_some_and(|t| t >= arrived || now.duration_since(t) < RETRY_AFTER);
+            if expired && (arrived < expiry || failed_since) {
                 if !std::mem::replace(&mut st.gave_up, true) && !redial.delay.is_zero() {
                     log::error!(
                         "nbd: {}: not reconnected within {:?}; requests fail with EIO, and \
@@ -732,8 +750,11 @@ impl Conn {
                 return Err(eio());
             }
             let idle = !st.reader && !st.writer && st.dialing.is_none();
-            if idle && (expired || Instant::now() >= st.next_try) {
-                st.dialing = Some(Self::dial(redial)?);
+            if idle && (expired || now >= st.next_try) {
+                match Self::dial(redial) {
+                    Ok(dialing) => st.dialing = Some(dialing),
+                    Err(e) => self.install(&mut st, redial, Err(e)), // a failed attempt
+                }
             }
             drop(st);
             cx.sleep(RECONNECT_NAP)?;
@@ -746,7 +767,7 @@ impl Conn {
         let (uri, tls) = (redial.uri.clone(), redial.tls.clone());
         std::thread::Builder::new()
             .name("nbd-redial".into())
-            .spawn(move || super::connect(&uri, tls.as_ref()))
+            .spawn(move || super::connect(&uri, tls.as_ref(), Some(ATTEMPT_LIMIT)))
     }
 
     /// Installs a new connection if it was made and the export is the same.
@@ -839,6 +860,10 @@ impl Conn {
     }
 }
 
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;
+
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
 }
@@ -912,6 +937,9 @@ struct ConnTable<'c, 'x, 'd, 'b> {
     own: usize,
     dest: Option<&'d mut [IoSliceMut<'b>]>,
     own_done: bool,
+    /// A reply said `ESHUTDOWN`: the server goes away without doing the request, which is
+    /// sent again on a new connection (the connection is lost, not its requests).
+    shutting_down: bool,
 }
 
 /// The slot key in a cookie.
@@ -1001,6 +1029,10 @@ impl Table for ConnTable<'_, '_, '_, '_> {
             return; // ended meanwhile (`Conn::abort`), its owner gone
         };
         if key != self.own && !live(slot, cookie) {
+            return;
+        }
+        if result == Err(libc::ESHUTDOWN) && self.conn.redial.is_some() {
+            self.shutting_down = true; // the slot stays `Sent`, for `lose` to find
             return;
         }
         slot.phase = Phase::Done(result);

@@ -155,7 +155,7 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
     let conn = |stream, info: &Info| Conn::new(stream, info, name.clone(), max, redial.clone());
     let mut conns = vec![conn(first, &info)?];
     for _ in 1..count {
-        let (stream, more) = connect(&uri, tls.as_ref()).map_err(fail)?;
+        let (stream, more) = connect(&uri, tls.as_ref(), None).map_err(fail)?;
         let same = |i: &Info| (i.size, i.flags, i.allocation.is_some());
         if same(&more) != same(&info) {
             return Err(fail(io::Error::other(
@@ -220,7 +220,7 @@ fn connect_within(
     let until = std::time::Instant::now() + timer;
     let mut said = false;
     loop {
-        match connect(uri, tls) {
+        match connect(uri, tls, None) {
             Err(e) if not_there(&e) && std::time::Instant::now() < until => {
                 if !std::mem::replace(&mut said, true) {
                     log::info!(
@@ -250,9 +250,18 @@ fn not_there(e: &io::Error) -> bool {
     )
 }
 
-fn connect(uri: &Uri, tls: Option<&tls::Client>) -> io::Result<(stream::Stream, Info)> {
-    let mut stream = stream::Stream::connect(&uri.address)?;
+/// Connects to the server and negotiates the export; with a `limit`, each step (the
+/// connect, each read or write of the handshake) fails with `TimedOut` after that long.
+fn connect(
+    uri: &Uri,
+    tls: Option<&tls::Client>,
+    limit: Option<Duration>,
+) -> io::Result<(stream::Stream, Info)> {
+    let mut stream = stream::Stream::connect(&uri.address, limit)?;
     let info = handshake::negotiate(&mut stream, &uri.export, tls)?;
+    if limit.is_some() {
+        stream.unbounded()?;
+    }
     Ok((stream, info))
 }
 
