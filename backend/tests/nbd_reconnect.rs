@@ -36,6 +36,8 @@ enum Conduct {
     /// Serves, but answers a flush with `ESHUTDOWN` and closes, as nbdkit does with what
     /// it read as it quits.
     ShutDown,
+    /// The handshake, then closes.
+    Drop,
 }
 
 /// The scripted server on a unix socket: connection `i` behaves as `script[i]` (the last
@@ -120,6 +122,10 @@ impl Drop for Server {
 /// until the client leaves or the test cuts it.
 fn serve(mut s: UnixStream, disk: &Mutex<Vec<u8>>, conduct: Conduct) -> Option<()> {
     handshake(&mut s)?;
+    if conduct == Conduct::Drop {
+        let _ = s.shutdown(std::net::Shutdown::Both); // `live` holds a clone: end it
+        return None;
+    }
     loop {
         let mut req = [0u8; REQUEST_LEN];
         s.read_exact(&mut req).ok()?;
@@ -292,23 +298,24 @@ fn nbd_requests_fail_when_the_delay_runs_out_during_an_attempt() {
 
 /// A flush answered with `ESHUTDOWN` (nbdkit quitting: it did not flush) is not the
 /// flush's failure but the connection's end: the flush is sent again on a new connection
-/// and succeeds, with the default `--reconnect-delay 0` as with a delay; the same for
-/// the last flush at close, after a cut. Before, the caller got `ESHUTDOWN` ("Cannot send
-/// after transport endpoint shutdown"), and a daemon stopping then exited 1.
+/// and succeeds, with the default `--reconnect-delay 0` as with a delay; the same for the
+/// last flush at close. Before, the caller got `ESHUTDOWN` ("Cannot send after transport
+/// endpoint shutdown"), and a daemon stopping then exited 1.
 #[test]
 fn nbd_flush_answered_eshutdown_is_sent_again() {
     use Conduct::{Serve, ShutDown};
     for delay in [Duration::ZERO, Duration::from_secs(15)] {
         in_each_ctx(move |cx| {
-            let server = Server::start(&[ShutDown, Serve, ShutDown, Serve]);
-            let b = open(&server, delay);
             let data = pattern(8192, 3);
+            let server = Server::start(&[ShutDown, Serve]);
+            let b = open(&server, delay);
             write(&b, cx, &data, 4096).unwrap();
             b.flush(cx).unwrap();
-            write(&b, cx, &data, 65536).unwrap();
-            server.cut();
-            b.close(cx).unwrap();
             assert_eq!(server.disk(4096, 8192), data);
+            let server = Server::start(&[ShutDown, Serve]);
+            let b = open(&server, delay);
+            write(&b, cx, &data, 65536).unwrap();
+            b.close(cx).unwrap();
             assert_eq!(server.disk(65536, 8192), data);
         });
     }
@@ -327,4 +334,30 @@ fn nbd_close_flushes_through_a_reconnection() {
         b.close(cx).unwrap();
         assert_eq!(server.disk(0, 4096), data);
     });
+}
+
+/// A server that accepts every new connection and then drops it, or answers every flush
+/// `ESHUTDOWN`: a request sent again on a new connection and lost again does not go round
+/// for ever. With the default delay 0 it gets its one try and fails with EIO; with a delay
+/// it fails when the delay runs out. Before, a dropped request went round for ever (new
+/// connection, lost, new connection...), and a flush failed with ESHUTDOWN.
+#[test]
+fn nbd_a_request_lost_again_and_again_fails_with_eio() {
+    use Conduct::{Drop, Serve, ShutDown};
+    for delay in [Duration::ZERO, Duration::from_secs(1)] {
+        in_each_ctx(move |cx| {
+            let server = Server::start(&[Serve, Drop]);
+            let b = open(&server, delay);
+            write(&b, cx, &pattern(4096, 5), 0).unwrap();
+            server.cut();
+            let e = write(&b, cx, &pattern(4096, 6), 0).unwrap_err();
+            assert_eq!(errno(&e), libc::EIO, "dropped on every new connection");
+        });
+        in_each_ctx(move |cx| {
+            let server = Server::start(&[ShutDown]);
+            let b = open(&server, delay);
+            let e = b.flush(cx).unwrap_err();
+            assert_eq!(errno(&e), libc::EIO, "ESHUTDOWN on every new connection");
+        });
+    }
 }

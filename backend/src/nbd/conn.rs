@@ -46,9 +46,9 @@
 //! A protocol violation ([`ProtoError`]) ends the connection with one log line: every
 //! request in flight fails with `EIO`, and so does every later one. A socket error, or a
 //! reply saying the server is shutting down (`ESHUTDOWN`: nbdkit's answer to what it read
-//! as it quit, not done), loses it instead: the requests in flight are sent again on a
-//! new connection (`--reconnect-delay`, see [`Conn::await_reconnect`]), the last flush at
-//! close like any other. A request whose waiter goes away (its coroutine cancelled)
+//! as it quit, not done), loses it instead: the requests in flight wait for a new
+//! connection and are sent again on it (`redial.rs`, `--reconnect-delay`), the last flush
+//! at close like any other. A request whose waiter goes away (its coroutine cancelled)
 //! leaves its slot to the reader, which frees it when the reply comes.
 //!
 //! [`ProtoError`]: super::proto::ProtoError
@@ -72,30 +72,6 @@ use crate::Ctx;
 /// How long a coroutine sleeps before looking again for a free slot (all `max_in_flight`
 /// in use: a rare state, so a timer, not a queue).
 const FULL_NAP: Duration = Duration::from_micros(50);
-
-/// How often a request waiting for a lost connection looks again, and how soon after a
-/// failed attempt the next one is made.
-const RECONNECT_NAP: Duration = Duration::from_millis(20);
-const RETRY_AFTER: Duration = Duration::from_millis(100);
-
-/// How long one attempt at a new connection may wait for the server at each step (the
-/// connect, each read or write of the handshake): a server that accepts and then says
-/// nothing must not hold up the attempts after it.
-const ATTEMPT_LIMIT: Duration = Duration::from_secs(5);
-
-/// What a connection needs to be made again when it is lost (`--reconnect-delay`).
-#[derive(Clone, Debug)]
-pub struct Redial {
-    /// Where the server is.
-    pub uri: Uri,
-    /// What the first handshake settled: a new connection must agree on the size, the
-    /// flags and the reply kind.
-    pub info: Info,
-    /// How long requests wait for a new connection before failing with `EIO`.
-    pub delay: Duration,
-    /// TLS, if the first connection has it.
-    pub tls: Option<super::tls::Client>,
-}
 
 /// A write's payload up to this size is copied into the send queue when the writer is
 /// busy; a larger one waits for its turn to send from the caller's buffers.
@@ -288,12 +264,13 @@ impl Conn {
             cx,
         };
         let mut dest = dest;
+        let mut waited = None;
         loop {
             let done = self
                 .send(cx, claim.key, cmd, payload)
                 .and_then(|()| self.await_reply(cx, claim.key, dest.as_deref_mut()));
             match done {
-                Err(e) if is_lost(&e) => self.await_reconnect(cx, claim.key)?,
+                Err(e) if is_lost(&e) => self.await_reconnect(cx, claim.key, &mut waited)?,
                 done => return done,
             }
         }
@@ -704,104 +681,6 @@ impl Conn {
         lost()
     }
 
-    /// Waits until the connection is made again (making it, when no one else is) and
-    /// readies `key` to be sent again. A request that came before `--reconnect-delay` ran
-    /// out since the loss fails with `EIO` when it runs out; one that came after (at once
-    /// with 0) fails with `EIO` as soon as an attempt made since it came has failed, or one
-    /// failed less than [`RETRY_AFTER`] ago (each attempt bounded by [`ATTEMPT_LIMIT`]).
-    /// The connection stays lost, not dead, so that the next request tries again, as
-    /// QEMU's nbd driver does: a restarted server is used again without a remount.
-    fn await_reconnect(&self, cx: &Ctx<'_>, key: usize) -> io::Result<()> {
-        let redial = self.redial.as_ref().ok_or_else(eio)?;
-        let arrived = Instant::now();
-        loop {
-            let mut st = self.lock();
-            if st.dead {
-                return Err(eio());
-            }
-            let Some(since) = st.lost else {
-                st.generation = st.generation.wrapping_add(1);
-                let cookie = (u64::from(st.generation) << 32) | key as u64;
-                let slot = &mut st.slots[key];
-                (slot.cookie, slot.phase) = (cookie, Phase::Queued);
-                (slot.progress, slot.into_buf) = (Progress::default(), false);
-                return Ok(());
-            };
-            if st.dialing.as_ref().is_some_and(|d| d.is_finished()) {
-                let dialed = st.dialing.take().expect("checked").join();
-                let dialed = dialed.unwrap_or_else(|_| Err(io::Error::other("dialer panicked")));
-                self.install(&mut st, redial, dialed);
-                continue;
-            }
-            let (now, expiry) = (Instant::now(), since + redial.delay);
-            let expired = now >= expiry;
-            let failed_since = st
-                .failed_at
-                .is_some_and(|t| t >= arrived || now.duration_since(t) < RETRY_AFTER);
-            if expired && (arrived < expiry || failed_since) {
-                if !std::mem::replace(&mut st.gave_up, true) && !redial.delay.is_zero() {
-                    log::error!(
-                        "nbd: {}: not reconnected within {:?}; requests fail with EIO, and \
-                         each new one tries a new connection first",
-                        self.name,
-                        redial.delay
-                    );
-                }
-                return Err(eio());
-            }
-            let idle = !st.reader && !st.writer && st.dialing.is_none();
-            if idle && (expired || now >= st.next_try) {
-                match Self::dial(redial) {
-                    Ok(dialing) => st.dialing = Some(dialing),
-                    Err(e) => self.install(&mut st, redial, Err(e)), // a failed attempt
-                }
-            }
-            drop(st);
-            cx.sleep(RECONNECT_NAP)?;
-        }
-    }
-
-    /// Starts one attempt at a new connection on a helper thread.
-    #[allow(clippy::type_complexity)]
-    fn dial(redial: &Redial) -> io::Result<std::thread::JoinHandle<io::Result<(Stream, Info)>>> {
-        let (uri, tls) = (redial.uri.clone(), redial.tls.clone());
-        std::thread::Builder::new()
-            .name("nbd-redial".into())
-            .spawn(move || super::connect(&uri, tls.as_ref(), Some(ATTEMPT_LIMIT)))
-    }
-
-    /// Installs a new connection if it was made and the export is the same.
-    fn install(&self, st: &mut State, redial: &Redial, dialed: io::Result<(Stream, Info)>) {
-        let made = dialed.and_then(|(stream, info)| {
-            let same = |i: &Info| (i.size, i.flags, i.structured, i.allocation.is_some());
-            match same(&info) == same(&redial.info) {
-                true => Ok((stream, info.allocation)),
-                false => Err(io::Error::other(format!(
-                    "the export changed (size {} bytes, flags {:#x})",
-                    info.size, info.flags
-                ))),
-            }
-        });
-        match made {
-            Ok((stream, allocation)) => {
-                st.allocation = allocation;
-                log::info!("nbd: {}: reconnected", self.name);
-                st.sent_before += st.stream.sent_now();
-                st.stream = Arc::new(stream);
-                st.epoch += 1;
-                st.lost = None;
-                (st.failed_at, st.gave_up) = (None, false);
-                st.rx.clear();
-                st.txq.clear();
-            }
-            Err(e) => {
-                log::debug!("nbd: {}: reconnecting: {e}", self.name);
-                st.next_try = Instant::now() + RETRY_AFTER;
-                st.failed_at = Some(Instant::now());
-            }
-        }
-    }
-
     /// Ends the connection: every request in flight fails with `EIO`, one log line says why.
     /// Returns the `EIO` for the caller to fail with.
     fn kill(&self, cx: &Ctx<'_>, why: &str) -> io::Error {
@@ -863,6 +742,10 @@ impl Conn {
 #[cfg(test)]
 #[path = "conn_tests.rs"]
 mod tests;
+
+#[path = "redial.rs"]
+mod redial;
+pub use redial::Redial;
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
