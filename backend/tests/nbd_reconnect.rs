@@ -9,6 +9,8 @@
 //! against, so each check runs on a thread of its own and a hang fails the test after
 //! [`HANG`] (a hang detector, far above any wait a check expects).
 
+#[path = "util/nbd_handshake.rs"]
+mod nbd_handshake;
 mod util;
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use backend::nbd::proto::*;
 use backend::{BlockBackend, Ctx, NbdBackend, NbdOptions, OpenOptions};
+use nbd_handshake::handshake;
 use util::{errno, in_coroutine, pattern};
 
 const SIZE: usize = 1 << 20;
@@ -121,7 +124,7 @@ impl Drop for Server {
 /// One connection: the handshake (simple replies only), then requests as `conduct` says,
 /// until the client leaves or the test cuts it.
 fn serve(mut s: UnixStream, disk: &Mutex<Vec<u8>>, conduct: Conduct) -> Option<()> {
-    handshake(&mut s)?;
+    handshake(&mut s, false, SIZE as u64)?;
     if conduct == Conduct::Drop {
         let _ = s.shutdown(std::net::Shutdown::Both); // `live` holds a clone: end it
         return None;
@@ -163,49 +166,6 @@ fn serve(mut s: UnixStream, disk: &Mutex<Vec<u8>>, conduct: Conduct) -> Option<(
             NBD_CMD_DISC => return None,
             _ => s.write_all(&reply(libc::EINVAL)).ok()?,
         }
-    }
-}
-
-/// Fixed newstyle: greeting, everything but GO refused, GO answered with the size and
-/// the flags (flush).
-fn handshake(s: &mut UnixStream) -> Option<()> {
-    let greet = [
-        &NBDMAGIC.to_be_bytes()[..],
-        &IHAVEOPT.to_be_bytes(),
-        &(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES).to_be_bytes(),
-    ]
-    .concat();
-    s.write_all(&greet).ok()?;
-    s.read_exact(&mut [0u8; 4]).ok()?;
-    loop {
-        let mut head = [0u8; 16];
-        s.read_exact(&mut head).ok()?;
-        let option = u32::from_be_bytes(head[8..12].try_into().unwrap());
-        let len = u32::from_be_bytes(head[12..16].try_into().unwrap());
-        s.read_exact(&mut vec![0u8; len as usize]).ok()?;
-        let reply = |kind: u32, data: &[u8]| {
-            [
-                &OPT_REPLY_MAGIC.to_be_bytes()[..],
-                &option.to_be_bytes(),
-                &kind.to_be_bytes(),
-                &(data.len() as u32).to_be_bytes(),
-                data,
-            ]
-            .concat()
-        };
-        if option != NBD_OPT_GO {
-            s.write_all(&reply(NBD_REP_ERR_UNSUP, &[])).ok()?;
-            continue;
-        }
-        let flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH;
-        let info = [
-            &NBD_INFO_EXPORT.to_be_bytes()[..],
-            &(SIZE as u64).to_be_bytes(),
-            &flags.to_be_bytes(),
-        ]
-        .concat();
-        s.write_all(&reply(NBD_REP_INFO, &info)).ok()?;
-        return s.write_all(&reply(NBD_REP_ACK, &[])).ok();
     }
 }
 
