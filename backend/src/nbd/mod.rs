@@ -4,9 +4,9 @@
 //! `nbd://HOST[:PORT]/EXPORT` or `nbd+unix:///EXPORT?socket=PATH` (`uri`) is connected and
 //! negotiated at open (`handshake`: fixed newstyle, structured replies where offered,
 //! `NBD_OPT_GO` with block sizes). Then every request is one or more NBD commands on a
-//! connection (`conn`, which also says how replies reach the requests waiting for them),
-//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`, TLS
-//! (`--tls-creds`, `nbds://`) in `tls`.
+//! connection (`conn`, which also says how replies reach the requests waiting for them;
+//! made again when lost in `redial`), the wire format in `proto`, replies checked in
+//! `reply`, the socket in `stream`, TLS (`--tls-creds`, `nbds://`) in `tls`.
 //!
 //! # What each operation sends
 //! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
@@ -76,7 +76,8 @@ pub struct NbdOptions {
     /// Requests in flight on one connection at most; more wait for a free slot.
     pub max_in_flight: usize,
     /// How long requests wait while a lost connection is made again (QEMU's
-    /// `reconnect-delay`); zero: a lost connection ends, its requests fail with `EIO`.
+    /// `reconnect-delay`), counted from the loss; zero: each request gets one try at a new
+    /// connection, then fails with `EIO` (see `redial.rs`).
     pub reconnect_delay: Duration,
     /// TLS credentials (`--tls-creds`): TLS is used with them, also for an `nbd://` URI,
     /// as QEMU's `tls-creds` does; `nbds://` requires them.
