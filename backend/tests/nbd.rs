@@ -942,6 +942,9 @@ fn nbd_open_timer_waits_for_a_late_server() {
         .expect("nothing listens yet");
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
     assert!(err.to_string().contains("late.sock"), "{err}");
+    // nbdkit asks for SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG):
+    // the starter lives until the test is done (`done` dropped), then stops it.
+    let (done, end) = std::sync::mpsc::channel::<()>();
     let late = {
         let socket = socket.clone();
         std::thread::spawn(move || {
@@ -952,7 +955,8 @@ fn nbd_open_timer_waits_for_a_late_server() {
                 .args(["memory", "1M"])
                 .spawn()
                 .expect("start nbdkit");
-            Stop(child)
+            let _server = Stop(child);
+            let _ = end.recv();
         })
     };
     let nbd = NbdOptions {
@@ -960,11 +964,11 @@ fn nbd_open_timer_waits_for_a_late_server() {
         ..NbdOptions::default()
     };
     let start = Instant::now();
-    let b = backend::nbd::open(&uri, &opts(false), &nbd);
-    let _server = late.join().expect("the starter thread");
-    let b = b.unwrap_or_else(|e| panic!("{e}"));
+    let b = backend::nbd::open(&uri, &opts(false), &nbd).unwrap_or_else(|e| panic!("{e}"));
     assert!(start.elapsed() >= Duration::from_millis(400));
     assert_eq!(read(&b, &Ctx::Blocking, 4096, 0), vec![0u8; 4096]);
+    drop((b, done));
+    late.join().expect("the starter thread");
 }
 
 /// `abort` (a second SIGTERM) from another thread at a random moment, while one

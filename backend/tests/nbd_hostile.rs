@@ -2,16 +2,19 @@
 //! properly, then breaks the protocol in one way. The request fails with EIO, so does every
 //! later one (the connection is over), and nothing panics or hangs; in both contexts.
 
+#[path = "util/nbd_handshake.rs"]
+mod nbd_handshake;
 mod util;
 
 use std::io::{IoSliceMut, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use backend::nbd::proto::*;
 use backend::{Ctx, OpenOptions};
+use nbd_handshake::handshake;
 use util::{errno, in_coroutine};
 
 const SIZE: u64 = 1 << 20;
@@ -32,7 +35,7 @@ impl Server {
         let listener = UnixListener::bind(&path).unwrap();
         let thread = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            if handshake(&mut s, structured).is_none() {
+            if handshake(&mut s, structured, SIZE).is_none() {
                 return;
             }
             let mut req = [0u8; REQUEST_LEN];
@@ -64,48 +67,6 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.thread.take().unwrap().join();
-    }
-}
-
-/// Fixed newstyle: greeting, STRUCTURED_REPLY (acked if `structured`), GO.
-fn handshake(s: &mut UnixStream, structured: bool) -> Option<()> {
-    let mut greet = Vec::new();
-    greet.extend(NBDMAGIC.to_be_bytes());
-    greet.extend(IHAVEOPT.to_be_bytes());
-    greet.extend((NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES).to_be_bytes());
-    s.write_all(&greet).ok()?;
-    s.read_exact(&mut [0u8; 4]).ok()?;
-    loop {
-        let mut head = [0u8; 16];
-        s.read_exact(&mut head).ok()?;
-        let option = u32::from_be_bytes(head[8..12].try_into().unwrap());
-        let len = u32::from_be_bytes(head[12..16].try_into().unwrap());
-        s.read_exact(&mut vec![0u8; len as usize]).ok()?;
-        let reply = |kind: u32, data: &[u8]| {
-            let mut r = Vec::new();
-            r.extend(OPT_REPLY_MAGIC.to_be_bytes());
-            r.extend(option.to_be_bytes());
-            r.extend(kind.to_be_bytes());
-            r.extend((data.len() as u32).to_be_bytes());
-            r.extend(data);
-            r
-        };
-        match option {
-            NBD_OPT_STRUCTURED_REPLY if structured => s.write_all(&reply(NBD_REP_ACK, &[])).ok()?,
-            NBD_OPT_GO => {
-                let flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH;
-                let info = [
-                    &NBD_INFO_EXPORT.to_be_bytes()[..],
-                    &SIZE.to_be_bytes(),
-                    &flags.to_be_bytes(),
-                ]
-                .concat();
-                s.write_all(&reply(NBD_REP_INFO, &info)).ok()?;
-                s.write_all(&reply(NBD_REP_ACK, &[])).ok()?;
-                return Some(());
-            }
-            _ => s.write_all(&reply(NBD_REP_ERR_UNSUP, &[])).ok()?,
-        }
     }
 }
 

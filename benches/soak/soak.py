@@ -18,7 +18,7 @@ At the end (a clean restart with no faults, then SIGTERM): every block of the le
 every convert that completed reads back as written (the qcow2 image read by qemu-img, not
 by corofuse), `qemu-img check` is clean, no daemon, mount or loop device is left.
 
-Usage: soak.py [--minutes 20] [--corofuse PATH] [--dir DIR] [--seed N]
+Usage: soak.py [--minutes 20] [--corofuse PATH] [--dir DIR] [--seed N] [--nbdkit-every 20-60]
 Prints a summary (operations, faults fired, restarts, errors, verification) and writes it
 as JSON to DIR/summary.json. Needs root, /dev/fuse, fio, qemu-img, nbdkit, mkfs.ext4.
 """
@@ -192,6 +192,8 @@ class Soak:
         self.kills_at = []  # times of daemon kills
         self.converts = {}  # who -> the source of its last convert that compared equal
         self.daemon = self.nbd_daemon = self.nbdkit = None
+        self.nbd_killer_done = threading.Event()  # its last restart is over
+        self.nbdkit_stopped = threading.Event()  # the nbd killer's thread may end
         self.loop_dev = None
         self.t0 = time.monotonic()
 
@@ -349,7 +351,20 @@ class Soak:
             self.log("daemon restarted (image repaired at open)")
 
     def nbd_killer(self):
-        while not self.stop.wait(self.rng.uniform(20, 60)):
+        """Kills nbdkit now and then and starts it again. nbdkit asks for SIGTERM when its
+        parent dies (PR_SET_PDEATHSIG), and Linux sends it when the *thread* that started
+        it ends: so this thread lives on until nbdkit is stopped at the very end. (It used
+        to end with the soak's clients: the last nbdkit quit under the NBD daemon's final
+        flush, which got ESHUTDOWN or found no server: RELIABILITY.md, finding 3.)"""
+        low, high = self.args.nbdkit_every
+        try:
+            self.nbd_restarts(low, high)
+        finally:
+            self.nbd_killer_done.set()
+        self.nbdkit_stopped.wait()
+
+    def nbd_restarts(self, low, high):
+        while not self.stop.wait(self.rng.uniform(low, high)):
             self.nbdkit.send_signal(signal.SIGKILL)
             self.nbdkit.wait()
             self.count("nbdkit SIGKILLs")
@@ -361,7 +376,10 @@ class Soak:
                 pass
             t = time.monotonic()
             self.start_nbdkit()
-            self.log(f"nbdkit restarted ({time.monotonic() - t:.2f} s to its socket)")
+            took = time.monotonic() - t
+            self.log(f"nbdkit restarted ({took:.2f} s to its socket)")
+            if took > 5:
+                self.count("nbdkit restarts taking over 5 s")
 
     # -- the clients
     def wait_up(self, up):
@@ -470,16 +488,19 @@ class Soak:
                 return None
         return None
 
-    def compare(self, mnt, region, src):
-        try:
-            with open(mnt, "rb") as m, open(src, "rb") as s:
-                m.seek(region[0])
-                for _ in range(0, region[1], 4 * MIB):
-                    if m.read(4 * MIB) != s.read(4 * MIB):
-                        return False
-            return True
-        except OSError:
-            return None
+    def compare(self, path, region, src):
+        """Whether `region` of `path` holds `src`; None if it cannot be read.
+
+        In a child (`cmp`), never here: this process must hold no descriptor on a mount.
+        A fork/exec (nbdkit restarted, a daemon, a client) closes its copy of each one, and
+        each close is a FUSE FLUSH, an NBD flush on the NBD export, which waits for the
+        server -- the very nbdkit that exec may be starting: the exec hung until the
+        `--reconnect-delay` ran out and the requests waiting failed with EIO (RELIABILITY.md,
+        finding 2)."""
+        r = subprocess.run(["cmp", "-s", f"--ignore-initial={region[0]}:0",
+                            f"--bytes={region[1]}", path, src],
+                           stderr=subprocess.DEVNULL, check=False)
+        return {0: True, 1: False}.get(r.returncode)
 
     # -- the end
     def finish(self, threads):
@@ -499,6 +520,7 @@ class Soak:
         self.stderr_lines("NBD daemon", self.nbd_daemon.stderr.read())
         self.nbdkit.send_signal(signal.SIGTERM)
         self.nbdkit.wait(timeout=30)
+        self.nbdkit_stopped.set()
 
     def kill_daemon_cleanly(self):
         self.collect_stats()
@@ -539,6 +561,7 @@ class Soak:
         return result
 
     def teardown(self):
+        self.nbdkit_stopped.set()
         for p in (self.daemon, self.nbd_daemon, self.nbdkit):
             if p is not None and p.poll() is None:
                 p.kill()
@@ -576,9 +599,10 @@ class Soak:
             while time.monotonic() < deadline:
                 time.sleep(1)
             self.stop.set()
-            for t in chaos:
-                t.join(timeout=120)
+            chaos[0].join(timeout=120)
+            self.nbd_killer_done.wait(timeout=120)
             self.finish(threads)
+            chaos[1].join(timeout=30)
             result = self.verify(ledgers)
             for ledger in ledgers:
                 self.count(f"{ledger.name} writes", ledger.writes)
@@ -621,6 +645,9 @@ def main():
     p.add_argument("--corofuse", default="corofuse")
     p.add_argument("--dir", default=f"/var/tmp/corofuse-soak-{os.getpid()}")
     p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--nbdkit-every", type=lambda v: tuple(float(x) for x in v.split("-")),
+                   default=(20.0, 60.0), metavar="MIN-MAX",
+                   help="seconds between nbdkit kills, drawn in [MIN, MAX] (default 20-60)")
     args = p.parse_args()
     if args.cmd == "client":
         client_main(args)

@@ -43,10 +43,13 @@
 //! (through the receive buffer below half its size).
 //!
 //! # Failure
-//! A socket error or a protocol violation ([`ProtoError`]) ends the connection with one
-//! log line: every request in flight fails with `EIO`, and so does every later one. A
-//! request whose waiter goes away (its coroutine cancelled) leaves its slot to the reader,
-//! which frees it when the reply comes.
+//! A protocol violation ([`ProtoError`]) ends the connection with one log line: every
+//! request in flight fails with `EIO`, and so does every later one. A socket error, or a
+//! reply saying the server is shutting down (`ESHUTDOWN`: nbdkit's answer to what it read
+//! as it quit, not done), loses it instead: the requests in flight wait for a new
+//! connection and are sent again on it (`redial.rs`, `--reconnect-delay`), the last flush
+//! at close like any other. A request whose waiter goes away (its coroutine cancelled)
+//! leaves its slot to the reader, which frees it when the reply comes.
 //!
 //! [`ProtoError`]: super::proto::ProtoError
 
@@ -69,25 +72,6 @@ use crate::Ctx;
 /// How long a coroutine sleeps before looking again for a free slot (all `max_in_flight`
 /// in use: a rare state, so a timer, not a queue).
 const FULL_NAP: Duration = Duration::from_micros(50);
-
-/// How often a request waiting for a lost connection looks again, and how soon after a
-/// failed attempt the next one is made.
-const RECONNECT_NAP: Duration = Duration::from_millis(20);
-const RETRY_AFTER: Duration = Duration::from_millis(100);
-
-/// What a connection needs to be made again when it is lost (`--reconnect-delay`).
-#[derive(Clone, Debug)]
-pub struct Redial {
-    /// Where the server is.
-    pub uri: Uri,
-    /// What the first handshake settled: a new connection must agree on the size, the
-    /// flags and the reply kind.
-    pub info: Info,
-    /// How long requests wait for a new connection before failing with `EIO`.
-    pub delay: Duration,
-    /// TLS, if the first connection has it.
-    pub tls: Option<super::tls::Client>,
-}
 
 /// A write's payload up to this size is copied into the send queue when the writer is
 /// busy; a larger one waits for its turn to send from the caller's buffers.
@@ -280,12 +264,13 @@ impl Conn {
             cx,
         };
         let mut dest = dest;
+        let mut waited = None;
         loop {
             let done = self
                 .send(cx, claim.key, cmd, payload)
                 .and_then(|()| self.await_reply(cx, claim.key, dest.as_deref_mut()));
             match done {
-                Err(e) if is_lost(&e) => self.await_reconnect(cx, claim.key)?,
+                Err(e) if is_lost(&e) => self.await_reconnect(cx, claim.key, &mut waited)?,
                 done => return done,
             }
         }
@@ -487,6 +472,7 @@ impl Conn {
             own,
             dest,
             own_done: false,
+            shutting_down: false,
         };
         loop {
             let more = !table.own_done || rx::complete(rx.pending(), self.structured, &mut table);
@@ -499,6 +485,9 @@ impl Conn {
                 cx,
             };
             match reply::read_one(&mut wire, &mut table, self.structured) {
+                Ok(()) if table.shutting_down => {
+                    return Err(("the server is shutting down (ESHUTDOWN)".into(), true))
+                }
                 Ok(()) => {}
                 Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     return Err(("the server closed the connection".into(), true))
@@ -669,10 +658,14 @@ impl Conn {
         st.stream.shutdown();
         let keys: Vec<usize> = st.slots.iter().map(|(k, _)| k).collect();
         for key in keys {
-            let slot = &mut st.slots[key];
-            if matches!(slot.phase, Phase::Done(_)) {
-                continue;
+            match st.slots[key].phase {
+                Phase::Done(_) => continue,
+                // Handed the turn to send and not sending yet: it will find itself lost
+                // and never send, so the turn is free (else no new connection is made).
+                Phase::WriteTurn => st.writer = false,
+                _ => {}
             }
+            let slot = &mut st.slots[key];
             if slot.abandoned {
                 st.slots.remove(key);
                 continue;
@@ -686,99 +679,6 @@ impl Conn {
             self.sleepers.notify_all();
         }
         lost()
-    }
-
-    /// Waits until the connection is made again (making it, when no one else is) and
-    /// readies `key` to be sent again. Once `--reconnect-delay` has passed since the loss
-    /// (at once with 0), the request fails with `EIO` as soon as an attempt made since it
-    /// came has failed, or one failed less than [`RETRY_AFTER`] ago; the connection stays
-    /// lost, not dead, so that the next request tries again, as QEMU's nbd driver does:
-    /// a restarted server is used again without a remount.
-    fn await_reconnect(&self, cx: &Ctx<'_>, key: usize) -> io::Result<()> {
-        let redial = self.redial.as_ref().ok_or_else(eio)?;
-        let arrived = Instant::now();
-        loop {
-            let mut st = self.lock();
-            if st.dead {
-                return Err(eio());
-            }
-            let Some(since) = st.lost else {
-                st.generation = st.generation.wrapping_add(1);
-                let cookie = (u64::from(st.generation) << 32) | key as u64;
-                let slot = &mut st.slots[key];
-                (slot.cookie, slot.phase) = (cookie, Phase::Queued);
-                (slot.progress, slot.into_buf) = (Progress::default(), false);
-                return Ok(());
-            };
-            if st.dialing.as_ref().is_some_and(|d| d.is_finished()) {
-                let dialed = st.dialing.take().expect("checked").join();
-                let dialed = dialed.unwrap_or_else(|_| Err(io::Error::other("dialer panicked")));
-                self.install(&mut st, redial, dialed);
-                continue;
-            }
-            let expired = since.elapsed() >= redial.delay;
-            let failed_since = st
-                .failed_at
-                .is_some_and(|t| t >= arrived || t.elapsed() < RETRY_AFTER);
-            if expired && failed_since {
-                if !std::mem::replace(&mut st.gave_up, true) && !redial.delay.is_zero() {
-                    log::error!(
-                        "nbd: {}: not reconnected within {:?}; requests fail with EIO, and \
-                         each new one tries a new connection first",
-                        self.name,
-                        redial.delay
-                    );
-                }
-                return Err(eio());
-            }
-            let idle = !st.reader && !st.writer && st.dialing.is_none();
-            if idle && (expired || Instant::now() >= st.next_try) {
-                st.dialing = Some(Self::dial(redial)?);
-            }
-            drop(st);
-            cx.sleep(RECONNECT_NAP)?;
-        }
-    }
-
-    /// Starts one attempt at a new connection on a helper thread.
-    #[allow(clippy::type_complexity)]
-    fn dial(redial: &Redial) -> io::Result<std::thread::JoinHandle<io::Result<(Stream, Info)>>> {
-        let (uri, tls) = (redial.uri.clone(), redial.tls.clone());
-        std::thread::Builder::new()
-            .name("nbd-redial".into())
-            .spawn(move || super::connect(&uri, tls.as_ref()))
-    }
-
-    /// Installs a new connection if it was made and the export is the same.
-    fn install(&self, st: &mut State, redial: &Redial, dialed: io::Result<(Stream, Info)>) {
-        let made = dialed.and_then(|(stream, info)| {
-            let same = |i: &Info| (i.size, i.flags, i.structured, i.allocation.is_some());
-            match same(&info) == same(&redial.info) {
-                true => Ok((stream, info.allocation)),
-                false => Err(io::Error::other(format!(
-                    "the export changed (size {} bytes, flags {:#x})",
-                    info.size, info.flags
-                ))),
-            }
-        });
-        match made {
-            Ok((stream, allocation)) => {
-                st.allocation = allocation;
-                log::info!("nbd: {}: reconnected", self.name);
-                st.sent_before += st.stream.sent_now();
-                st.stream = Arc::new(stream);
-                st.epoch += 1;
-                st.lost = None;
-                (st.failed_at, st.gave_up) = (None, false);
-                st.rx.clear();
-                st.txq.clear();
-            }
-            Err(e) => {
-                log::debug!("nbd: {}: reconnecting: {e}", self.name);
-                st.next_try = Instant::now() + RETRY_AFTER;
-                st.failed_at = Some(Instant::now());
-            }
-        }
     }
 
     /// Ends the connection: every request in flight fails with `EIO`, one log line says why.
@@ -838,6 +738,14 @@ impl Conn {
         stream.shutdown();
     }
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;
+
+#[path = "redial.rs"]
+mod redial;
+pub use redial::Redial;
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(libc::EIO)
@@ -912,6 +820,9 @@ struct ConnTable<'c, 'x, 'd, 'b> {
     own: usize,
     dest: Option<&'d mut [IoSliceMut<'b>]>,
     own_done: bool,
+    /// A reply said `ESHUTDOWN`: the server goes away without doing the request, which is
+    /// sent again on a new connection (the connection is lost, not its requests).
+    shutting_down: bool,
 }
 
 /// The slot key in a cookie.
@@ -1001,6 +912,10 @@ impl Table for ConnTable<'_, '_, '_, '_> {
             return; // ended meanwhile (`Conn::abort`), its owner gone
         };
         if key != self.own && !live(slot, cookie) {
+            return;
+        }
+        if result == Err(libc::ESHUTDOWN) && self.conn.redial.is_some() {
+            self.shutting_down = true; // the slot stays `Sent`, for `lose` to find
             return;
         }
         slot.phase = Phase::Done(result);

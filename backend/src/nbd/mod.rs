@@ -4,9 +4,9 @@
 //! `nbd://HOST[:PORT]/EXPORT` or `nbd+unix:///EXPORT?socket=PATH` (`uri`) is connected and
 //! negotiated at open (`handshake`: fixed newstyle, structured replies where offered,
 //! `NBD_OPT_GO` with block sizes). Then every request is one or more NBD commands on a
-//! connection (`conn`, which also says how replies reach the requests waiting for them),
-//! the wire format in `proto`, replies checked in `reply`, the socket in `stream`, TLS
-//! (`--tls-creds`, `nbds://`) in `tls`.
+//! connection (`conn`, which also says how replies reach the requests waiting for them;
+//! made again when lost in `redial`), the wire format in `proto`, replies checked in
+//! `reply`, the socket in `stream`, TLS (`--tls-creds`, `nbds://`) in `tls`.
 //!
 //! # What each operation sends
 //! - read, write: `NBD_CMD_READ`/`WRITE`, split at the server's maximum payload. The size
@@ -76,7 +76,8 @@ pub struct NbdOptions {
     /// Requests in flight on one connection at most; more wait for a free slot.
     pub max_in_flight: usize,
     /// How long requests wait while a lost connection is made again (QEMU's
-    /// `reconnect-delay`); zero: a lost connection ends, its requests fail with `EIO`.
+    /// `reconnect-delay`), counted from the loss; zero: each request gets one try at a new
+    /// connection, then fails with `EIO` (see `redial.rs`).
     pub reconnect_delay: Duration,
     /// TLS credentials (`--tls-creds`): TLS is used with them, also for an `nbd://` URI,
     /// as QEMU's `tls-creds` does; `nbds://` requires them.
@@ -155,7 +156,7 @@ pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdB
     let conn = |stream, info: &Info| Conn::new(stream, info, name.clone(), max, redial.clone());
     let mut conns = vec![conn(first, &info)?];
     for _ in 1..count {
-        let (stream, more) = connect(&uri, tls.as_ref()).map_err(fail)?;
+        let (stream, more) = connect(&uri, tls.as_ref(), None).map_err(fail)?;
         let same = |i: &Info| (i.size, i.flags, i.allocation.is_some());
         if same(&more) != same(&info) {
             return Err(fail(io::Error::other(
@@ -220,7 +221,7 @@ fn connect_within(
     let until = std::time::Instant::now() + timer;
     let mut said = false;
     loop {
-        match connect(uri, tls) {
+        match connect(uri, tls, None) {
             Err(e) if not_there(&e) && std::time::Instant::now() < until => {
                 if !std::mem::replace(&mut said, true) {
                     log::info!(
@@ -250,9 +251,18 @@ fn not_there(e: &io::Error) -> bool {
     )
 }
 
-fn connect(uri: &Uri, tls: Option<&tls::Client>) -> io::Result<(stream::Stream, Info)> {
-    let mut stream = stream::Stream::connect(&uri.address)?;
+/// Connects to the server and negotiates the export; with a `limit`, each step (the
+/// connect, each read or write of the handshake) fails with `TimedOut` after that long.
+fn connect(
+    uri: &Uri,
+    tls: Option<&tls::Client>,
+    limit: Option<Duration>,
+) -> io::Result<(stream::Stream, Info)> {
+    let mut stream = stream::Stream::connect(&uri.address, limit)?;
     let info = handshake::negotiate(&mut stream, &uri.export, tls)?;
+    if limit.is_some() {
+        stream.unbounded()?;
+    }
     Ok((stream, info))
 }
 

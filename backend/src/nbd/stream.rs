@@ -9,12 +9,21 @@
 //! `TCP_NODELAY`: a request is one `writev` and must leave at once. Either kind asks for
 //! 4 MiB socket buffers, so that a 1 MiB payload usually leaves in one piece. With TLS (`tls`),
 //! the same socket I/O carries the ciphertext and callers see the plaintext.
+//!
+//! A connection made again after a loss is bounded ([`Stream::connect`] with a limit): a
+//! server that accepts and then says nothing (frozen, or a TCP peer that drops the SYN)
+//! must not hold the reconnection forever. The limit is a connect timeout and
+//! `SO_RCVTIMEO`/`SO_SNDTIMEO` for the handshake, lifted ([`Stream::unbounded`]) before
+//! transmission: a reply may rightly take longer (a flush). On a blocking socket `EAGAIN`
+//! only means that such a limit ran out, so the blocking paths report it as `TimedOut`
+//! rather than retrying it.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::tls;
 use super::uri::Address;
@@ -28,12 +37,19 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Connects to `addr` (blocking: done at open, before any loop serves).
-    pub fn connect(addr: &Address) -> io::Result<Stream> {
+    /// Connects to `addr` (blocking: done at open, before any loop serves, or on a helper
+    /// thread); with a `limit`, the connect and every later socket I/O fail with
+    /// `TimedOut` after that long without progress, until [`Stream::unbounded`].
+    pub fn connect(addr: &Address, limit: Option<Duration>) -> io::Result<Stream> {
         Ok(Stream {
-            sock: Sock::connect(addr)?,
+            sock: Sock::connect(addr, limit)?,
             tls: None,
         })
+    }
+
+    /// Lifts the limit [`Stream::connect`] set (for transmission).
+    pub fn unbounded(&self) -> io::Result<()> {
+        self.sock.set_limit(None)
     }
 
     /// Runs the TLS handshake (blocking); from then on every byte goes through TLS.
@@ -108,11 +124,15 @@ enum SockFd {
 }
 
 impl Sock {
-    /// Connects to `addr` (blocking).
-    pub fn connect(addr: &Address) -> io::Result<Sock> {
+    /// Connects to `addr` (blocking), a TCP connect within `limit` if given; the limit
+    /// then stays on the socket's I/O until [`Sock::set_limit`] lifts it.
+    pub fn connect(addr: &Address, limit: Option<Duration>) -> io::Result<Sock> {
         let fd = match addr {
             Address::Tcp { host, port } => {
-                let tcp = TcpStream::connect((host.as_str(), *port))?;
+                let tcp = match limit {
+                    None => TcpStream::connect((host.as_str(), *port))?,
+                    Some(limit) => connect_tcp_within((host.as_str(), *port), limit)?,
+                };
                 tcp.set_nodelay(true)?;
                 SockFd::Tcp(tcp)
             }
@@ -122,8 +142,23 @@ impl Sock {
             fd,
             sent_now: AtomicU64::new(0),
         };
+        sock.set_limit(limit)?;
         sock.grow_buffers();
         Ok(sock)
+    }
+
+    /// Sets (or with `None` lifts) the time a blocking read or write may wait.
+    pub fn set_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+        match &self.fd {
+            SockFd::Tcp(s) => {
+                s.set_read_timeout(limit)?;
+                s.set_write_timeout(limit)
+            }
+            SockFd::Unix(s) => {
+                s.set_read_timeout(limit)?;
+                s.set_write_timeout(limit)
+            }
+        }
     }
 
     /// `sendmsg(2)` calls made at once by coroutines (system calls outside the ring).
@@ -218,17 +253,40 @@ impl Sock {
     }
 
     fn blocking_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match &self.fd {
+        let read = match &self.fd {
             SockFd::Tcp(s) => (&*s).read(buf),
             SockFd::Unix(s) => (&*s).read(buf),
-        }
+        };
+        read.map_err(limit_ran_out)
     }
 
     fn blocking_write(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match &self.fd {
+        let written = match &self.fd {
             SockFd::Tcp(s) => (&*s).write_vectored(bufs),
             SockFd::Unix(s) => (&*s).write_vectored(bufs),
+        };
+        written.map_err(limit_ran_out)
+    }
+}
+
+/// A TCP connection to `addr` (each address it resolves to, in turn), each attempt
+/// within `limit`.
+fn connect_tcp_within(addr: impl ToSocketAddrs, limit: Duration) -> io::Result<TcpStream> {
+    let mut last = None;
+    for one in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&one, limit) {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) => last = Some(e),
         }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("the host resolves to no address")))
+}
+
+/// `EAGAIN` from a blocking socket: its `SO_RCVTIMEO`/`SO_SNDTIMEO` ran out.
+fn limit_ran_out(e: io::Error) -> io::Error {
+    match e.raw_os_error() == Some(libc::EAGAIN) {
+        true => io::Error::new(io::ErrorKind::TimedOut, "the server did not answer in time"),
+        false => e,
     }
 }
 
