@@ -70,7 +70,7 @@ pub use aligned::{AlignedBuf, PAGE_ALIGN};
 pub use file::{FileBackend, Holder, LockError};
 pub use inject::{InjectBackend, InjectStats};
 pub use nbd::{NbdBackend, NbdOptions};
-pub use null::{parse_size, NullBackend};
+pub use null::{parse_size, NullBackend, SizeError};
 pub use probed_raw::ProbedRaw;
 pub use qcow2::{Qcow2Backend, SnapshotInfo};
 /// The context every backend call runs in; it lives in the runtime, beside [`runtime::Co`].
@@ -321,7 +321,7 @@ fn open_with_log(
         if opts.snapshot.is_some() {
             return Err(invalid_spec(spec, "the null backend has no snapshots"));
         }
-        let len = parse_size(size).map_err(|e| invalid_spec(spec, &e))?;
+        let len = parse_size(size).map_err(|e| invalid_spec(spec, &e.to_string()))?;
         let null = Arc::new(NullBackend::new(len, opts.writable));
         return Ok(RecordBackend::wrap(null, log, Level::Image));
     }

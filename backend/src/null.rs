@@ -8,6 +8,7 @@
 //! - block_status reports one hole from any offset to the end, as null-co does (it reports
 //!   zeroes, not data), and nothing is allocated.
 
+use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -104,28 +105,71 @@ impl BlockBackend for NullBackend {
 /// ```
 /// assert_eq!(backend::parse_size("1G"), Ok(1 << 30));
 /// assert_eq!(backend::parse_size("512MiB"), Ok(512 << 20));
-/// assert!(backend::parse_size("1X").unwrap_err().contains("unknown suffix"));
+/// assert!(backend::parse_size("1X").unwrap_err().to_string().contains("unknown suffix"));
 /// ```
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     if text.is_empty() {
-        return Err("empty size (expected e.g. 4096, 512M or 1G)".to_owned());
+        return Err(SizeError::Empty);
     }
     let (digits, suffix) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),
     );
     if digits.is_empty() {
-        return Err(format!("invalid size {text:?}: expected a number of bytes with an optional K, M, G or T suffix (e.g. 512M)"));
+        return Err(SizeError::NoNumber(text.to_owned()));
     }
-    let shift = suffix_shift(suffix)
-        .ok_or_else(|| format!("invalid size {text:?}: unknown suffix {suffix:?} (use K, M, G or T, optionally followed by iB or B)"))?;
-    let too_large = || format!("size {text:?} is too large (at most {} bytes)", i64::MAX);
+    let shift = suffix_shift(suffix).ok_or_else(|| SizeError::UnknownSuffix {
+        text: text.to_owned(),
+        suffix: suffix.to_owned(),
+    })?;
+    let too_large = || SizeError::TooLarge(text.to_owned());
     let number: u64 = digits.parse().map_err(|_| too_large())?;
     number
         .checked_mul(1 << shift)
         .filter(|&n| n <= i64::MAX as u64)
         .ok_or_else(too_large)
 }
+
+/// Why a size was refused ([`parse_size`]); the text quotes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SizeError {
+    /// Nothing given.
+    Empty,
+    /// No digits before the suffix.
+    NoNumber(String),
+    /// A suffix other than K, M, G or T (with iB or B).
+    UnknownSuffix {
+        /// The size as given.
+        text: String,
+        /// What follows its digits.
+        suffix: String,
+    },
+    /// More than `i64::MAX` bytes.
+    TooLarge(String),
+}
+
+impl fmt::Display for SizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizeError::Empty => f.write_str("empty size (expected e.g. 4096, 512M or 1G)"),
+            SizeError::NoNumber(text) => write!(
+                f,
+                "invalid size {text:?}: expected a number of bytes with an optional K, M, G or T \
+                 suffix (e.g. 512M)"
+            ),
+            SizeError::UnknownSuffix { text, suffix } => write!(
+                f,
+                "invalid size {text:?}: unknown suffix {suffix:?} (use K, M, G or T, optionally \
+                 followed by iB or B)"
+            ),
+            SizeError::TooLarge(text) => {
+                write!(f, "size {text:?} is too large (at most {} bytes)", i64::MAX)
+            }
+        }
+    }
+}
+
+impl std::error::Error for SizeError {}
 
 /// The power of two a size suffix stands for.
 fn suffix_shift(suffix: &str) -> Option<u32> {
@@ -146,7 +190,7 @@ fn suffix_shift(suffix: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, SizeError};
 
     #[test]
     fn sizes() {
@@ -181,11 +225,28 @@ mod tests {
             ("99999999999999999999", "is too large"),
         ];
         for (text, error) in bad {
-            let got = parse_size(text).unwrap_err();
+            let got = parse_size(text).unwrap_err().to_string();
             assert!(
                 got.starts_with(error) || got.contains(error),
                 "{text}: {got}"
             );
         }
+    }
+
+    #[test]
+    fn size_errors_say_which_case() {
+        assert_eq!(parse_size(""), Err(SizeError::Empty));
+        assert_eq!(parse_size("G"), Err(SizeError::NoNumber("G".into())));
+        assert_eq!(
+            parse_size("1X"),
+            Err(SizeError::UnknownSuffix {
+                text: "1X".into(),
+                suffix: "X".into()
+            })
+        );
+        assert_eq!(
+            parse_size("9999999T"),
+            Err(SizeError::TooLarge("9999999T".into()))
+        );
     }
 }

@@ -56,11 +56,13 @@ impl Foreground {
         signals: SignalFd,
         remove: impl FnOnce() -> Option<Served>,
     ) -> Result<(), String> {
-        let finish = || {
-            remove().unwrap_or_else(|| Served {
-                result: Err("the export was gone already".into()),
-                report: Report::default(),
-            })
+        // The final statistics, and how serving ended in the words the command line prints.
+        let finish = || match remove() {
+            Some(served) => (served.report, served.result.map_err(|e| e.to_string())),
+            None => (
+                Report::default(),
+                Err("the export was gone already".to_string()),
+            ),
         };
         // Removed when this returns, after the unmount.
         let written = (self.pidfile.as_deref())
@@ -77,9 +79,9 @@ impl Foreground {
             }
         };
         crate::signals::watch(&signals, &self.handle, &self.stats);
-        let served = finish();
-        self.stats.write(&served.report);
-        served.result
+        let (report, result) = finish();
+        self.stats.write(&report);
+        result
     }
 }
 

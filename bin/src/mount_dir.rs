@@ -151,7 +151,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         .collect()
     });
     let mut exports = Exports::default();
-    exports.add(EXPORT, fs, &target, &args.serve.options())?;
+    (exports.add(EXPORT, fs, &target, &args.serve.options())).map_err(|e| e.to_string())?;
     let served = exports.background(EXPORT).expect("the export just added");
     let life = Foreground::new(&args.serve, &target.name, served, report);
     life.serve(signals, || exports.remove(EXPORT))

@@ -65,7 +65,7 @@ impl ServeArgs {
     /// Checks what can be checked before anything is opened: the serving options, and that
     /// `--pidfile` and `--stats` can be written where they say.
     pub fn check(&self) -> Result<(), String> {
-        self.options().check()?;
+        self.options().check().map_err(|e| e.to_string())?;
         if let Some(path) = &self.pidfile {
             crate::pidfile::check_writable("--pidfile", path)?;
         }

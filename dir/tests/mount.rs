@@ -28,7 +28,7 @@ fn with_mount(source: &Path, mountpoint: &Path, dispatch: Dispatch, f: impl FnOn
     let mounted = Background::start(Arc::new(fs), &target, &options).expect("mount");
     f(mounted.path());
     let served = mounted.finish();
-    assert_eq!(served.result, Ok(()));
+    assert_eq!(served.result.map_err(|e| e.to_string()), Ok(()));
     assert!(
         served.report.queue.requests > 0,
         "{:?}",

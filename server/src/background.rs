@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use transport::FileSystem;
 
+use crate::error::{MountError, ServeError};
 use crate::{LoopSet, Report, ServeHandle, ServeOptions, Served, Server, Target};
 
 /// A live mount; dropping it (or [`Background::finish`]) stops the server, which lets the
@@ -23,7 +24,7 @@ pub struct Background<F: FileSystem> {
 
 impl<F: FileSystem> Background<F> {
     /// Mounts `fs` on `target` and starts serving it on a new thread, on loops of its own.
-    pub fn start(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Result<Self, String> {
+    pub fn start(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Result<Self, MountError> {
         Self::start_with(fs, target, options, Server::serve)
     }
 
@@ -36,7 +37,7 @@ impl<F: FileSystem> Background<F> {
         options: &ServeOptions,
         set: Arc<LoopSet>,
         on: Vec<usize>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, MountError> {
         Self::start_with(fs, target, options, move |server| {
             server.serve_on(&set, &on)
         })
@@ -47,14 +48,14 @@ impl<F: FileSystem> Background<F> {
         target: &Target,
         options: &ServeOptions,
         serve: impl FnOnce(Server<F>) -> Served + Send + 'static,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, MountError> {
         let server = Server::mount(Arc::clone(&fs), target, options)?;
         let handle = server.handle();
         let dispatch = server.dispatch().to_string();
         let thread = std::thread::Builder::new()
             .name("fuse-serve".into())
             .spawn(move || serve(server))
-            .map_err(|e| format!("starting the serving thread: {e}"))?;
+            .map_err(MountError::ServingThread)?;
         Ok(Background {
             fs,
             handle,
@@ -103,8 +104,8 @@ impl<F: FileSystem> Background<F> {
         self.handle.stop();
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(served)) => served,
-            Some(Err(_)) => Served::failed("the serving thread panicked".into()),
-            None => Served::failed("already finished".into()),
+            Some(Err(_)) => Served::failed(ServeError::Panicked),
+            None => Served::failed(ServeError::AlreadyFinished),
         }
     }
 }

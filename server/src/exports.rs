@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use transport::FileSystem;
 
+use crate::error::ExportError;
 use crate::{Background, LoopSet, Report, ServeOptions, Served, Target};
 
 /// Live exports by id.
@@ -53,7 +54,7 @@ impl<F: FileSystem> Exports<F> {
         fs: Arc<F>,
         target: &Target,
         options: &ServeOptions,
-    ) -> Result<(), String> {
+    ) -> Result<(), ExportError> {
         self.check_free(id)?;
         let served = Background::start(fs, target, options)?;
         self.live.insert(id.to_string(), served);
@@ -70,13 +71,13 @@ impl<F: FileSystem> Exports<F> {
         target: &Target,
         options: &ServeOptions,
         on: &[usize],
-    ) -> Result<(), String> {
+    ) -> Result<(), ExportError> {
         self.check_free(id)?;
         if let Some(missing) = on.iter().find(|&&i| i >= self.loops.len()) {
-            return Err(format!(
-                "no event loop {missing}: the shared set has {}",
-                self.loops.len()
-            ));
+            return Err(ExportError::NoLoop {
+                missing: *missing,
+                loops: self.loops.len(),
+            });
         }
         let set = Arc::clone(&self.loops);
         let served = Background::start_on(fs, target, options, set, on.to_vec())?;
@@ -84,9 +85,9 @@ impl<F: FileSystem> Exports<F> {
         Ok(())
     }
 
-    fn check_free(&self, id: &str) -> Result<(), String> {
+    fn check_free(&self, id: &str) -> Result<(), ExportError> {
         match self.live.contains_key(id) {
-            true => Err(format!("export id '{id}' is already in use")),
+            true => Err(ExportError::InUse(id.to_string())),
             false => Ok(()),
         }
     }

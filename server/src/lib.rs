@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # fn demo<F: transport::FileSystem>(fs: F) -> Result<(), String> {
+//! # fn demo<F: transport::FileSystem>(fs: F) -> Result<(), Box<dyn std::error::Error>> {
 //! use server::{ServeOptions, Server, Target};
 //!
 //! let target = Target {
@@ -17,7 +17,7 @@
 //! let handle = server.handle(); // stop() or snapshot() from any thread
 //! let served = server.serve(); // until handle.stop() or `umount`
 //! println!("{} requests", served.report.queue.requests);
-//! served.result
+//! Ok(served.result?)
 //! # }
 //! ```
 //!
@@ -26,7 +26,7 @@
 //! implementation and nothing more (`examples/memfs/` is one, in memory). The binary
 //! keeps only its arguments, signals, pidfile and `--stats` file.
 //!
-//! Layout: [`options`] (how to serve: dispatch, loops and CPUs, transport, placement),
+//! Layout: [`error`] (what can go wrong, one type per concern), [`options`] (how to serve: dispatch, loops and CPUs, transport, placement),
 //! `server` ([`Server`]: the mount's life), `loops` (coroutine and inline event loops,
 //! one thread each, with the loop placement's supervisor), `threads` (worker threads),
 //! `control` ([`ServeHandle`]: stop and snapshots from another thread), `background`
@@ -42,6 +42,7 @@
 
 mod background;
 mod control;
+pub mod error;
 mod exports;
 mod loop_set;
 mod loops;
@@ -51,6 +52,7 @@ mod threads;
 
 pub use background::Background;
 pub use control::ServeHandle;
+pub use error::{ExportError, MountError, OptionsError, ParseError, ServeError};
 pub use exports::Exports;
 pub use loop_set::LoopSet;
 pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport};
@@ -65,6 +67,6 @@ use transport::FileSystem;
 pub fn serve<F: FileSystem>(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Served {
     match Server::mount(fs, target, options) {
         Ok(server) => server.serve(),
-        Err(e) => Served::failed(e),
+        Err(e) => Served::failed(ServeError::Mount(e)),
     }
 }

@@ -34,6 +34,7 @@ use transport::FileSystem;
 use transport::{Queue, QueueConfig, QueueStats};
 
 use crate::control::{Command, Commands};
+use crate::error::ServeError;
 use crate::loop_set::LoopSet;
 use crate::server::{Report, Served, Server};
 
@@ -61,7 +62,7 @@ struct Control {
     /// stream failed): the main thread then stops the others.
     failed: AtomicBool,
     /// How the session's part on this loop ended, once it has.
-    outcome: Mutex<Option<Result<LoopReport, String>>>,
+    outcome: Mutex<Option<Result<LoopReport, ServeError>>>,
 }
 
 impl Control {
@@ -136,7 +137,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> 
             Err(e) => {
                 stop_all(&loops);
                 let _ = finish(server, loops);
-                return Served::failed(format!("starting event loop {at}: {e}"));
+                return Served::failed(ServeError::StartLoop { at, source: e });
             }
         }
     }
@@ -171,7 +172,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> 
                 let placed = placement_stats(&placer, placed);
                 let left = settle_and_leave(server, &loops, &reports, placed);
                 return Served {
-                    result: Err("an event loop failed (see above); unmounted".into()),
+                    result: Err(ServeError::LoopFailed),
                     ..left
                 };
             }
@@ -334,7 +335,7 @@ fn snapshot(loops: &[Started], reports: &Receiver<LoopReport>) -> (LoopReport, V
 fn finish<F: FileSystem>(
     server: &Server<F>,
     loops: Vec<Started>,
-) -> (Result<(), String>, LoopReport, Vec<QueueStats>) {
+) -> (Result<(), ServeError>, LoopReport, Vec<QueueStats>) {
     while !loops.iter().all(|c| c.is_done()) {
         // Only wakes (a part ended) are expected here; a command asked for now (a
         // snapshot, stop again) is answered by the session having ended.
@@ -351,7 +352,7 @@ fn finish<F: FileSystem>(
         {
             Some(Ok(report)) => got.push(report),
             Some(Err(e)) => result = result.and(Err(e)),
-            None => result = result.and(Err("an event loop left the session".to_string())),
+            None => result = result.and(Err(ServeError::LeftSession)),
         }
     }
     let (merged, per_queue) = merge(got);
@@ -443,7 +444,7 @@ impl<F: FileSystem> LoopWork<F> {
 
 /// The session's part on one loop: serve its queue until stopped or unmounted, then
 /// report.
-fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopReport, String> {
+fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopReport, ServeError> {
     let index = setup.index;
     let ring = setup.ring.map(|(dev, depth)| {
         let config = RingConfig {
@@ -492,7 +493,7 @@ fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopRep
             None => Ok(LoopReport::of(index, co, &served)),
         }
     })();
-    served.map_err(|e| format!("loop {index}: {e}"))
+    served.map_err(|source| ServeError::Loop { index, source })
 }
 
 /// Reads kicks from the main thread: a snapshot request, stop, or the placement's choice

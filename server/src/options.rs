@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::error::{OptionsError, ParseError};
+
 /// Most loops the default `queues` starts.
 pub const MAX_DEFAULT_QUEUES: usize = 8;
 
@@ -30,15 +32,17 @@ impl fmt::Display for Dispatch {
 }
 
 impl FromStr for Dispatch {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(text: &str) -> Result<Dispatch, String> {
+    fn from_str(text: &str) -> Result<Dispatch, ParseError> {
         match text {
             "coroutine" => Ok(Dispatch::Coroutine),
             "inline" => Ok(Dispatch::Inline),
             _ => match text.strip_prefix("threads:").map(str::parse::<usize>) {
                 Some(Ok(n)) if (1..=256).contains(&n) => Ok(Dispatch::Threads(n)),
-                _ => Err("expected coroutine, inline or threads:N (N from 1 to 256)".into()),
+                _ => Err(ParseError::Expected(
+                    "coroutine, inline or threads:N (N from 1 to 256)".into(),
+                )),
             },
         }
     }
@@ -69,32 +73,32 @@ pub enum LoopPlacement {
 }
 
 impl FromStr for Transport {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(text: &str) -> Result<Transport, String> {
+    fn from_str(text: &str) -> Result<Transport, ParseError> {
         parse_value(text)
     }
 }
 
 impl FromStr for LoopPlacement {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(text: &str) -> Result<LoopPlacement, String> {
+    fn from_str(text: &str) -> Result<LoopPlacement, ParseError> {
         parse_value(text)
     }
 }
 
 /// A value as the command line spells it, by the names clap derives from the enum (the
 /// one list); the error lists them: "expected dev, uring or auto".
-fn parse_value<T: clap::ValueEnum>(text: &str) -> Result<T, String> {
+fn parse_value<T: clap::ValueEnum>(text: &str) -> Result<T, ParseError> {
     T::from_str(text, false).map_err(|_| {
         let names: Vec<String> = (T::value_variants().iter())
             .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
             .collect();
         match names.split_last() {
-            Some((last, [])) => format!("expected {last}"),
-            Some((last, rest)) => format!("expected {} or {last}", rest.join(", ")),
-            None => "no value is accepted".into(),
+            Some((last, [])) => ParseError::Expected(last.clone()),
+            Some((last, rest)) => ParseError::Expected(format!("{} or {last}", rest.join(", "))),
+            None => ParseError::NoValue,
         }
     })
 }
@@ -149,33 +153,20 @@ impl Default for ServeOptions {
 
 impl ServeOptions {
     /// The combinations refused before anything is opened.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OptionsError> {
         if self.transport == Transport::Uring && self.dispatch != Dispatch::Coroutine {
-            return Err(format!(
-                "--transport uring needs --dispatch coroutine (not {})",
-                self.dispatch
-            ));
+            return Err(OptionsError::UringNeedsCoroutine(self.dispatch));
         }
         if let (Dispatch::Threads(n), Some(2..)) = (self.dispatch, self.queues) {
-            return Err(format!(
-                "--queues is for coroutine and inline dispatch; threads:{n} serves {n} queues already"
-            ));
+            return Err(OptionsError::QueuesWithThreads(n));
         }
         if self.readers == 0 || self.uring_depth == 0 {
-            return Err("--readers and --uring-depth must be at least 1".into());
+            return Err(OptionsError::ZeroDepth);
         }
         if let Some(cpus) = &self.cpus {
-            let allowed = runtime::affinity::allowed_cpus()
-                .map_err(|e| format!("cannot read the CPUs this process may run on: {e}"))?;
-            if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
-                return Err(format!(
-                    "--cpus: CPU {cpu} is not one this process may run on ({})",
-                    allowed
-                        .iter()
-                        .map(usize::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ));
+            let allowed = runtime::affinity::allowed_cpus().map_err(OptionsError::AllowedCpus)?;
+            if let Some(&cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
+                return Err(OptionsError::CpuNotAllowed { cpu, allowed });
             }
         }
         Ok(())
@@ -266,12 +257,12 @@ mod tests {
         assert_eq!("uring".parse(), Ok(Transport::Uring));
         assert_eq!("all".parse(), Ok(LoopPlacement::All));
         assert_eq!(
-            "foo".parse::<Transport>(),
+            "foo".parse::<Transport>().map_err(|e| e.to_string()),
             Err("expected dev, uring or auto".to_string()),
             "the values clap lists, in the same order"
         );
         assert_eq!(
-            "foo".parse::<LoopPlacement>().unwrap_err(),
+            "foo".parse::<LoopPlacement>().unwrap_err().to_string(),
             "expected adaptive or all"
         );
         let uring_threads = ServeOptions {
@@ -279,10 +270,10 @@ mod tests {
             dispatch: Dispatch::Threads(2),
             ..ServeOptions::default()
         };
-        assert!(uring_threads
-            .check()
-            .unwrap_err()
-            .contains("needs --dispatch"));
+        assert_eq!(
+            uring_threads.check().unwrap_err().to_string(),
+            "--transport uring needs --dispatch coroutine (not threads:2)"
+        );
         let threads_queues = ServeOptions {
             dispatch: Dispatch::Threads(2),
             ..queues(2)

@@ -20,6 +20,7 @@ use transport::placement::ControllerStats;
 use transport::{FileSystem, OpReport, QueueConfig, QueueStats};
 
 use crate::control::{Commands, ServeHandle};
+use crate::error::{MountError, ServeError, UringOff};
 use crate::loop_set::LoopSet;
 use crate::options::{Dispatch, LoopPlacement, ServeOptions, Transport};
 use crate::{loops, threads};
@@ -56,14 +57,14 @@ pub struct Report {
 /// flush or the unmount failed), and the final statistics either way.
 #[derive(Debug)]
 pub struct Served {
-    pub result: Result<(), String>,
+    pub result: Result<(), ServeError>,
     pub report: Report,
 }
 
 impl Served {
-    pub(crate) fn failed(message: String) -> Served {
+    pub(crate) fn failed(error: ServeError) -> Served {
         Served {
-            result: Err(message),
+            result: Err(error),
             report: Report::default(),
         }
     }
@@ -87,12 +88,16 @@ pub struct Server<F: FileSystem> {
 
 impl<F: FileSystem> Server<F> {
     /// Mounts `fs` on `target` and answers INIT, as `options` say.
-    pub fn mount(fs: Arc<F>, target: &Target, options: &ServeOptions) -> Result<Server<F>, String> {
+    pub fn mount(
+        fs: Arc<F>,
+        target: &Target,
+        options: &ServeOptions,
+    ) -> Result<Server<F>, MountError> {
         options.check()?;
         let allowed = runtime::affinity::allowed_cpus().unwrap_or_default();
         let (queues, cpus) = options.plan_loops(allowed);
         let uring = want_uring(options)?;
-        let commands = Arc::new(Commands::new().map_err(|e| format!("eventfd: {e}"))?);
+        let commands = Arc::new(Commands::new().map_err(MountError::EventFd)?);
         let init = fs.init_config(InitConfig {
             max_background: 256,
             congestion_threshold: 192,
@@ -108,19 +113,18 @@ impl<F: FileSystem> Server<F> {
             ..MountOptions::default()
         };
         let (session, mount) =
-            fuse::mount::mount(&target.mountpoint, &mount_options).map_err(|e| e.to_string())?;
-        let negotiated = handshake(&session, &init).map_err(|e| format!("FUSE handshake: {e}"))?;
+            fuse::mount::mount(&target.mountpoint, &mount_options).map_err(MountError::Mount)?;
+        let negotiated = handshake(&session, &init).map_err(MountError::Handshake)?;
         fs.session_started(&negotiated, std::os::fd::AsFd::as_fd(&session));
         let granted = uring && negotiated.has(fuse::abi::FUSE_OVER_IO_URING);
         if uring && !granted {
-            let kernel = format!("the kernel (FUSE 7.{})", negotiated.kernel_minor);
+            let kernel_minor = negotiated.kernel_minor;
             if options.transport == Transport::Uring {
-                return Err(format!(
-                    "--transport uring: {kernel} did not offer FUSE over io_uring; use --transport dev"
-                ));
+                return Err(MountError::UringNotOffered { kernel_minor });
             }
             log::warn!(
-                "--transport auto: {kernel} did not offer FUSE over io_uring; serving through /dev/fuse"
+                "--transport auto: the kernel (FUSE 7.{kernel_minor}) did not offer FUSE over \
+                 io_uring; serving through /dev/fuse"
             );
         }
         let dispatch = options.describe(queues, granted);
@@ -173,7 +177,7 @@ impl<F: FileSystem> Server<F> {
                     let on: Vec<usize> = (0..self.queues).collect();
                     loops::serve(&self, set.insert(own), &on)
                 }
-                Err(e) => Served::failed(format!("starting the event loops: {e}")),
+                Err(e) => Served::failed(ServeError::StartLoops(e)),
             },
             Dispatch::Threads(n) => threads::serve(&self, n),
         };
@@ -191,10 +195,8 @@ impl<F: FileSystem> Server<F> {
     /// reports. The loops go on serving the others.
     pub fn serve_on(mut self, set: &LoopSet, on: &[usize]) -> Served {
         let served = match self.options.dispatch {
-            _ if on.is_empty() => Served::failed("no event loop to serve on".into()),
-            Dispatch::Threads(_) => {
-                Served::failed("worker threads (threads:N) cannot share event loops".into())
-            }
+            _ if on.is_empty() => Served::failed(ServeError::NoLoop),
+            Dispatch::Threads(_) => Served::failed(ServeError::ThreadsCannotShare),
             Dispatch::Coroutine | Dispatch::Inline => {
                 self.queues = on.len();
                 loops::serve(&self, set, on)
@@ -223,14 +225,15 @@ impl<F: FileSystem> Server<F> {
         let unmounted = mount.unmount();
         commands.set_finished();
         let stream_errors = served.report.queue.stream_errors;
-        let result = served.result.and_then(|()| match stream_errors {
+        let result = served.result.and(match stream_errors {
             0 => Ok(()),
-            n => Err(format!(
-                "the request stream from /dev/fuse failed ({n} failed reads, see above); unmounted"
-            )),
+            failed_reads => Err(ServeError::Stream { failed_reads }),
         });
         let result = result.and_then(|()| {
-            unmounted.map_err(|e| format!("unmount {shown}: {e}"))?;
+            unmounted.map_err(|source| ServeError::Unmount {
+                path: shown.clone(),
+                source,
+            })?;
             log::info!("unmounted {shown}");
             Ok(())
         });
@@ -261,20 +264,19 @@ impl<F: FileSystem> Server<F> {
     /// Once the last request is done, and before the unmount: closes the file system
     /// (durable, its image locks released), so that the storage is free the moment the
     /// mount is gone.
-    pub(crate) fn flush(&self) -> Result<(), String> {
+    pub(crate) fn flush(&self) -> Result<(), ServeError> {
         let what = self.fs.describe();
         log::info!("no request left in flight; flushing and closing {what}");
-        (self.fs.close(&Ctx::Blocking)).map_err(|e| format!("the final flush of {what}: {e}"))
+        (self.fs.close(&Ctx::Blocking)).map_err(|source| ServeError::Flush { what, source })
     }
 }
 
 /// Whether to ask for FUSE over io_uring at INIT.
-fn want_uring(options: &ServeOptions) -> Result<bool, String> {
+fn want_uring(options: &ServeOptions) -> Result<bool, MountError> {
     Ok(match options.transport {
         Transport::Dev => false,
         Transport::Uring => {
-            uring_switch()
-                .map_err(|off| format!("--transport uring: {off}, or use --transport dev"))?;
+            uring_switch().map_err(MountError::UringOff)?;
             true
         }
         Transport::Auto => match (options.dispatch, uring_switch()) {
@@ -289,13 +291,11 @@ fn want_uring(options: &ServeOptions) -> Result<bool, String> {
 }
 
 /// Whether the fuse module offers FUSE over io_uring; if not, why and how to turn it on.
-fn uring_switch() -> Result<(), String> {
+fn uring_switch() -> Result<(), UringOff> {
     match std::fs::read_to_string(ENABLE_URING).map(|v| v.trim() == "Y") {
         Ok(true) => Ok(()),
-        state => Err(format!(
-            "FUSE over io_uring is off ({ENABLE_URING} is {}); enable it with `echo Y > {ENABLE_URING}` \
-             as root (Linux 6.14+)",
-            if state.is_ok() { "N" } else { "missing" }
-        )),
+        state => Err(UringOff {
+            missing: state.is_err(),
+        }),
     }
 }

@@ -12,6 +12,7 @@ use transport::blocking::Workers;
 use transport::FileSystem;
 
 use crate::control::Command;
+use crate::error::ServeError;
 use crate::server::{Report, Served, Server};
 
 pub fn serve<F: FileSystem>(server: &Server<F>, threads: usize) -> Served {
@@ -24,7 +25,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>, threads: usize) -> Served {
     );
     let workers = match started {
         Ok(workers) => workers,
-        Err(e) => return Served::failed(format!("starting {threads} worker threads: {e}")),
+        Err(source) => return Served::failed(ServeError::StartWorkers { threads, source }),
     };
     'serving: while !workers.all_finished() {
         if workers.failed() {

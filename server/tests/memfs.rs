@@ -96,7 +96,11 @@ fn mount_and_check(options: ServeOptions) {
     exercise(mounted.path(), mounted.fs());
 
     let served = mounted.finish();
-    assert_eq!(served.result, Ok(()), "serving ends cleanly");
+    assert_eq!(
+        served.result.map_err(|e| e.to_string()),
+        Ok(()),
+        "serving ends cleanly"
+    );
     let report = &served.report;
     assert!(report.queue.requests > 0, "{:?}", report.queue);
     let loops = match options.dispatch {
@@ -407,7 +411,7 @@ fn memfs_exports_added_and_removed_while_others_serve() {
     fs::write(dirs[0].path().join("a"), b"zero").unwrap();
     fs::write(dirs[1].path().join("b"), b"one").unwrap();
     let served = exports.remove("e0").expect("e0 is live");
-    assert_eq!(served.result, Ok(()));
+    assert_eq!(served.result.map_err(|e| e.to_string()), Ok(()));
     assert_eq!(
         fuse_mounts_at(dirs[0].path()),
         0,
@@ -422,7 +426,7 @@ fn memfs_exports_added_and_removed_while_others_serve() {
     fs::write(dirs[1].path().join("c"), b"two").unwrap();
     assert_eq!(exports.ids().collect::<Vec<_>>(), ["e1"]);
     for (id, served) in exports.stop_all() {
-        assert_eq!(served.result, Ok(()), "{id}");
+        assert_eq!(served.result.map_err(|e| e.to_string()), Ok(()), "{id}");
     }
     assert_eq!(fuse_mounts_at(dirs[1].path()), 0);
 }
@@ -499,7 +503,7 @@ fn memfs_exports_share_one_loop() {
     assert_eq!(e0.per_queue.len(), 1, "one queue: the shared loop");
 
     let served = exports.remove("e2").expect("e2 is live");
-    assert_eq!(served.result, Ok(()));
+    assert_eq!(served.result.map_err(|e| e.to_string()), Ok(()));
     assert_eq!(fuse_mounts_at(dirs[2].path()), 0, "e2's mount is gone");
     for (i, dir) in dirs[..2].iter().enumerate() {
         assert_eq!(
@@ -515,7 +519,7 @@ fn memfs_exports_share_one_loop() {
         "a new memfs"
     );
     for (id, served) in exports.stop_all() {
-        assert_eq!(served.result, Ok(()), "{id}");
+        assert_eq!(served.result.map_err(|e| e.to_string()), Ok(()), "{id}");
     }
     for dir in &dirs {
         assert_eq!(fuse_mounts_at(dir.path()), 0);

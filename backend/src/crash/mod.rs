@@ -20,7 +20,7 @@ pub mod model;
 pub mod plan;
 mod verify;
 
-pub use verify::is_qcow2;
+pub use verify::{is_qcow2, StateError};
 
 use std::fmt;
 use std::fs;
@@ -103,7 +103,7 @@ pub struct Failure {
     /// The smallest failing state found.
     pub shrunk: State,
     /// What failed (for the shrunk state).
-    pub why: String,
+    pub why: StateError,
     /// The records it keeps, described.
     pub kept: Vec<String>,
 }
@@ -212,6 +212,15 @@ impl fmt::Display for CheckError {
     }
 }
 
+impl std::error::Error for CheckError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CheckError::Failed(failure) => Some(&failure.why),
+            CheckError::Setup(_) => None,
+        }
+    }
+}
+
 fn setup(why: String) -> Box<CheckError> {
     Box::new(CheckError::Setup(why))
 }
@@ -219,9 +228,9 @@ fn setup(why: String) -> Box<CheckError> {
 /// Drops kept records one at a time while the state still fails.
 fn shrink(
     mut state: State,
-    mut why: String,
-    run: impl Fn(&State) -> Result<(), String>,
-) -> (State, String) {
+    mut why: StateError,
+    run: impl Fn(&State) -> Result<(), StateError>,
+) -> (State, StateError) {
     let mut i = 0;
     while i < state.kept.len() {
         let mut smaller = state.clone();
@@ -290,9 +299,8 @@ impl Work {
         qcow2: bool,
         recheck: bool,
         expect: &Expect,
-    ) -> Result<(), String> {
-        verify::build(records, &self.durable, state, &self.state)
-            .map_err(|e| format!("building the state: {e}"))?;
+    ) -> Result<(), StateError> {
+        verify::build(records, &self.durable, state, &self.state).map_err(StateError::Build)?;
         verify::check(&self.state, qcow2, recheck, expect)
     }
 }

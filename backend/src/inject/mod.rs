@@ -31,6 +31,7 @@
 //! - [`InjectBackend::inject_stats`] counts what fired, per operation and errno; each fault
 //!   is logged at debug level.
 
+pub mod error;
 pub mod spec;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{iov, BackendStats, BlockBackend, Ctx, Extent};
+pub use error::{RuleError, SpecError};
 pub use spec::{errno_name, parse, Action, Op, Range, Rule, Spec, When};
 
 /// Most rules a spec may have (reservations are a bit mask per operation).

@@ -17,6 +17,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::error::{RuleError, SpecError};
 use crate::parse_size;
 
 /// A backend operation a rule can match (`any` matches them all).
@@ -186,44 +187,42 @@ pub fn errno_name(errno: i32) -> String {
 /// assert_eq!(spec.rules[0].range, Some((1 << 20, 2 << 20)));
 /// assert_eq!(spec.rules[0].action, Action::Fail(libc::ENOSPC));
 /// assert_eq!(spec.rules[0].when, When::Nth(1));
-/// assert!(parse("reed:EIO").unwrap_err().contains("unknown operation \"reed\""));
+/// let refused = parse("reed:EIO").unwrap_err();
+/// assert!(refused.to_string().contains("unknown operation \"reed\""));
 /// ```
-pub fn parse(text: &str) -> Result<Spec, String> {
+pub fn parse(text: &str) -> Result<Spec, SpecError> {
     let mut spec = Spec::default();
     let mut seed = None;
     for item in text.split(',').map(str::trim) {
         if let Some(value) = item.strip_prefix("seed=") {
             if seed.is_some() {
-                return Err(format!("\"{item}\": seed given twice"));
+                return Err(SpecError::SeedTwice(item.to_owned()));
             }
             let n = value
                 .parse()
-                .map_err(|_| format!("\"{item}\": the seed must be a number from 0 to 2^64-1"))?;
+                .map_err(|_| SpecError::BadSeed(item.to_owned()))?;
             seed = Some(n);
             continue;
         }
-        let rule = parse_rule(item).map_err(|why| format!("rule \"{item}\": {why}"))?;
+        let rule = parse_rule(item).map_err(|why| SpecError::Rule {
+            rule: item.to_owned(),
+            why,
+        })?;
         spec.rules.push(rule);
     }
     if spec.rules.len() > super::MAX_RULES {
-        return Err(format!(
-            "{} rules, at most {}",
-            spec.rules.len(),
-            super::MAX_RULES
-        ));
+        return Err(SpecError::TooManyRules(spec.rules.len()));
     }
     if spec.rules.is_empty() {
-        return Err(format!(
-            "\"{text}\" has no rule (expected e.g. read:EIO:once or delay:write:2ms)"
-        ));
+        return Err(SpecError::NoRule(text.to_owned()));
     }
     spec.seed = seed.unwrap_or(0);
     Ok(spec)
 }
 
-fn parse_rule(item: &str) -> Result<Rule, String> {
+fn parse_rule(item: &str) -> Result<Rule, RuleError> {
     if item.is_empty() {
-        return Err("empty rule (expected OP:ERRNO[:WHEN] or delay:OP:DURATION[:WHEN])".into());
+        return Err(RuleError::Empty);
     }
     let mut fields: Vec<&str> = item.split(':').collect();
     let delay = fields[0] == "delay";
@@ -233,8 +232,7 @@ fn parse_rule(item: &str) -> Result<Rule, String> {
     let (target, what, when) = match fields[..] {
         [target, what] => (target, what, None),
         [target, what, when] => (target, what, Some(when)),
-        _ if delay => return Err("expected delay:OP[@RANGE]:DURATION[:WHEN]".into()),
-        _ => return Err("expected OP[@RANGE]:ERRNO[:WHEN]".into()),
+        _ => return Err(RuleError::Shape { delay }),
     };
     let (op, range) = parse_target(target)?;
     let action = match delay {
@@ -253,63 +251,66 @@ fn parse_rule(item: &str) -> Result<Rule, String> {
 }
 
 /// `OP[@RANGE]`.
-fn parse_target(target: &str) -> Result<(Option<Op>, Option<Range>), String> {
+fn parse_target(target: &str) -> Result<(Option<Op>, Option<Range>), RuleError> {
     let (name, range) = match target.split_once('@') {
         Some((name, range)) => (name, Some(parse_range(range)?)),
         None => (target, None),
     };
     let op = match name {
         "any" => None,
-        _ => Some(Op::ALL.into_iter().find(|op| op.name() == name).ok_or_else(|| {
-            format!(
-                "unknown operation \"{name}\" (use read, write, flush, discard, zeroes, resize or any)"
-            )
-        })?),
+        _ => Some(
+            Op::ALL
+                .into_iter()
+                .find(|op| op.name() == name)
+                .ok_or_else(|| RuleError::UnknownOp(name.to_owned()))?,
+        ),
     };
     Ok((op, range))
 }
 
 /// `START-END` or `START-`.
-fn parse_range(text: &str) -> Result<Range, String> {
-    let bad = |why: String| format!("byte range \"@{text}\": {why}");
+fn parse_range(text: &str) -> Result<Range, RuleError> {
+    let range = || text.to_owned();
+    let bad = |size| RuleError::RangeSize {
+        range: range(),
+        size,
+    };
     let (start, end) = text
         .split_once('-')
-        .ok_or_else(|| bad("expected @START-END or @START- (e.g. @1M-2M)".into()))?;
+        .ok_or_else(|| RuleError::RangeShape(range()))?;
     let start = parse_size(start).map_err(bad)?;
     let end = match end {
         "" => u64::MAX,
         end => parse_size(end).map_err(bad)?,
     };
     if end <= start {
-        return Err(bad("it ends before it starts".into()));
+        return Err(RuleError::RangeBackwards(range()));
     }
     Ok((start, end))
 }
 
-fn parse_errno(text: &str) -> Result<i32, String> {
+fn parse_errno(text: &str) -> Result<i32, RuleError> {
     let errno = match text.parse::<i32>() {
         _ if text == "ENOSYS" => libc::ENOSYS,
         Ok(n) if (1..=511).contains(&n) => n,
-        Ok(_) => return Err(format!("errno {text} is out of range (1 to 511)")),
+        Ok(_) => return Err(RuleError::ErrnoOutOfRange(text.to_owned())),
         Err(_) => ERRNOS
             .iter()
             .find(|(name, _)| *name == text)
             .map(|&(_, v)| v)
-            .ok_or_else(|| {
-                format!("unknown errno \"{text}\" (use a name such as EIO, ENOSPC, EROFS, EDQUOT, ENOMEM, EAGAIN, or a number)")
-            })?,
+            .ok_or_else(|| RuleError::UnknownErrno(text.to_owned()))?,
     };
     if errno == libc::ENOSYS {
-        return Err("ENOSYS cannot be injected: the kernel takes it as \"not implemented\" and stops sending the operation (fsync then succeeds unseen)".into());
+        return Err(RuleError::Enosys);
     }
     Ok(errno)
 }
 
 /// `N` followed by ns, us, ms or s.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+fn parse_duration(text: &str) -> Result<Duration, RuleError> {
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
     let (digits, unit) = text.split_at(split);
-    let bad = || format!("bad duration \"{text}\" (expected e.g. 500us, 2ms or 1s)");
+    let bad = || RuleError::BadDuration(text.to_owned());
     let n: u64 = digits.parse().map_err(|_| bad())?;
     let duration = match unit {
         "ns" => Duration::from_nanos(n),
@@ -319,15 +320,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         _ => return Err(bad()),
     };
     if duration > Duration::from_secs(60) {
-        return Err(format!("delay \"{text}\" is longer than 60s"));
+        return Err(RuleError::DelayTooLong(text.to_owned()));
     }
     Ok(duration)
 }
 
-fn parse_when(text: &str) -> Result<When, String> {
+fn parse_when(text: &str) -> Result<When, RuleError> {
     let count = |n: &str| match n.parse::<u64>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("\"{text}\": N must be a number from 1")),
+        _ => Err(RuleError::BadCount(text.to_owned())),
     };
     if text == "always" {
         return Ok(When::Always);
@@ -341,28 +342,29 @@ fn parse_when(text: &str) -> Result<When, String> {
     if let Some(size) = text.strip_prefix("after=") {
         return parse_size(size)
             .map(When::After)
-            .map_err(|e| format!("\"{text}\": {e}"));
+            .map_err(|size| RuleError::AfterSize {
+                when: text.to_owned(),
+                size,
+            });
     }
     if let Some((num, den)) = text.split_once('/') {
-        let bad = || format!("probability \"{text}\" must be N/M with 0 <= N <= M and M >= 1");
+        let bad = || RuleError::BadChance(text.to_owned());
         let (num, den): (u64, u64) = (num.parse().map_err(|_| bad())?, count(den)?);
         return match num <= den {
             true => Ok(When::Chance { num, den }),
             false => Err(bad()),
         };
     }
-    Err(format!(
-        "unknown condition \"{text}\" (use always, once, nth=N, N/M or after=SIZE)"
-    ))
+    Err(RuleError::UnknownWhen(text.to_owned()))
 }
 
 /// Rejects combinations that could never fire as written.
-fn check_fits(op: Option<Op>, range: Option<Range>, when: When) -> Result<(), String> {
+fn check_fits(op: Option<Op>, range: Option<Range>, when: When) -> Result<(), RuleError> {
     if op == Some(Op::Flush) && range.is_some() {
-        return Err("flush has no byte range: drop the @RANGE".into());
+        return Err(RuleError::FlushRange);
     }
     if op == Some(Op::Flush) && matches!(when, When::After(_)) {
-        return Err("flush moves no bytes, so after=SIZE never fires: use nth=N".into());
+        return Err(RuleError::FlushAfter);
     }
     Ok(())
 }
@@ -460,12 +462,32 @@ mod tests {
             ),
         ];
         let many = vec!["read:EIO"; 65].join(",");
-        assert_eq!(parse(&many).unwrap_err(), "65 rules, at most 64");
+        assert_eq!(
+            parse(&many).unwrap_err().to_string(),
+            "65 rules, at most 64"
+        );
         for (text, error) in bad {
-            let got = parse(text).unwrap_err();
+            let got = parse(text).unwrap_err().to_string();
             assert!(got.contains(error), "{text}: {got}");
             assert_eq!(got.lines().count(), 1, "{text}: {got}");
         }
+    }
+
+    #[test]
+    fn errors_say_which_case_and_keep_the_size_error() {
+        assert_eq!(parse("seed=1"), Err(SpecError::NoRule("seed=1".into())));
+        let refused = parse("write:ENOSPC:after=64Q").unwrap_err();
+        let SpecError::Rule { rule, why } = &refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(rule, "write:ENOSPC:after=64Q");
+        let RuleError::AfterSize { size, .. } = why else {
+            panic!("{why:?}");
+        };
+        assert!(matches!(size, crate::SizeError::UnknownSuffix { .. }));
+        use std::error::Error;
+        let source = refused.source().and_then(Error::source).expect("the size");
+        assert!(source.is::<crate::SizeError>());
     }
 
     #[test]

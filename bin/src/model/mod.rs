@@ -83,6 +83,12 @@ impl From<String> for ExportError {
     }
 }
 
+impl From<server::ExportError> for ExportError {
+    fn from(e: server::ExportError) -> ExportError {
+        ExportError::Refused(e.to_string())
+    }
+}
+
 /// The file system's own `--stats` sections, by name.
 pub type Sections = BTreeMap<String, serde_json::Value>;
 

@@ -42,6 +42,7 @@
 
 mod fs;
 
+use std::error::Error;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,7 +103,7 @@ fn tree(mountpoint: PathBuf) -> Result<(Arc<MemFs>, Target), String> {
 
 /// `--shared`: one tree per mount point, all on one event loop; each removed once
 /// unmounted from outside, until none is left.
-fn run_shared(mountpoints: &[PathBuf]) -> Result<(), String> {
+fn run_shared(mountpoints: &[PathBuf]) -> Result<(), Box<dyn Error>> {
     if mountpoints.is_empty() {
         return Err(USAGE.into());
     }
@@ -127,7 +128,7 @@ fn run_shared(mountpoints: &[PathBuf]) -> Result<(), String> {
 }
 
 /// Mounts, serves until the unmount, reports.
-fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), String> {
+fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), Box<dyn Error>> {
     let (fs, target) = tree(mountpoint)?;
     let server = Server::mount(fs, &target, options)?;
     log::info!(
@@ -143,7 +144,7 @@ fn run(mountpoint: PathBuf, options: &ServeOptions) -> Result<(), String> {
         queue.requests,
         queue.replies
     );
-    served.result
+    Ok(served.result?)
 }
 
 /// The mount point and the serving options from the command line.
