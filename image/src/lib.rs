@@ -27,6 +27,7 @@ mod data;
 mod ops;
 
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use backend::{BlockBackend, Ctx};
@@ -92,6 +93,10 @@ pub struct Export {
     /// locks (OFD locks live with the open file description): registered, they would
     /// outlive the daemon, and the next export of the image would find it locked.
     passthrough_file: Option<std::os::fd::OwnedFd>,
+    /// The exports serving the same backend, this one included, when the backend is a
+    /// node several exports may share ([`Export::sharing`]): only the last one's close
+    /// lets the backend go (its locks, its closing writes); the others flush.
+    sharers: Option<Arc<AtomicUsize>>,
 }
 
 /// `fh` of an open that passed through (the others get 0), so that RELEASE knows.
@@ -120,6 +125,23 @@ impl Export {
             passthrough: backing::Session::default(),
             inode: backing::Inode::default(),
             passthrough_file,
+            sharers: None,
+        }
+    }
+
+    /// An export of a backend that other exports may serve too: `sharers` counts them,
+    /// this one included, kept by the owner of the backend (it counts an export out once
+    /// the export is closed). Closing this export while others count only flushes the
+    /// backend, so that a node shared by two exports keeps its image locks and stays
+    /// whole while one of them still serves; the last one closes it.
+    pub fn sharing(
+        backend: Arc<dyn BlockBackend>,
+        options: ExportOptions,
+        sharers: Arc<AtomicUsize>,
+    ) -> Export {
+        Export {
+            sharers: Some(sharers),
+            ..Export::new(backend, options)
         }
     }
 
@@ -255,7 +277,10 @@ impl FileSystem for Export {
 
     /// The backend's close: durable, its closing writes done, its image locks released.
     fn close(&self, cx: &Ctx<'_>) -> io::Result<()> {
-        self.backend.close(cx)
+        match &self.sharers {
+            Some(sharers) if sharers.load(Ordering::Acquire) > 1 => self.backend.flush(cx),
+            _ => self.backend.close(cx),
+        }
     }
 
     fn describe(&self) -> String {

@@ -600,3 +600,92 @@ fn check_shared_loop_and_stats(pid: u32, mounts: &[PathBuf], stats: &Path) {
     assert!(e0_after >= e0 + 20, "e0 counts its reads: {doc}");
     assert_eq!(e1_after, e1, "e1 counts none of e0's: {doc}");
 }
+
+/// A node with two writable exports: deleting one leaves the other serving with the image
+/// still locked (its close only flushes), as qsd keeps a node open while anything uses it;
+/// corofuse's last export of the node lets it go.
+#[test]
+fn qsd_deleting_one_of_two_exports_of_a_node_keeps_it_open() {
+    require_fuse!();
+    require_tool!("qemu-storage-daemon", "qemu-img");
+    for which in Which::BOTH {
+        let sandbox = Sandbox::new();
+        let image = sandbox.sparse("disk.img", 4 * MIB);
+        let mounts = [sandbox.mountpoint("m0"), sandbox.mountpoint("m1")];
+        let socket = sandbox.path("qmp.sock");
+        let args = words(&format!(
+            "--chardev socket,id=c,path={},server=on,wait=off --monitor c \
+             --blockdev file,node-name=f,filename={} \
+             --export fuse,id=e0,node-name=f,mountpoint={},writable=on \
+             --export fuse,id=e1,node-name=f,mountpoint={},writable=on",
+            socket.display(),
+            image.display(),
+            mounts[0].display(),
+            mounts[1].display()
+        ));
+        let daemon = StorageDaemon::start(which, &args, &mounts);
+        assert!(wait_for(&socket), "{which:?}: {}", daemon.stderr());
+        let mut writer = UnixStream::connect(&socket).unwrap();
+        let mut reader = BufReader::new(writer.try_clone().unwrap());
+        read_message(&mut reader);
+        let mut events = Vec::new();
+        let capabilities = r#"{"execute": "qmp_capabilities"}"#;
+        qmp(&mut writer, &mut reader, capabilities, &mut events);
+        let del = |id: &str| {
+            format!(r#"{{"execute": "block-export-del", "arguments": {{"id": "{id}"}}}}"#)
+        };
+        let deleted = qmp(&mut writer, &mut reader, &del("e0"), &mut events);
+        assert_eq!(deleted, serde_json::json!({"return": {}}), "{which:?}");
+        // qsd answers first and unmounts then; corofuse answers once the mount is gone.
+        for _ in 0..500 {
+            if fuse_mounts_at(&mounts[0]) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(fuse_mounts_at(&mounts[0]), 0, "{which:?}: e0's mount stays");
+        // A consistent read (qemu-img convert) is refused while a writer holds the image
+        // (`Failed to get shared "write" lock`); `info` and even `qemu-io` writes are not.
+        let locked = Command::new("qemu-img")
+            .args(["convert", "-O", "raw"])
+            .arg(&image)
+            .arg(sandbox.path("copy.raw"))
+            .output()
+            .expect("qemu-img");
+        assert!(
+            !locked.status.success(),
+            "{which:?}: the image's locks went with one of its two exports"
+        );
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&mounts[1])
+            .unwrap();
+        file.write_all_at(&pattern(7, 0, 65536), 0).unwrap();
+        file.sync_all().unwrap();
+        let mut back = vec![0u8; 65536];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(back, pattern(7, 0, 65536), "{which:?}: e1 serves on");
+        drop(file);
+        let deleted = qmp(&mut writer, &mut reader, &del("e1"), &mut events);
+        assert_eq!(deleted, serde_json::json!({"return": {}}), "{which:?}");
+        let quit = qmp(
+            &mut writer,
+            &mut reader,
+            r#"{"execute": "quit"}"#,
+            &mut events,
+        );
+        assert_eq!(quit, serde_json::json!({"return": {}}), "{which:?}");
+        drop(daemon);
+        let mut data = vec![0u8; 65536];
+        std::fs::File::open(&image)
+            .unwrap()
+            .read_exact_at(&mut data, 0)
+            .unwrap();
+        assert_eq!(
+            data,
+            pattern(7, 0, 65536),
+            "{which:?}: the data reached the image"
+        );
+    }
+}

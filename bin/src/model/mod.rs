@@ -13,10 +13,10 @@
 //! if the first one is); the model lets it go when its last export is gone. Each export
 //! is served by [`server::Exports`]: on loops of its own ([`ExportSpec::loops`] `None`, as
 //! `mount`) or on chosen loops of the set the exports share (qsd's iothreads). Removing
-//! an export returns once its mount is gone and its node flushed, its locks released.
-//! (That close is the backend's: removing one of two exports of one node flushes it and
-//! releases its image locks while the other still serves it, as before this model.
-//! Known, not yet fixed.)
+//! an export returns once its mount is gone and its node flushed; the node's last export
+//! also closes it (its locks released, its closing writes done), while one of two
+//! exports of a node only flushes it, so that the other serves on with the image locked
+//! and whole ([`Export::sharing`]).
 
 mod node;
 
@@ -25,6 +25,7 @@ pub use node::Node;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use backend::BlockBackend;
@@ -35,7 +36,9 @@ use server::{Background, Exports, LoopSet, Report, ServeOptions, Served, Target}
 struct Opened {
     backend: Arc<dyn BlockBackend>,
     writable: bool,
-    exports: usize,
+    /// Its exports; each one's close only flushes while another counts
+    /// ([`Export::sharing`]). Counted out once an export is gone.
+    exports: Arc<AtomicUsize>,
 }
 
 /// What the model keeps of a live export.
@@ -185,7 +188,8 @@ impl Model {
                 backend.describe()
             )));
         }
-        let fs = Arc::new(Export::new(
+        let sharers = Arc::clone(&self.opened[&spec.node].exports);
+        let fs = Arc::new(Export::sharing(
             backend,
             ExportOptions {
                 writable: spec.writable,
@@ -193,6 +197,7 @@ impl Model {
                 allow_other: spec.serve.allow_other,
                 passthrough: spec.passthrough,
             },
+            sharers,
         ));
         let target = Target {
             mountpoint: spec.mountpoint.clone(),
@@ -223,14 +228,14 @@ impl Model {
                      remove that export first"
                 )));
             }
-            opened.exports += 1;
+            opened.exports.fetch_add(1, Ordering::AcqRel);
             return Ok(Arc::clone(&opened.backend));
         }
         let backend = self.nodes[name].open(writable).map_err(ExportError::Open)?;
         let opened = Opened {
             backend: Arc::clone(&backend),
             writable,
-            exports: 1,
+            exports: Arc::new(AtomicUsize::new(1)),
         };
         self.opened.insert(name.to_string(), opened);
         Ok(backend)
@@ -238,8 +243,7 @@ impl Model {
 
     fn release_node(&mut self, name: &str) {
         if let Some(opened) = self.opened.get_mut(name) {
-            opened.exports -= 1;
-            if opened.exports == 0 {
+            if opened.exports.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.opened.remove(name);
             }
         }
