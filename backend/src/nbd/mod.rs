@@ -113,7 +113,7 @@ pub struct NbdBackend {
 
 /// Opens `spec` (an NBD URI) as `opts` say; errors are one line naming the URI.
 pub fn open(spec: &str, opts: &OpenOptions, nbd: &NbdOptions) -> io::Result<NbdBackend> {
-    let mut uri = uri::parse(spec).map_err(|e| invalid(spec, &e))?;
+    let mut uri = uri::parse(spec).map_err(|e| invalid(spec, &e.to_string()))?;
     let tls = match (&nbd.tls, uri.tls) {
         (Some(tls), _) => {
             let host = match &uri.address {

@@ -61,8 +61,56 @@ pub fn is_nbd(spec: &str) -> bool {
     spec.starts_with("nbd:") || spec.starts_with("nbd+") || spec.starts_with("nbds")
 }
 
+/// What is wrong with an NBD URI; its text is one line, as the command line prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UriError {
+    /// Neither `nbd[s]://` nor `nbd[s]+unix://`.
+    Scheme,
+    /// A query on `nbd[s]://`.
+    TcpQuery,
+    /// `nbd://` without a host.
+    MissingHost,
+    /// `[` of an IPv6 host never closed.
+    UnclosedBracket,
+    /// A port that is not a number (as written).
+    Port(String),
+    /// `nbd+unix://` without `?socket=PATH`.
+    NoSocket,
+    /// `nbd+unix://` with a host.
+    UnixHost,
+    /// A query parameter other than a non-empty `socket=` (as written).
+    QueryParam(String),
+    /// A `%` not followed by two hex digits, in this text.
+    Escape(String),
+    /// This text is not UTF-8 once decoded.
+    NotUtf8(String),
+}
+
+impl std::fmt::Display for UriError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UriError::Scheme => f.write_str(
+                "expected nbd[s]://HOST[:PORT]/EXPORT or nbd[s]+unix:///EXPORT?socket=PATH",
+            ),
+            UriError::TcpQuery => f.write_str("nbd[s]:// takes no query parameters"),
+            UriError::MissingHost => f.write_str("missing host (nbd://HOST[:PORT]/EXPORT)"),
+            UriError::UnclosedBracket => f.write_str("unclosed [ in host"),
+            UriError::Port(p) => write!(f, "invalid port {p:?}"),
+            UriError::NoSocket => f.write_str("nbd+unix:// needs ?socket=PATH"),
+            UriError::UnixHost => {
+                f.write_str("nbd+unix:// takes no host: nbd+unix:///EXPORT?socket=PATH")
+            }
+            UriError::QueryParam(p) => write!(f, "unknown or empty query parameter {p:?}"),
+            UriError::Escape(t) => write!(f, "bad percent escape in {t:?}"),
+            UriError::NotUtf8(t) => write!(f, "{t:?} is not UTF-8 once decoded"),
+        }
+    }
+}
+
+impl std::error::Error for UriError {}
+
 /// Parses an NBD URI; the error says what is wrong in one line.
-pub fn parse(spec: &str) -> Result<Uri, String> {
+pub fn parse(spec: &str) -> Result<Uri, UriError> {
     let (tls, rest) = match spec.strip_prefix("nbds") {
         Some(rest) => (true, rest),
         None => (false, spec.strip_prefix("nbd").unwrap_or("")),
@@ -72,22 +120,20 @@ pub fn parse(spec: &str) -> Result<Uri, String> {
     } else if let Some(rest) = rest.strip_prefix("+unix://") {
         parse_unix(rest)?
     } else {
-        return Err(
-            "expected nbd[s]://HOST[:PORT]/EXPORT or nbd[s]+unix:///EXPORT?socket=PATH".into(),
-        );
+        return Err(UriError::Scheme);
     };
     uri.tls = tls;
     Ok(uri)
 }
 
-fn parse_tcp(rest: &str) -> Result<Uri, String> {
+fn parse_tcp(rest: &str) -> Result<Uri, UriError> {
     if rest.contains('?') {
-        return Err("nbd[s]:// takes no query parameters".into());
+        return Err(UriError::TcpQuery);
     }
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (host, port) = split_host_port(authority)?;
     if host.is_empty() {
-        return Err("missing host (nbd://HOST[:PORT]/EXPORT)".into());
+        return Err(UriError::MissingHost);
     }
     Ok(Uri {
         address: Address::Tcp { host, port },
@@ -96,10 +142,10 @@ fn parse_tcp(rest: &str) -> Result<Uri, String> {
     })
 }
 
-fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+fn split_host_port(authority: &str) -> Result<(String, u16), UriError> {
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => {
-            let (host, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
+            let (host, after) = v6.split_once(']').ok_or(UriError::UnclosedBracket)?;
             (host, after.strip_prefix(':'))
         }
         None => match authority.rsplit_once(':') {
@@ -109,42 +155,38 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
     };
     let port = match port {
         None => DEFAULT_PORT,
-        Some(p) => p.parse().map_err(|_| format!("invalid port {p:?}"))?,
+        Some(p) => p.parse().map_err(|_| UriError::Port(p.to_string()))?,
     };
     Ok((host.to_owned(), port))
 }
 
-fn parse_unix(rest: &str) -> Result<Uri, String> {
-    let (before, query) = rest
-        .split_once('?')
-        .ok_or("nbd+unix:// needs ?socket=PATH")?;
-    let path = before
-        .strip_prefix('/')
-        .ok_or("nbd+unix:// takes no host: nbd+unix:///EXPORT?socket=PATH")?;
+fn parse_unix(rest: &str) -> Result<Uri, UriError> {
+    let (before, query) = rest.split_once('?').ok_or(UriError::NoSocket)?;
+    let path = before.strip_prefix('/').ok_or(UriError::UnixHost)?;
     let mut socket = None;
     for param in query.split('&') {
         match param.split_once('=') {
             Some(("socket", p)) if !p.is_empty() => socket = Some(PathBuf::from(decode(p)?)),
-            _ => return Err(format!("unknown or empty query parameter {param:?}")),
+            _ => return Err(UriError::QueryParam(param.to_string())),
         }
     }
     Ok(Uri {
-        address: Address::Unix(socket.ok_or("nbd+unix:// needs ?socket=PATH")?),
+        address: Address::Unix(socket.ok_or(UriError::NoSocket)?),
         export: decode(path)?,
         tls: false,
     })
 }
 
 /// Percent-decoding (`%2F` is `/`).
-fn decode(text: &str) -> Result<String, String> {
+fn decode(text: &str) -> Result<String, UriError> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = text.get(i + 1..i + 3).unwrap_or("");
-            let byte = u8::from_str_radix(hex, 16)
-                .map_err(|_| format!("bad percent escape in {text:?}"))?;
+            let byte =
+                u8::from_str_radix(hex, 16).map_err(|_| UriError::Escape(text.to_string()))?;
             out.push(byte);
             i += 3;
         } else {
@@ -152,7 +194,7 @@ fn decode(text: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
+    String::from_utf8(out).map_err(|_| UriError::NotUtf8(text.to_string()))
 }
 
 #[cfg(test)]
@@ -215,7 +257,7 @@ mod tests {
             ("nbd://h/%zz", "bad percent"),
         ];
         for (text, error) in bad {
-            let got = parse(text).unwrap_err();
+            let got = parse(text).unwrap_err().to_string();
             assert!(got.contains(error), "{text}: {got}");
             assert!(is_nbd(text));
         }
