@@ -25,7 +25,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
-    let stats = Stats::read(&args.path)?;
+    let stats = Stats::read(&args.path).map_err(|e| e.to_string())?;
     print!(
         "{}",
         summary(&args.path.display().to_string(), &stats, args.ring_replies)
@@ -367,7 +367,7 @@ mod tests {
         assert!(!s.contains("ops (per opcode"));
         let path = std::env::temp_dir().join(format!("stats-cmd-{}.json", std::process::id()));
         std::fs::write(&path, "{\"image\": 3}").unwrap();
-        let err = Stats::read(&path).unwrap_err();
+        let err = Stats::read(&path).unwrap_err().to_string();
         std::fs::remove_file(&path).unwrap();
         assert!(err.contains("is not a corofuse --stats file"), "{err}");
         assert!(err.contains("invalid type"), "{err}");

@@ -56,15 +56,14 @@ impl Stats {
     }
 
     /// Reads the snapshot at `path`, with an error that names the file.
-    pub fn read(path: &Path) -> Result<Stats, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Stats::parse(&text).map_err(|e| {
-            format!(
-                "{} is not a corofuse --stats file ({e}); if the daemon is still writing it, \
-                 try again",
-                path.display()
-            )
+    pub fn read(path: &Path) -> Result<Stats, ReadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ReadError::Read {
+            path: path.to_path_buf(),
+            error: e,
+        })?;
+        Stats::parse(&text).map_err(|e| ReadError::Parse {
+            path: path.to_path_buf(),
+            error: e,
         })
     }
 
@@ -140,5 +139,47 @@ mod tests {
         let back = Stats::parse(&json.to_string()).unwrap();
         assert_eq!(back.runtime.chained, 0);
         assert_eq!(back.runtime.switches, 12);
+    }
+}
+
+/// Why a `--stats` file could not be read: its text names the file.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file could not be read.
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// It is not a `--stats` document (or one half written).
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Where the JSON went wrong.
+        error: serde_json::Error,
+    },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Read { path, error } => write!(f, "cannot read {}: {error}", path.display()),
+            ReadError::Parse { path, error } => write!(
+                f,
+                "{} is not a corofuse --stats file ({error}); if the daemon is still writing \
+                 it, try again",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Read { error, .. } => Some(error),
+            ReadError::Parse { error, .. } => Some(error),
+        }
     }
 }
