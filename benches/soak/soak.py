@@ -402,7 +402,7 @@ class Soak:
                 "fio", "--name=soak", f"--filename={self.mnt}", f"--offset={FIO[0]}",
                 f"--size={FIO[1]}", "--rw=randwrite", "--bs=4k", "--direct=1",
                 "--ioengine=io_uring", "--iodepth=16", "--verify=crc32c", "--do_verify=1",
-                "--verify_fatal=1", f"--randseed={n}", "--io_size=48M",
+                "--verify_fatal=1", "--verify_state_save=0", f"--randseed={n}", "--io_size=48M",
                 "--output-format=json", check=False, timeout=600)
             ios = 0
             try:
