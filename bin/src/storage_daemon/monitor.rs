@@ -218,7 +218,7 @@ impl Commands for Runner<'_> {
                 let id = f.str("id")?;
                 let name = f.str("name")?;
                 f.finish()?;
-                let daemon = &mut self.hub.daemon();
+                let daemon = self.hub.daemon();
                 Ok(daemon.snapshot_delete(&device, id.as_deref(), name.as_deref())?)
             }
             "query-iothreads" => {

@@ -296,7 +296,7 @@ impl Daemon {
 
     /// `blockdev-snapshot-internal-sync`: an internal snapshot of root node `device`,
     /// made while its exports serve. Errors in qsd's words and order.
-    pub fn snapshot_create(&mut self, device: &str, name: &str) -> Result<(), String> {
+    pub fn snapshot_create(&self, device: &str, name: &str) -> Result<(), String> {
         let node = self.snapshot_node(device)?;
         let backend = self.model.backend_of(device).map_err(|e| e.to_string())?;
         match backend.snapshot_create(&runtime::Ctx::Blocking, name) {
@@ -319,7 +319,7 @@ impl Daemon {
     /// `blockdev-snapshot-delete-internal-sync`: deletes the snapshot of `device` with ID
     /// `id` and/or name `name`, and answers what it was, as qsd.
     pub fn snapshot_delete(
-        &mut self,
+        &self,
         device: &str,
         id: Option<&str>,
         name: Option<&str>,
