@@ -193,7 +193,7 @@ impl<'c> Waiter<'c> {
                 match self.nap {
                     None => co.yield_now(),
                     Some(nap) => {
-                        if let Err(e) = co.sleep(nap) {
+                        if let Err(e) = co.ctx().sleep(nap) {
                             log::debug!("range lock backoff: {e}; yielding instead");
                             co.yield_now();
                         }
@@ -334,7 +334,7 @@ mod tests {
                     o2.lock().unwrap().push("waiter");
                 })
                 .unwrap();
-            co.sleep(Duration::from_millis(2)).unwrap(); // the waiter naps meanwhile
+            co.ctx().sleep(Duration::from_millis(2)).unwrap(); // the waiter naps meanwhile
             o.lock().unwrap().push("holder");
             drop(held);
             waiter.join(co).unwrap();

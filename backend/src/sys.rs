@@ -120,7 +120,7 @@ pub(crate) fn ring_write_dsync(
         .build();
     // SAFETY: `iov` and `buf` live on this coroutine's stack or are borrowed until the
     // CQE; one SQE, one CQE, no link.
-    let res = unsafe { co.submit(sqe) }?;
+    let res = unsafe { co.ctx().submit(sqe) }?;
     match res {
         r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
         r => Ok(r as usize),

@@ -111,7 +111,7 @@ fn stall_with_coroutines(s: &Setup, b: &Arc<FileBackend>, co: &runtime::Co<'_>) 
             "{}: unrelated request stuck",
             s.label
         );
-        co.sleep(Duration::from_millis(1)).unwrap();
+        co.ctx().sleep(Duration::from_millis(1)).unwrap();
     }
     let waits = b.range_waits();
     let b2 = Arc::clone(b);
@@ -122,7 +122,7 @@ fn stall_with_coroutines(s: &Setup, b: &Arc<FileBackend>, co: &runtime::Co<'_>) 
     while b.range_waits() == waits {
         assert!(!waiter.is_finished(), "{}: wrote into held blocks", s.label);
         assert!(started.elapsed() < STUCK, "{}: never waited", s.label);
-        co.sleep(Duration::from_millis(1)).unwrap();
+        co.ctx().sleep(Duration::from_millis(1)).unwrap();
     }
     assert!(!waiter.is_finished(), "{}: wrote into held blocks", s.label);
     drop(held);

@@ -124,7 +124,7 @@ impl Offload {
         }
         self.shared.ready.notify_one();
         while !done.load(Ordering::Acquire) {
-            if co.poll(&waker, libc::POLLIN).is_err() {
+            if co.ctx().poll(&waker, libc::POLLIN).is_err() {
                 // The wait ended without the call (the runtime cancels its I/O at
                 // shutdown): the helper still uses this stack; wait on the thread.
                 while !done.load(Ordering::Acquire) {

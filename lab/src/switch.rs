@@ -224,7 +224,7 @@ pub fn live_loop(live: usize, iters: u64, op: LiveOp) -> (Duration, f64) {
         rt.spawn(move |co| {
             let step = || match op {
                 LiveOp::Yield => co.yield_now(),
-                LiveOp::Nop => co.nop().expect("nop"),
+                LiveOp::Nop => co.ctx().nop().expect("nop"),
             };
             step(); // every coroutine has run once: its stack is touched
             warm.set(warm.get() + 1);
@@ -398,10 +398,10 @@ pub fn nop_bare<const LINES: usize>(iters: u64) -> Duration {
 pub fn nop_coroutine(iters: u64) -> Duration {
     let rt = Runtime::new(Config::default()).expect("runtime");
     rt.block_on(move |co| {
-        co.nop().expect("nop");
+        co.ctx().nop().expect("nop");
         let start = Instant::now();
         for _ in 0..iters {
-            co.nop().expect("nop");
+            co.ctx().nop().expect("nop");
         }
         start.elapsed()
     })

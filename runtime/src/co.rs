@@ -1,4 +1,5 @@
-//! [`Co`]: what a running coroutine holds to suspend itself, spawn others and submit I/O.
+//! [`Co`]: what a running coroutine holds to suspend itself, spawn others and submit I/O
+//! (through [`Co::ctx`]: [`Ctx`] is the one public I/O API).
 
 use std::cell::Cell;
 use std::io;
@@ -10,6 +11,7 @@ use corosensei::Yielder;
 use io_uring::squeue;
 
 use crate::counters::CounterSnapshot;
+use crate::ctx::Ctx;
 use crate::executor::Inner;
 use crate::join::JoinHandle;
 use crate::spawn::UNNAMED;
@@ -94,6 +96,14 @@ impl<'a> Co<'a> {
             sqes: Cell::new(0),
             io_wait_ns: Cell::new(0),
         }
+    }
+
+    /// This coroutine's I/O context, [`Ctx::Coroutine`]: every operation on the ring goes
+    /// through it (`co.ctx().read(&dev, buf)`), with the same methods a blocking caller
+    /// has. Free: the variant is known here, and each method folds its `match` away.
+    #[inline(always)]
+    pub fn ctx(&self) -> Ctx<'_> {
+        Ctx::Coroutine(self)
     }
 
     /// What this coroutine has done so far (suspends, SQEs, time waiting on them).
@@ -204,7 +214,7 @@ impl<'a> Co<'a> {
     /// let (quick, waited) = rt.block_on(|co| {
     ///     let hook = |_: &runtime::Co<'_>| println!("about to wait");
     ///     let quick = co.on_first_suspend(&hook, || 6 * 7);
-    ///     let waited = co.on_first_suspend(&hook, || co.nop().is_ok());
+    ///     let waited = co.on_first_suspend(&hook, || co.ctx().nop().is_ok());
     ///     (quick, waited)
     /// })?;
     /// assert_eq!((quick, waited), ((42, false), (true, true)));
@@ -298,7 +308,8 @@ impl<'a> Co<'a> {
         self.inner.counters()
     }
 
-    /// Escape hatch: submits any prepared SQE and suspends until its completion; returns
+    /// Submits any prepared SQE (the ring side of [`Ctx::submit`], which is how code outside
+    /// the runtime reaches it) and suspends until its completion; returns
     /// the CQE's `res` (negative errno on failure). The SQE's `user_data` is overwritten.
     /// Fails with `ECANCELED`, without submitting, once the runtime is shutting down.
     ///
@@ -309,7 +320,7 @@ impl<'a> Co<'a> {
     /// - The SQE must produce exactly one CQE: no multishot operations, no
     ///   `IOSQE_CQE_SKIP_SUCCESS`, no linked chains (`IO_LINK`, `IO_HARDLINK`).
     #[inline]
-    pub unsafe fn submit(&self, entry: squeue::Entry) -> io::Result<i32> {
+    pub(crate) unsafe fn submit(&self, entry: squeue::Entry) -> io::Result<i32> {
         if self.inner.is_closing() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }
@@ -325,7 +336,7 @@ impl<'a> Co<'a> {
     /// # Safety
     /// As [`Co::submit`].
     #[inline]
-    pub unsafe fn submit128(&self, entry: squeue::Entry128) -> io::Result<i32> {
+    pub(crate) unsafe fn submit128(&self, entry: squeue::Entry128) -> io::Result<i32> {
         if self.inner.is_closing() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));
         }

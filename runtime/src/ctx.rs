@@ -1,25 +1,47 @@
-//! [`Ctx`]: how a backend call reaches the kernel, chosen by the caller per request.
+//! [`Ctx`]: the runtime's one public I/O API, and how a call reaches the kernel, chosen by
+//! the caller per request.
 //!
 //! The same backend object serves three dispatch modes: a coroutine on the event loop (I/O
 //! goes through the ring and the coroutine suspends), inline on the loop thread, and a pool
 //! of worker threads (both plain blocking syscalls). The backend never knows which; it
-//! calls these methods and the context does the rest.
+//! calls these methods and the context does the rest. Code that always runs in a coroutine
+//! (a transport's reader, an NBD connection's receiver) uses the same methods through
+//! [`Co::ctx`](crate::Co::ctx), which is `Ctx::Coroutine`: the variant is known where it is
+//! built, and each method is `#[inline]`, so the `match` folds away and the call compiles to
+//! the ring operation alone. [`Co`]'s own ring methods (`ops.rs`) are crate-internal: there
+//! is one way in, whatever the mode.
 //!
 //! # Contract
-//! - Transfers are one attempt each, like the syscalls: they may be short, and the caller
-//!   retries. At most [`IOV_MAX`](crate::IOV_MAX) iovecs are used per call (the rest make
-//!   it short), in both modes.
-//! - `EINTR` and `EAGAIN` are retried here and never reach the caller.
+//! - File transfers (`read_at`, `readv_at`, `write_at`, `writev_at`) are one attempt each,
+//!   like the syscalls: they may be short, and the caller retries. At most
+//!   [`IOV_MAX`](crate::IOV_MAX) iovecs are used per call (the rest make it short), in both
+//!   modes.
+//! - For those and the other file calls (`fsync`, `fdatasync`, `fallocate`, `ftruncate`,
+//!   `open_at`), `EINTR` and `EAGAIN` are retried here and never reach the caller.
 //! - Offsets above `i64::MAX` fail with `EINVAL` before anything is submitted (on the ring,
 //!   `u64::MAX` would mean "the file position").
+//! - Stream calls (`read`, `recv`, `writev`, `poll`: pipes, sockets, devices) return what
+//!   the kernel returned, `EAGAIN` and `EINTR` included: on a non-blocking descriptor
+//!   `EAGAIN` is an answer (the caller polls, or stops), not something to spin on. (On the
+//!   ring, a socket's `O_NONBLOCK` is not: the ring waits for it; `MSG_DONTWAIT` is.)
+//!   `writev` uses at most [`IOV_MAX`](crate::IOV_MAX) iovecs as well.
+//! - What only a ring can do (`nop`, and the raw [`Ctx::submit`] and [`Ctx::submit128`])
+//!   fails in `Blocking` mode, with nothing done, with an error of kind
+//!   [`io::ErrorKind::Unsupported`] that carries a [`NoRing`].
+//! - In a coroutine, every call fails with `ECANCELED`, at once and without submitting,
+//!   while the runtime shuts down.
 //! - Never mix modes on one thread: a `Blocking` call made on the loop thread while a
 //!   coroutine of that loop holds a backend lock would wait forever.
+
+mod ring;
+mod stream;
+
+pub use ring::NoRing;
 
 use std::ffi::CStr;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, OwnedFd};
-use std::time::Duration;
 
 use crate::file_io::{self as sys, IOV_MAX};
 use crate::Co;
@@ -59,6 +81,28 @@ fn retry<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
 }
 
 impl Ctx<'_> {
+    /// Reads into `buf` at `offset`: `IORING_OP_READ` (Linux 5.6) or `pread(2)`. Returns
+    /// the bytes read, 0 at end of file.
+    #[inline]
+    pub fn read_at(&self, fd: &impl AsFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        sys::to_off(offset)?;
+        retry(|| match self {
+            Ctx::Coroutine(co) => co.read_at(fd, buf, offset),
+            Ctx::Blocking => sys::pread(fd.as_fd(), buf, offset),
+        })
+    }
+
+    /// Writes `buf` at `offset`: `IORING_OP_WRITE` (Linux 5.6) or `pwrite(2)`. Returns the
+    /// bytes written.
+    #[inline]
+    pub fn write_at(&self, fd: &impl AsFd, buf: &[u8], offset: u64) -> io::Result<usize> {
+        sys::to_off(offset)?;
+        retry(|| match self {
+            Ctx::Coroutine(co) => co.write_at(fd, buf, offset),
+            Ctx::Blocking => sys::pwrite(fd.as_fd(), buf, offset),
+        })
+    }
+
     /// Reads into `bufs` at `offset`: `IORING_OP_READV` (Linux 5.1) or `preadv(2)`.
     /// Returns the bytes read, 0 at end of file.
     pub fn readv_at(
@@ -146,18 +190,5 @@ impl Ctx<'_> {
             Ctx::Coroutine(co) => co.openat(dir, path, flags, mode),
             Ctx::Blocking => sys::openat(dir.as_fd(), path, flags, mode),
         })
-    }
-
-    /// Waits for `duration`: `IORING_OP_TIMEOUT` (Linux 5.4) in a coroutine, which lets the
-    /// loop serve others meanwhile, or `thread::sleep`. Fails with `ECANCELED`, at once,
-    /// while the runtime shuts down.
-    pub fn sleep(&self, duration: Duration) -> io::Result<()> {
-        match self {
-            Ctx::Coroutine(co) => co.sleep(duration),
-            Ctx::Blocking => {
-                std::thread::sleep(duration);
-                Ok(())
-            }
-        }
     }
 }

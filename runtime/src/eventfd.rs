@@ -1,6 +1,6 @@
 //! [`EventFd`]: a wake-up another thread can send to a loop. The loop waits for it like
-//! for any I/O ([`Co::poll`](crate::Co::poll) on it, or poll(2) off the loop); the sender
-//! only writes. Non-blocking, so neither side ever blocks on it.
+//! for any I/O ([`Ctx::poll`](crate::Ctx::poll) on it: the ring in a coroutine, poll(2) off
+//! the loop); the sender only writes. Non-blocking, so neither side ever blocks on it.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

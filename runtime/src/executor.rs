@@ -61,7 +61,7 @@ static LOOP_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// ```
 /// let rt = runtime::Runtime::new(Default::default())?;
 /// let answer = rt.block_on(|co| {
-///     co.nop().unwrap(); // one SQE, one suspend, one resume
+///     co.ctx().nop().unwrap(); // one SQE, one suspend, one resume
 ///     6 * 7
 /// })?;
 /// assert_eq!(answer, 42);

@@ -1,6 +1,7 @@
-//! The blocking side of [`Ctx`](crate::Ctx): thin wrappers over the file syscalls that std
-//! does not offer for a borrowed fd (preadv, pwritev, fsync, fdatasync, fallocate,
-//! ftruncate), and `IORING_OP_FTRUNCATE`, which [`Co`] has no method for.
+//! The blocking side of [`Ctx`](crate::Ctx): thin wrappers over the syscalls that std does
+//! not offer for a borrowed fd (pread, pwrite, preadv, pwritev, fsync, fdatasync, fallocate,
+//! ftruncate; read, recv, writev and poll for streams), and `IORING_OP_FTRUNCATE`, which
+//! [`Co`] has no method for.
 //!
 //! Every wrapper takes a [`BorrowedFd`], so the fd is open for the whole call, and turns a
 //! `-1` result into [`io::Error::last_os_error`]. Offsets are checked to fit `off_t`
@@ -41,6 +42,60 @@ pub(crate) fn preadv(
     // the buffers it names are borrowed mutably for the duration of the call.
     let n = unsafe { libc::preadv(fd.as_raw_fd(), bufs.as_mut_ptr().cast(), cnt, off) };
     cvt(n).map(|n| n as usize)
+}
+
+/// `pread(2)` into `buf`.
+pub(crate) fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let off = to_off(off)?;
+    // SAFETY: `buf` is borrowed mutably for the duration of the call, and its length bounds
+    // the write.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) };
+    cvt(n).map(|n| n as usize)
+}
+
+/// `pwrite(2)` from `buf`.
+pub(crate) fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<usize> {
+    let off = to_off(off)?;
+    // SAFETY: `buf` is borrowed for the duration of the call and only read.
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), off) };
+    cvt(n).map(|n| n as usize)
+}
+
+/// `read(2)` into `buf`, at the file position.
+pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is borrowed mutably for the duration of the call, and its length bounds
+    // the write.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    cvt(n).map(|n| n as usize)
+}
+
+/// `recv(2)` into `buf` with `flags` (`MSG_*`).
+pub(crate) fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: c_int) -> io::Result<usize> {
+    // SAFETY: `buf` is borrowed mutably for the duration of the call, and its length bounds
+    // the write.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+    cvt(n).map(|n| n as usize)
+}
+
+/// `writev(2)` from at most [`IOV_MAX`] of `bufs`, at the file position.
+pub(crate) fn writev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    let cnt = bufs.len().min(IOV_MAX) as c_int;
+    // SAFETY: `IoSlice` is ABI-compatible with `iovec`; the array and its buffers are
+    // borrowed for the duration of the call and only read.
+    let n = unsafe { libc::writev(fd.as_raw_fd(), bufs.as_ptr().cast(), cnt) };
+    cvt(n).map(|n| n as usize)
+}
+
+/// `poll(2)` on `fd` alone for `events`, without a timeout; returns the events that fired.
+pub(crate) fn poll(fd: BorrowedFd<'_>, events: i16) -> io::Result<i16> {
+    let mut one = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    // SAFETY: one `pollfd` on this stack, valid for the call, and a count of 1.
+    cvt(unsafe { libc::poll(&mut one, 1, -1) })?;
+    Ok(one.revents)
 }
 
 /// `pwritev(2)` from at most [`IOV_MAX`] of `bufs`.

@@ -1,10 +1,12 @@
 //! corofuse's coroutine runtime: one stackful coroutine per request, one io_uring per loop.
 //!
 //! A [`Runtime`] is a single-threaded event loop. [`Runtime::spawn`] starts a coroutine on a
-//! pooled stack; inside it, the [`Co`] handle submits io_uring operations and suspends until
-//! their completion ([`Co::read_at`], [`Co::writev_at`], [`Co::fsync`], [`Co::sleep`], ... and
-//! the escape hatch [`Co::submit`]). Everything queued in one loop turn reaches the kernel in
-//! one `io_uring_enter`. Counters of every switch and syscall are always on
+//! pooled stack; inside it, I/O goes through [`Co::ctx`], the coroutine's [`Ctx`], which
+//! submits io_uring operations and suspends until their completion ([`Ctx::read_at`],
+//! [`Ctx::writev_at`], [`Ctx::fsync`], [`Ctx::sleep`], ... and the escape hatch
+//! [`Ctx::submit`]). [`Ctx`] is the one public I/O API: the same calls made as
+//! [`Ctx::Blocking`] are plain syscalls. Everything queued in one loop turn reaches the
+//! kernel in one `io_uring_enter`. Counters of every switch and syscall are always on
 //! ([`Runtime::counters`]).
 //!
 //! ```
@@ -13,9 +15,9 @@
 //! let rt = Runtime::new(Config::default())?;
 //! let file = tempfile::tempfile()?;
 //! let text = rt.block_on(move |co| {
-//!     co.write_at(&file, b"hello, ring", 0).unwrap();
+//!     co.ctx().write_at(&file, b"hello, ring", 0).unwrap();
 //!     let mut buf = [0u8; 11];
-//!     co.read_at(&file, &mut buf, 0).unwrap();
+//!     co.ctx().read_at(&file, &mut buf, 0).unwrap();
 //!     String::from_utf8(buf.to_vec()).unwrap()
 //! })?;
 //! assert_eq!(text, "hello, ring");
@@ -35,11 +37,13 @@
 //! spawned closure, stored inline), `coro_store` (workers at stable addresses),
 //! `run_queue` (resumes and starts, with the jobs waiting to start, in one FIFO),
 //! `reactor` (the ring), `poll` (adaptive polling before sleeping), `co` (the
-//! in-coroutine handle), `ops` (one method per io_uring operation), `task` (what the loop
+//! in-coroutine handle), `ops` (the ring side of `Ctx`: one crate-internal method per
+//! io_uring operation), `task` (what the loop
 //! knows of one coroutine), `sync` (wait queue, mutex, rwlock), `join`, `stack_pool` (idle
 //! workers, promised or spare, and bare stacks), `loop_cell` (loop-owned state without
 //! `RefCell`'s counting), `config`, `counters`, `ctx` (a call's context: a coroutine's
-//! ring or blocking syscalls, the one seam every file system and backend uses), `file_io`
+//! ring or blocking syscalls, the one public I/O API, which every file system, backend
+//! and transport uses), `file_io`
 //! (the blocking syscalls behind it), `eventfd` (a wake-up another thread sends a loop),
 //! `histogram` (latency distributions), `affinity` (CPU pinning).
 //!
@@ -83,7 +87,7 @@ mod worker;
 pub use co::{Co, CoStats, LocalWaker};
 pub use config::{Config, DEFAULT_STACK_SIZE};
 pub use counters::CounterSnapshot;
-pub use ctx::Ctx;
+pub use ctx::{Ctx, NoRing};
 pub use eventfd::{signal_raw, EventFd};
 pub use executor::Runtime;
 pub use file_io::IOV_MAX;

@@ -1,4 +1,7 @@
-//! I/O operations for coroutines: each builds one SQE, submits it and suspends until its CQE.
+//! The ring side of [`Ctx`](crate::Ctx): one crate-internal method of [`Co`] per io_uring
+//! operation, each building one SQE, submitting it and suspending until its CQE. Outside the
+//! runtime they are reached through `Ctx::Coroutine` ([`Co::ctx`]), which adds the checks and
+//! retries of its contract and the blocking twin of each.
 //!
 //! Buffers are borrowed for the duration of the call and handed to the kernel as they are:
 //! no copies. That is sound because the call does not return, and the coroutine's stack is
@@ -37,13 +40,18 @@ fn check(res: io::Result<i32>) -> io::Result<usize> {
 impl Co<'_> {
     /// `IORING_OP_NOP` (Linux 5.1): a full round trip through the ring that does nothing.
     #[inline]
-    pub fn nop(&self) -> io::Result<()> {
+    pub(crate) fn nop(&self) -> io::Result<()> {
         // SAFETY: a NOP points to no memory and yields one CQE.
         check(unsafe { self.submit(opcode::Nop::new().build()) }).map(drop)
     }
 
     /// `IORING_OP_READ` (Linux 5.6) at `offset`.
-    pub fn read_at(&self, file: &impl AsFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    pub(crate) fn read_at(
+        &self,
+        file: &impl AsFd,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<usize> {
         let sqe = opcode::Read::new(fd(file), buf.as_mut_ptr(), buf.len() as u32)
             .offset(offset)
             .build();
@@ -52,7 +60,7 @@ impl Co<'_> {
     }
 
     /// `IORING_OP_READ` (Linux 5.6) at the file position: pipes, sockets, devices.
-    pub fn read(&self, file: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&self, file: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
         self.read_at(file, buf, CURRENT_POSITION)
     }
 
@@ -60,7 +68,7 @@ impl Co<'_> {
     /// `MSG_WAITALL` (Linux 5.18 retries inside the ring) one completion brings the whole
     /// of `buf` unless the connection ends or fails first: a large message that arrives in
     /// many pieces costs one suspension, not one per piece.
-    pub fn recv(&self, socket: &impl AsFd, buf: &mut [u8], flags: i32) -> io::Result<usize> {
+    pub(crate) fn recv(&self, socket: &impl AsFd, buf: &mut [u8], flags: i32) -> io::Result<usize> {
         let sqe = opcode::Recv::new(fd(socket), buf.as_mut_ptr(), buf.len() as u32)
             .flags(flags)
             .build();
@@ -69,7 +77,7 @@ impl Co<'_> {
     }
 
     /// `IORING_OP_WRITE` (Linux 5.6) at `offset`.
-    pub fn write_at(&self, file: &impl AsFd, buf: &[u8], offset: u64) -> io::Result<usize> {
+    pub(crate) fn write_at(&self, file: &impl AsFd, buf: &[u8], offset: u64) -> io::Result<usize> {
         let sqe = opcode::Write::new(fd(file), buf.as_ptr(), buf.len() as u32)
             .offset(offset)
             .build();
@@ -78,7 +86,7 @@ impl Co<'_> {
     }
 
     /// `IORING_OP_READV` (Linux 5.1) at `offset`, straight into the caller's buffers.
-    pub fn readv_at(
+    pub(crate) fn readv_at(
         &self,
         file: &impl AsFd,
         bufs: &mut [IoSliceMut<'_>],
@@ -93,14 +101,8 @@ impl Co<'_> {
         check(unsafe { self.submit(sqe) })
     }
 
-    /// `IORING_OP_READV` (Linux 5.1) at the file position: e.g. one request from /dev/fuse
-    /// into an in-place head and a spill-over tail.
-    pub fn readv(&self, file: &impl AsFd, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.readv_at(file, bufs, CURRENT_POSITION)
-    }
-
     /// `IORING_OP_WRITEV` (Linux 5.1) at `offset`, straight from the caller's buffers.
-    pub fn writev_at(
+    pub(crate) fn writev_at(
         &self,
         file: &impl AsFd,
         bufs: &[IoSlice<'_>],
@@ -116,18 +118,18 @@ impl Co<'_> {
     }
 
     /// `IORING_OP_WRITEV` (Linux 5.1) at the file position (e.g. a FUSE reply).
-    pub fn writev(&self, file: &impl AsFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub(crate) fn writev(&self, file: &impl AsFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         self.writev_at(file, bufs, CURRENT_POSITION)
     }
 
     /// `IORING_OP_FSYNC` (Linux 5.1): data and metadata.
-    pub fn fsync(&self, file: &impl AsFd) -> io::Result<()> {
+    pub(crate) fn fsync(&self, file: &impl AsFd) -> io::Result<()> {
         // SAFETY: no memory is referenced.
         check(unsafe { self.submit(opcode::Fsync::new(fd(file)).build()) }).map(drop)
     }
 
     /// `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC` (Linux 5.1): data only.
-    pub fn fdatasync(&self, file: &impl AsFd) -> io::Result<()> {
+    pub(crate) fn fdatasync(&self, file: &impl AsFd) -> io::Result<()> {
         let sqe = opcode::Fsync::new(fd(file))
             .flags(types::FsyncFlags::DATASYNC)
             .build();
@@ -136,7 +138,13 @@ impl Co<'_> {
     }
 
     /// `IORING_OP_FALLOCATE` (Linux 5.6) with fallocate(2)'s `mode` flags.
-    pub fn fallocate(&self, file: &impl AsFd, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    pub(crate) fn fallocate(
+        &self,
+        file: &impl AsFd,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
         let sqe = opcode::Fallocate::new(fd(file), len)
             .offset(offset)
             .mode(mode)
@@ -150,7 +158,7 @@ impl Co<'_> {
     /// in the dentry cache completes at submission) and otherwise in one of the ring's
     /// worker threads, so a slow path walk (a cold disk, a network file system) stops
     /// this coroutine only, not the loop.
-    pub fn openat(
+    pub(crate) fn openat(
         &self,
         dir: &impl AsFd,
         path: &CStr,
@@ -170,14 +178,14 @@ impl Co<'_> {
 
     /// `IORING_OP_POLL_ADD` (Linux 5.1), one shot: waits until `file` reports one of the
     /// `events` (`libc::POLLIN`...); returns the events that fired.
-    pub fn poll(&self, file: &impl AsFd, events: i16) -> io::Result<i16> {
+    pub(crate) fn poll(&self, file: &impl AsFd, events: i16) -> io::Result<i16> {
         let sqe = opcode::PollAdd::new(fd(file), events as u16 as u32).build();
         // SAFETY: no memory is referenced.
         check(unsafe { self.submit(sqe) }).map(|revents| revents as i16)
     }
 
     /// `IORING_OP_TIMEOUT` (Linux 5.4): suspends for `duration` without blocking the loop.
-    pub fn sleep(&self, duration: Duration) -> io::Result<()> {
+    pub(crate) fn sleep(&self, duration: Duration) -> io::Result<()> {
         let ts = types::Timespec::from(duration);
         let sqe = opcode::Timeout::new(&ts).build();
         // SAFETY: `ts` lives on this coroutine's stack until the CQE arrives.

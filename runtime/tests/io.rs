@@ -36,12 +36,12 @@ fn reads_and_writes_agree_with_std_fs() {
     let (f, exp) = (file.clone(), pattern(8192, 1));
     rt().block_on(move |co| {
         // Plain write, then vectored write of three pieces straddling it.
-        assert_eq!(co.write_at(&*f, &exp, 4096).unwrap(), 8192);
+        assert_eq!(co.ctx().write_at(&*f, &exp, 4096).unwrap(), 8192);
         let (a, b, c) = (pattern(100, 2), pattern(4000, 3), pattern(3, 4));
         let iov = [IoSlice::new(&a), IoSlice::new(&b), IoSlice::new(&c)];
-        assert_eq!(co.writev_at(&*f, &iov, 10_000).unwrap(), 4103);
-        co.fdatasync(&*f).unwrap();
-        co.fsync(&*f).unwrap();
+        assert_eq!(co.ctx().writev_at(&*f, &iov, 10_000).unwrap(), 4103);
+        co.ctx().fdatasync(&*f).unwrap();
+        co.ctx().fsync(&*f).unwrap();
     })
     .unwrap();
     expected[4096..12288].copy_from_slice(&pattern(8192, 1));
@@ -56,15 +56,15 @@ fn reads_and_writes_agree_with_std_fs() {
     let (f, exp) = (file.clone(), expected.clone());
     rt().block_on(move |co| {
         let mut whole = vec![0u8; exp.len()];
-        assert_eq!(co.read_at(&*f, &mut whole, 0).unwrap(), exp.len());
+        assert_eq!(co.ctx().read_at(&*f, &mut whole, 0).unwrap(), exp.len());
         assert_eq!(whole, exp);
         let (mut x, mut y) = (vec![0u8; 1234], vec![0u8; 4321]);
         let mut iov = [IoSliceMut::new(&mut x), IoSliceMut::new(&mut y)];
-        assert_eq!(co.readv_at(&*f, &mut iov, 29_000).unwrap(), 5555);
+        assert_eq!(co.ctx().readv_at(&*f, &mut iov, 29_000).unwrap(), 5555);
         assert_eq!(x, exp[29_000..30_234]);
         assert_eq!(y, exp[30_234..34_555]);
         // A read past EOF returns 0 bytes.
-        assert_eq!(co.read_at(&*f, &mut x, 1 << 20).unwrap(), 0);
+        assert_eq!(co.ctx().read_at(&*f, &mut x, 1 << 20).unwrap(), 0);
     })
     .unwrap();
 }
@@ -74,10 +74,10 @@ fn fallocate_grows_and_punches() {
     let file = Rc::new(tempfile::tempfile().unwrap());
     let f = file.clone();
     rt().block_on(move |co| {
-        co.fallocate(&*f, 0, 0, 1 << 20).unwrap();
-        co.write_at(&*f, &[7u8; 4096], 0).unwrap();
+        co.ctx().fallocate(&*f, 0, 0, 1 << 20).unwrap();
+        co.ctx().write_at(&*f, &[7u8; 4096], 0).unwrap();
         let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        co.fallocate(&*f, punch, 0, 4096).unwrap();
+        co.ctx().fallocate(&*f, punch, 0, 4096).unwrap();
     })
     .unwrap();
     assert_eq!(file.metadata().unwrap().len(), 1 << 20);
@@ -93,7 +93,7 @@ fn errors_carry_the_kernel_errno() {
     fs::write(&path, b"data").unwrap();
     let read_only = Rc::new(fs::File::open(&path).unwrap());
     let err = rt()
-        .block_on(move |co| co.write_at(&*read_only, b"x", 0).unwrap_err())
+        .block_on(move |co| co.ctx().write_at(&*read_only, b"x", 0).unwrap_err())
         .unwrap();
     assert_eq!(err.raw_os_error(), Some(libc::EBADF));
 }
@@ -104,15 +104,15 @@ fn pipe_reads_and_poll_wake_the_right_coroutine() {
     let rt = rt();
     let reader_fd = Rc::new(reader.try_clone().unwrap());
     let got = rt.spawn_joinable(move |co| {
-        let revents = co.poll(&*reader_fd, libc::POLLIN).unwrap();
+        let revents = co.ctx().poll(&*reader_fd, libc::POLLIN).unwrap();
         assert!(revents & libc::POLLIN != 0);
         let mut buf = [0u8; 5];
-        let n = co.read(&*reader_fd, &mut buf).unwrap();
+        let n = co.ctx().read(&*reader_fd, &mut buf).unwrap();
         buf[..n].to_vec()
     });
     let got = got.unwrap();
     rt.spawn(move |co| {
-        co.sleep(Duration::from_millis(5)).unwrap();
+        co.ctx().sleep(Duration::from_millis(5)).unwrap();
         writer.write_all(b"hello").unwrap();
     })
     .unwrap();
@@ -132,7 +132,7 @@ fn ten_thousand_live_coroutines_each_waiting_on_io_uring() {
     for _ in 0..N {
         let done = done.clone();
         rt.spawn(move |co| {
-            co.sleep(Duration::from_millis(50)).unwrap();
+            co.ctx().sleep(Duration::from_millis(50)).unwrap();
             done.set(done.get() + 1);
         })
         .unwrap();
@@ -159,7 +159,7 @@ fn seek_position_reads_work_on_regular_files_too() {
     let got = rt()
         .block_on(move |co| {
             let mut buf = [0u8; 2];
-            co.read(&*f, &mut buf).unwrap();
+            co.ctx().read(&*f, &mut buf).unwrap();
             buf
         })
         .unwrap();
@@ -175,13 +175,13 @@ fn cancel_io_wakes_a_coroutine_blocked_on_a_pipe_with_ecanceled() {
     let blocked = rt
         .spawn_joinable(move |co| {
             let mut buf = [0u8; 8];
-            co.read(&*r, &mut buf).unwrap_err().raw_os_error()
+            co.ctx().read(&*r, &mut buf).unwrap_err().raw_os_error()
         })
         .unwrap();
     let id = blocked.id();
     let outcome = rt
         .block_on(move |co| {
-            co.nop().unwrap(); // the reader's SQE went out in the same batch
+            co.ctx().nop().unwrap(); // the reader's SQE went out in the same batch
             let cancelled = co.cancel_io(id).unwrap();
             let again = co.cancel_io(runtime::TaskId(u64::MAX)).unwrap();
             (cancelled, again, blocked.join(co).unwrap())
@@ -199,7 +199,7 @@ fn polling_before_sleeping_catches_quick_completions() {
     .unwrap();
     rt.block_on(|co| {
         for _ in 0..100 {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
         }
     })
     .unwrap();
@@ -210,7 +210,7 @@ fn polling_before_sleeping_catches_quick_completions() {
         "a NOP completes within the 5 ms window: {c:?}"
     );
     let sleeper = Runtime::new(Config::default()).unwrap();
-    sleeper.block_on(|co| co.nop().unwrap()).unwrap();
+    sleeper.block_on(|co| co.ctx().nop().unwrap()).unwrap();
     assert_eq!(
         sleeper.counters().poll_hits + sleeper.counters().poll_misses,
         0

@@ -107,7 +107,7 @@ fn a_panic_on_either_fast_path_is_reported_the_same_way() {
     let yielder = rt.counters().spawned;
     rt.spawn_named("waiter", |co| {
         for _ in 0..3 {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
         }
         panic!("{}", String::from("after I/O"));
     })

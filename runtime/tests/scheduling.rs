@@ -116,7 +116,7 @@ fn mutex_excludes_across_suspension_and_hands_off_fifo() {
         rt.spawn(move |co| {
             let mut guard = mutex.lock(co);
             guard.push(format!("{i} in"));
-            co.nop().unwrap(); // suspend on the ring while holding the lock
+            co.ctx().nop().unwrap(); // suspend on the ring while holding the lock
             co.yield_now();
             guard.push(format!("{i} out"));
         })
@@ -179,7 +179,7 @@ fn join_returns_the_value_or_the_panic() {
     let result = rt
         .block_on(|co| {
             let good = co.spawn_joinable(|co| {
-                co.nop().unwrap();
+                co.ctx().nop().unwrap();
                 7
             })?;
             let bad = co.spawn_joinable(|_| -> u32 { panic!("deliberate") })?;

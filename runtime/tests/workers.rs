@@ -19,7 +19,7 @@ fn rt() -> Runtime {
 fn a_finished_coroutine_takes_the_next_job_in_place() {
     let rt = rt();
     for _ in 0..1000 {
-        rt.spawn(|co| co.nop().unwrap()).unwrap();
+        rt.spawn(|co| co.ctx().nop().unwrap()).unwrap();
         rt.run().unwrap();
     }
     let c = rt.counters();
@@ -39,7 +39,7 @@ fn each_job_starts_with_fresh_counters_name_and_id() {
         rt.spawn_named(name, move |co| {
             let before = co.stats();
             for _ in 0..=i {
-                co.nop().unwrap();
+                co.ctx().nop().unwrap();
             }
             seen.borrow_mut().push((co.id(), before, co.stats()));
             if i == 1 {
@@ -199,7 +199,7 @@ fn a_lone_io_waiter_is_resumed_by_its_cqe_one_turn_per_wait_and_stops_when_asked
     let nops = Rc::new(Cell::new(0u32));
     let n = nops.clone();
     rt.spawn(move |co| loop {
-        co.nop().unwrap();
+        co.ctx().nop().unwrap();
         n.set(n.get() + 1);
     })
     .unwrap();
@@ -230,26 +230,28 @@ fn a_lone_io_waiter_keeps_fifo_with_yielders_spawns_and_a_second_sqe() {
     let l = log.clone();
     rt.spawn(move |co| {
         for i in 0..3 {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
             l.borrow_mut().push(format!("a{i}"));
         }
         co.spawn_named("b", logger(&l, "b", 2)).unwrap();
         for i in 3..6 {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
             l.borrow_mut().push(format!("a{i}"));
         }
         // A second waiter with an SQE of its own: both are in flight at once.
         let l2 = l.clone();
         co.spawn(move |co| {
-            co.sleep(std::time::Duration::from_millis(5)).unwrap();
+            co.ctx().sleep(std::time::Duration::from_millis(5)).unwrap();
             l2.borrow_mut().push("c".into());
         })
         .unwrap();
         for i in 6..8 {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
             l.borrow_mut().push(format!("a{i}"));
         }
-        co.sleep(std::time::Duration::from_millis(20)).unwrap();
+        co.ctx()
+            .sleep(std::time::Duration::from_millis(20))
+            .unwrap();
         l.borrow_mut().push("a8".into());
     })
     .unwrap();
@@ -274,7 +276,7 @@ fn a_coroutine_that_stop_makes_ready_runs_before_the_loop_waits_for_a_lone_waite
     let g = got.clone();
     rt.spawn(move |co| {
         let mut byte = [0u8];
-        assert_eq!(co.read(&reader, &mut byte).unwrap(), 1);
+        assert_eq!(co.ctx().read(&reader, &mut byte).unwrap(), 1);
         g.set(byte[0]);
     })
     .unwrap();
@@ -304,12 +306,12 @@ fn leaving_the_io_fast_path_on_another_cqe_checks_stop_once_per_wait() {
     let rt = rt();
     let done = Rc::new(Cell::new(false));
     rt.spawn(|co| loop {
-        co.nop().unwrap();
+        co.ctx().nop().unwrap();
     })
     .unwrap();
     let d = done.clone();
     rt.spawn(move |co| {
-        co.sleep(std::time::Duration::from_millis(2)).unwrap();
+        co.ctx().sleep(std::time::Duration::from_millis(2)).unwrap();
         d.set(true);
     })
     .unwrap();
@@ -332,11 +334,11 @@ fn a_lone_io_waiter_that_panics_ends_only_its_worker() {
     let a = after.clone();
     rt.spawn(move |co| {
         for _ in 0..3 {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
         }
         let a = a.clone();
         co.spawn(move |co| {
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
             a.set(true);
         })
         .unwrap();
@@ -357,19 +359,19 @@ fn a_lone_io_waiter_whose_wait_also_reaps_a_cancel_and_the_cancelled_read_still_
     let blocked = rt
         .spawn_joinable(move |co| {
             let mut buf = [0u8; 8];
-            co.read(&reader, &mut buf).unwrap_err().raw_os_error()
+            co.ctx().read(&reader, &mut buf).unwrap_err().raw_os_error()
         })
         .unwrap();
     let id = blocked.id();
     let nops = rt
         .block_on(move |co| {
-            co.nop().unwrap(); // the reader's SQE is in flight now
-                               // The cancel goes out with the next NOP: one wait reaps the cancel's own CQE,
-                               // the reader's ECANCELED and this NOP, in whatever order the kernel posts them.
+            co.ctx().nop().unwrap(); // the reader's SQE is in flight now
+                                     // The cancel goes out with the next NOP: one wait reaps the cancel's own CQE,
+                                     // the reader's ECANCELED and this NOP, in whatever order the kernel posts them.
             assert!(co.cancel_io(id).unwrap());
             let mut nops = 1;
             for _ in 0..10 {
-                co.nop().unwrap();
+                co.ctx().nop().unwrap();
                 nops += 1;
             }
             (nops, blocked.join(co).unwrap())
@@ -466,7 +468,7 @@ fn a_chained_job_that_panics_ends_its_worker_and_the_next_job_still_runs() {
     let c = rt.counters();
     assert_eq!((c.completed, c.panicked, c.chained, c.live), (2, 1, 1, 0));
     // d's promised worker ran it; the panicked worker's stack went back to the pool.
-    assert!(rt.block_on(|co| co.nop().is_ok()).unwrap());
+    assert!(rt.block_on(|co| co.ctx().nop().is_ok()).unwrap());
 }
 
 #[test]
@@ -506,7 +508,7 @@ fn the_first_suspend_hook_runs_once_before_the_suspend_and_only_while_armed() {
         assert!(!quick, "a body that never suspends does not run the hook");
         let ((), waited) = co.on_first_suspend(&hook, || {
             l.borrow_mut().push("body");
-            co.nop().unwrap();
+            co.ctx().nop().unwrap();
             l.borrow_mut().push("after the first wait");
             co.yield_now();
         });
@@ -541,7 +543,7 @@ fn the_first_suspend_hook_is_disarmed_when_its_body_panics() {
             }));
             assert!(caught.is_err());
             co.yield_now(); // the hook's borrow has ended: it must not run
-            co.nop().is_ok()
+            co.ctx().nop().is_ok()
         })
         .unwrap();
     assert!(after);

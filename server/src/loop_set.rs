@@ -239,7 +239,7 @@ fn run(index: usize, cpu: Option<usize>, config: Config, inbox: &Arc<Inbox>) -> 
                 }
                 return Ok(());
             }
-            co.poll(&inbox.kick, libc::POLLIN)?;
+            co.ctx().poll(&inbox.kick, libc::POLLIN)?;
             inbox.kick.drain();
         }
     })

@@ -507,7 +507,7 @@ fn watch_control<F: FileSystem>(
     placement: Option<&Placement>,
 ) {
     loop {
-        match co.poll(&control.kick, libc::POLLIN) {
+        match co.ctx().poll(&control.kick, libc::POLLIN) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => return,
             Err(e) => {

@@ -376,7 +376,7 @@ impl<F: FileSystem> Queue<F> {
             if let Some(why) = self.not_taking() {
                 return Ok(why);
             }
-            let result = co.read(&self.dev, buf.read_area());
+            let result = co.ctx().read(&self.dev, buf.read_area());
             if matches!(&result, Err(e) if cancelled(e)) {
                 return Ok(self.not_taking().unwrap_or(Got::Ended));
             }
@@ -399,7 +399,7 @@ impl<F: FileSystem> Queue<F> {
                     if let Some(why) = self.not_taking() {
                         return Ok(why);
                     }
-                    match co.poll(&self.dev, libc::POLLIN) {
+                    match co.ctx().poll(&self.dev, libc::POLLIN) {
                         Err(e) if cancelled(&e) => {
                             return Ok(self.not_taking().unwrap_or(Got::Ended))
                         }
@@ -417,7 +417,7 @@ impl<F: FileSystem> Queue<F> {
         let served = serve_request(&*self.fs, cx, request, &[], data, |reply| {
             let slices = reply.io_slices();
             if self.config.ring_replies && !self.config.inline {
-                co.writev(&self.dev, &slices)
+                co.ctx().writev(&self.dev, &slices)
             } else {
                 self.dev.writev(&slices)
             }

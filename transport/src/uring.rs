@@ -199,7 +199,7 @@ impl<F: FileSystem> RingQueues<F> {
             // and the header and payload it points to live until this coroutine ends,
             // which is after the entry's last completion (it ends only on an error
             // completion, and the runtime drains every CQE before unwinding a stack).
-            let result = unsafe { co.submit128(entry) };
+            let result = unsafe { co.ctx().submit128(entry) };
             match result {
                 Ok(_) => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => {

@@ -579,7 +579,7 @@ impl Conn {
             Ctx::Coroutine(co) => {
                 st.slots[key].parked = Some(Parked::Ring);
                 drop(st);
-                let woken = co.poll(&self.events[key], libc::POLLIN);
+                let woken = co.ctx().poll(&self.events[key], libc::POLLIN);
                 self.events[key].drain();
                 st = self.lock();
                 st.slots[key].parked = None;

@@ -192,7 +192,7 @@ impl Sock {
     pub fn read_some(&self, cx: &Ctx<'_>, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             let res = match cx {
-                Ctx::Coroutine(co) => co.read(self, buf),
+                Ctx::Coroutine(_) => cx.read(self, buf),
                 Ctx::Blocking => self.blocking_read(buf),
             };
             match res {
@@ -209,7 +209,7 @@ impl Sock {
     /// round again; end of file is `UnexpectedEof`.
     pub fn recv_all(&self, co: &runtime::Co<'_>, mut buf: &mut [u8]) -> io::Result<()> {
         while !buf.is_empty() {
-            match co.recv(self, buf, libc::MSG_WAITALL) {
+            match co.ctx().recv(self, buf, libc::MSG_WAITALL) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => buf = &mut buf[n..],
                 Err(e) if transient(&e) => {}
@@ -239,7 +239,7 @@ impl Sock {
                         sent => sent,
                     }
                 }
-                Ctx::Coroutine(co) => co.writev(self, &bufs[..n]),
+                Ctx::Coroutine(_) => cx.writev(self, &bufs[..n]),
                 Ctx::Blocking => self.blocking_write(&bufs[..n]),
             };
             match res {

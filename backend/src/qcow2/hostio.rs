@@ -73,7 +73,7 @@ impl Nap {
         match (cx, self.0) {
             (Ctx::Coroutine(co), None) => co.yield_now(),
             (Ctx::Coroutine(co), Some(d)) => {
-                if co.sleep(d).is_err() {
+                if co.ctx().sleep(d).is_err() {
                     co.yield_now();
                 }
             }
