@@ -7,8 +7,8 @@
 //! calls these methods and the context does the rest. Code that always runs in a coroutine
 //! (a transport's reader, an NBD connection's receiver) uses the same methods through
 //! [`Co::ctx`](crate::Co::ctx), which is `Ctx::Coroutine`: the variant is known where it is
-//! built, and each method is `#[inline]`, so the `match` folds away and the call compiles to
-//! the ring operation alone. [`Co`]'s own ring methods (`ops.rs`) are crate-internal: there
+//! built, and every method is inlined into its caller (generic, or `#[inline]`), so the
+//! `match` folds away and the call compiles to the ring operation alone. [`Co`]'s own ring methods (`ops.rs`) are crate-internal: there
 //! is one way in, whatever the mode.
 //!
 //! # Contract
@@ -23,8 +23,8 @@
 //! - Stream calls (`read`, `recv`, `writev`, `poll`: pipes, sockets, devices) return what
 //!   the kernel returned, `EAGAIN` and `EINTR` included: on a non-blocking descriptor
 //!   `EAGAIN` is an answer (the caller polls, or stops), not something to spin on. (On the
-//!   ring, a socket's `O_NONBLOCK` is not: the ring waits for it; `MSG_DONTWAIT` is.)
-//!   `writev` uses at most [`IOV_MAX`](crate::IOV_MAX) iovecs as well.
+//!   ring a socket waits for data whatever its `O_NONBLOCK`: give `recv` `MSG_DONTWAIT`
+//!   for an answer now.) `writev` uses at most [`IOV_MAX`](crate::IOV_MAX) iovecs as well.
 //! - What only a ring can do (`nop`, and the raw [`Ctx::submit`] and [`Ctx::submit128`])
 //!   fails in `Blocking` mode, with nothing done, with an error of kind
 //!   [`io::ErrorKind::Unsupported`] that carries a [`NoRing`].
@@ -46,7 +46,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use crate::file_io::{self as sys, IOV_MAX};
 use crate::Co;
 
-/// The execution context of one backend call.
+/// The execution context of one backend call, and the runtime's I/O API: every I/O call
+/// outside the runtime is a method of `Ctx` (in a coroutine, [`Co::ctx`]).
 #[derive(Clone, Copy)]
 pub enum Ctx<'a> {
     /// Inside a coroutine: I/O is submitted to the loop's io_uring and the coroutine
