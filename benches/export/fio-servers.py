@@ -310,7 +310,8 @@ def convert(path):
 
 def run_server(server, mnt, target, workload, seconds, size):
     """(IOPS, daemon CPU us per I/O or None, fio CPU %, [(job group, IOPS, p99 us)]), or
-    None if it did not mount."""
+    None if it did not mount. A workload `A>B` runs A first on the same daemon and
+    measures B only (a server's state carried from one job to the next)."""
     if server.fresh:
         server.fresh()
     if server.command is None:
@@ -327,8 +328,11 @@ def run_server(server, mnt, target, workload, seconds, size):
         if not mounted(mnt):
             return None
         time.sleep(0.1)
-        before = cpu_ticks(daemon.pid)
         path = f'{mnt}/{os.path.basename(target)}' if os.path.isdir(mnt) else mnt
+        *earlier, workload = workload.split('>')
+        for lead in earlier:
+            fio(path, lead, seconds, size)
+        before = cpu_ticks(daemon.pid)
         iops, fcpu, groups, ios = fio(path, workload, seconds, size)
         ticks = cpu_ticks(daemon.pid) - before
         return iops, ticks * 10000 / max(ios, 1), fcpu, groups

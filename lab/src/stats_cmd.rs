@@ -202,8 +202,9 @@ fn per_queue(stats: &Stats) -> String {
 /// What the adaptive loop placement did, and how long each state held.
 fn placement(p: &PlacementStats) -> String {
     let mut out = format!(
-        "\nloop placement: {} trials, {} moves kept, {} idle measurements, {} ms in trials\n",
-        p.trials, p.kept, p.idle, p.trial_ms
+        "\nloop placement: {} trials ({} started early by a change of rate), {} moves kept, \
+         {} idle measurements, {} ms in trials\n",
+        p.trials, p.shifts, p.kept, p.idle, p.trial_ms
     );
     for (paused, ms) in p.ms_with_paused.iter().enumerate() {
         out.push_str(&format!("  {paused} loop(s) paused: {ms} ms\n"));
@@ -303,6 +304,7 @@ mod tests {
                 idle: 1,
                 ms_with_paused: vec![4000, 1500],
                 trial_ms: 900,
+                shifts: 3,
             }),
             ..Stats::default()
         };
@@ -332,7 +334,10 @@ mod tests {
         assert!(s.contains("\nbackend\n") && !s.contains("\ndir\n"), "{s}");
         assert!(s.contains("per loop"), "{s}");
         assert!(
-            s.contains("loop placement: 7 trials, 2 moves kept, 1 idle measurements, 900 ms"),
+            s.contains(
+                "loop placement: 7 trials (3 started early by a change of rate), 2 moves kept, \
+                 1 idle measurements, 900 ms"
+            ),
             "{s}"
         );
         assert!(s.contains("  1 loop(s) paused: 1500 ms"), "{s}");

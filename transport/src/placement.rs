@@ -25,7 +25,11 @@
 //! take a paused loop back. Between trials it holds for [`HOLD`], doubled after each
 //! trial that changed nothing (up to [`MAX_HOLD`]). An idle session (below
 //! [`IDLE_RATE`]) has every loop taking requests, so that the next burst is served where
-//! it comes from. With a client on every CPU, pausing a loop serves less and is undone.
+//! it comes from. While it holds, it watches the rate over [`WATCH`] windows: a window
+//! without a request (the gap between two jobs) takes every loop back at once, and a
+//! rate that moved by more than [`SHIFT`] from the one the state was judged on starts a
+//! trial at once (a new workload is not served for seconds in a state chosen for the
+//! last one). With a client on every CPU, pausing a loop serves less and is undone.
 //!
 //! Why these rules (issue 37): sequential 1 MiB writes run at 400-4000 requests per
 //! second. With [`IDLE_RATE`] at 2000/s, a session that a loop on a contended CPU (a
@@ -33,8 +37,9 @@
 //! no trial ran, for the whole run (`--stats`: 0 trials, every measurement idle). And 50
 //! ms measurements of 100-200 such requests swing by +-30%: the old rule (beat the mean
 //! of the two others by 3%) kept a third of the moves that served less. The decisions
-//! are in `--stats` (`placement`: trials, moves kept, idle measurements, time with each
-//! number of loops paused) and, one line each, in the debug log.
+//! are in `--stats` (`placement`: trials, those started by a change of rate, moves kept,
+//! idle measurements, time with each number of loops paused) and, one line each, in the
+//! debug log.
 //!
 //! Guarantees: at least one loop takes requests at any time (a trial pauses a loop only
 //! while another one takes requests), a pause lasts until a trial or idleness ends it,
@@ -77,6 +82,14 @@ pub const MAX_HOLD: Duration = Duration::from_millis(3200);
 /// A trial's move is kept only if it served this much more than each of the two
 /// measurements without it (thousandths: 8%).
 pub const GAIN: u64 = 1080;
+/// While it holds, the controller looks at the session's rate over windows this long:
+/// a window without a request (the gap between two jobs) takes every loop back at once,
+/// and a rate that moved by more than [`SHIFT`] from the one the state was judged on
+/// starts a trial at once, instead of after up to [`MAX_HOLD`] in a state chosen for
+/// another workload (a qd64 writer's paused loop kept for a qd1 reader after it: 0.4x).
+pub const WATCH: Duration = Duration::from_millis(100);
+/// The factor by which the rate must move, either way, for a trial to start at once.
+pub const SHIFT: u64 = 2;
 /// Below this many requests per second the session counts as idle: every loop takes
 /// requests (the next burst starts served where it comes from) and no trial runs. Low:
 /// 400 writes of 1 MiB per second are a busy session, and one that a loop on a contended
@@ -186,6 +199,15 @@ enum Move {
     Resume(usize),
 }
 
+/// What a [`WATCH`] window saw that calls for something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watched {
+    /// No request at all.
+    Idle,
+    /// The rate moved by more than [`SHIFT`].
+    Shifted,
+}
+
 /// Where the controller is. A trial measures A (the state as it is), B (one move made),
 /// then A again, and keeps the move if B beat the mean of the two A's: the second A
 /// cancels a load that drifts during the trial.
@@ -234,6 +256,10 @@ pub struct ControllerStats {
     pub ms_with_paused: Vec<u64>,
     /// Milliseconds spent inside trials (measuring, the move made or undone, settling).
     pub trial_ms: u64,
+    /// Trials started early because the rate moved by more than [`SHIFT`] while the
+    /// controller held ([`WATCH`]).
+    #[serde(default)]
+    pub shifts: u64,
 }
 
 /// What a [`Controller::tick`] asks of its caller.
@@ -264,6 +290,12 @@ pub struct Controller {
     in_state: Vec<Duration>,
     /// Time spent inside trials.
     in_trial: Duration,
+    /// The rate the current state was last measured at (by a trial), if any.
+    judged: Option<u64>,
+    /// The current [`WATCH`] window: its start and the requests counted then.
+    watch: (Instant, u64),
+    /// The requests counted at the last tick.
+    seen: u64,
 }
 
 impl Controller {
@@ -279,6 +311,9 @@ impl Controller {
             last: now,
             in_state: vec![Duration::ZERO; loops + 1],
             in_trial: Duration::ZERO,
+            judged: None,
+            watch: (now, placement.requests()),
+            seen: placement.requests(),
         }
     }
 
@@ -306,9 +341,21 @@ impl Controller {
     pub fn tick(&mut self, placement: &Placement, now: Instant) -> Next {
         self.account(placement, now);
         let requests = placement.requests();
+        self.seen = requests;
         let mut changed = false;
         self.phase = match self.phase {
-            Phase::Hold { until } | Phase::Settle { until, .. } if now < until => self.phase,
+            Phase::Hold { until } if now < until => match self.watch(placement, now, requests) {
+                Some(Watched::Idle) => {
+                    changed = placement.paused() > 0;
+                    self.idle(placement, 0, now)
+                }
+                Some(Watched::Shifted) => {
+                    self.read_clocks(placement);
+                    measure(Stage::Before, now, requests)
+                }
+                None => self.phase,
+            },
+            Phase::Settle { until, .. } if now < until => self.phase,
             Phase::Hold { .. } => {
                 self.read_clocks(placement);
                 measure(Stage::Before, now, requests)
@@ -337,7 +384,8 @@ impl Controller {
             }
         };
         let at = match self.phase {
-            Phase::Hold { until } | Phase::Settle { until, .. } => until,
+            Phase::Hold { until } => until.min(self.watch.0 + WATCH),
+            Phase::Settle { until, .. } => until,
             Phase::Measure {
                 since,
                 requests: r0,
@@ -414,6 +462,7 @@ impl Controller {
         }
         placement.resume_all();
         self.hold = HOLD;
+        self.judged = None;
         self.hold(now)
     }
 
@@ -425,6 +474,7 @@ impl Controller {
     fn conclude(&mut self, m: Move, before: u64, (after, counted): (u64, u64), back: u64) -> bool {
         self.stats.trials += 1;
         let kept = counted >= KEEP_REQUESTS && after * 1000 > before.max(back) * GAIN;
+        self.judged = Some(if kept { after } else { (before + back) / 2 });
         if kept {
             self.stats.kept += 1;
             self.hold = HOLD;
@@ -455,10 +505,41 @@ impl Controller {
         self.hold(now)
     }
 
-    fn hold(&self, now: Instant) -> Phase {
+    fn hold(&mut self, now: Instant) -> Phase {
+        self.watch = (now, self.seen);
         Phase::Hold {
             until: now + self.hold,
         }
+    }
+
+    /// Ends the [`WATCH`] window if it is over: what it saw, if that calls for something.
+    /// A window without a request is idle when a loop is paused (with none paused there
+    /// is nothing to take back); a window whose rate moved by more than [`SHIFT`] from
+    /// the rate the state was judged on starts a trial.
+    fn watch(&mut self, placement: &Placement, now: Instant, requests: u64) -> Option<Watched> {
+        let (since, r0) = self.watch;
+        let over = now.saturating_duration_since(since);
+        if over < WATCH {
+            return None;
+        }
+        self.watch = (now, requests);
+        let rate = per_second(requests - r0, over);
+        if requests == r0 && placement.paused() > 0 {
+            log::debug!(
+                "placement: no request for {} ms: every loop again",
+                over.as_millis()
+            );
+            return Some(Watched::Idle);
+        }
+        let judged = self.judged?;
+        if rate * SHIFT >= judged && rate <= judged * SHIFT {
+            return None;
+        }
+        log::debug!("placement: {judged}/s became {rate}/s: a trial now");
+        self.stats.shifts += 1;
+        self.hold = HOLD;
+        self.judged = None;
+        Some(Watched::Shifted)
     }
     /// Reads every loop's clock (opening those of loops that registered since).
     fn read_clocks(&mut self, placement: &Placement) {
@@ -781,6 +862,60 @@ mod tests {
         drive(&p, &mut c, &mut t, 1, |_, _| 50);
         assert_eq!(p.paused(), 0);
         assert_eq!(c.stats().trials, 0);
+    }
+
+    /// A qd64 writer kept a loop paused (400k against 310k); then a qd1 reader comes,
+    /// which both loops serve 2.5x faster. Held, the pause would last up to `MAX_HOLD`
+    /// (3.2 s) into the reader's run; the rate's fall starts the trial at once.
+    #[test]
+    fn a_new_workload_is_tried_at_once() {
+        let p = Placement::new(2);
+        let mut t = Instant::now();
+        let mut c = Controller::new(&p, t);
+        let writer = |p: &Placement, _| if p.paused() == 1 { 400_000 } else { 310_000 };
+        drive(&p, &mut c, &mut t, 12, writer);
+        assert_eq!(p.paused(), 1, "{:?}", c.stats());
+        let reader = |p: &Placement, _| if p.paused() == 1 { 22_000 } else { 55_000 };
+        drive(&p, &mut c, &mut t, 1, reader);
+        assert_eq!(p.paused(), 0, "{:?}", c.stats());
+        assert_eq!(c.stats().shifts, 1, "{:?}", c.stats());
+    }
+
+    /// The gap between two jobs (no request for a `WATCH` window) takes every loop back
+    /// at once: the next job starts where its client runs.
+    #[test]
+    fn a_gap_between_jobs_takes_every_loop_back() {
+        let p = Placement::new(2);
+        let mut t = Instant::now();
+        let mut c = Controller::new(&p, t);
+        let writer = |p: &Placement, _| if p.paused() == 1 { 400_000 } else { 310_000 };
+        drive(&p, &mut c, &mut t, 12, writer);
+        assert_eq!(p.paused(), 1, "{:?}", c.stats());
+        let idle_before = c.stats().idle;
+        let end = t + 2 * WATCH + Duration::from_millis(1);
+        while t < end {
+            t += Duration::from_millis(1);
+            c.tick(&p, t);
+        }
+        assert_eq!(p.paused(), 0, "{:?}", c.stats());
+        assert_eq!(c.stats().idle, idle_before + 1, "{:?}", c.stats());
+    }
+
+    /// A steady workload whose rate swings within `SHIFT` starts no early trial.
+    #[test]
+    fn a_steady_workload_starts_no_early_trial() {
+        let p = Placement::new(2);
+        let mut t = Instant::now();
+        let mut c = Controller::new(&p, t);
+        let base = |p: &Placement| {
+            if p.paused() == 1 {
+                400_000.0
+            } else {
+                310_000.0
+            }
+        };
+        drive(&p, &mut c, &mut t, 30, |p, ms| (base(p) * noise(ms)) as u64);
+        assert_eq!(c.stats().shifts, 0, "{:?}", c.stats());
     }
 
     #[test]
