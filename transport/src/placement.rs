@@ -84,12 +84,16 @@ pub const MAX_HOLD: Duration = Duration::from_millis(3200);
 pub const GAIN: u64 = 1080;
 /// While it holds, the controller looks at the session's rate over windows this long:
 /// a window without a request (the gap between two jobs) takes every loop back at once,
-/// and a rate that moved by more than [`SHIFT`] from the one the state was judged on
-/// starts a trial at once, instead of after up to [`MAX_HOLD`] in a state chosen for
+/// and a rate that moved by more than [`SHIFT`] from the one the state was judged on, in
+/// [`SHIFT_WINDOWS`] windows in a row, starts a trial at once, instead of after up to [`MAX_HOLD`] in a state chosen for
 /// another workload (a qd64 writer's paused loop kept for a qd1 reader after it: 0.4x).
 pub const WATCH: Duration = Duration::from_millis(100);
 /// The factor by which the rate must move, either way, for a trial to start at once.
 pub const SHIFT: u64 = 2;
+/// ... in this many [`WATCH`] windows in a row: a device's rate at iodepth 1 swings by
+/// more than [`SHIFT`] between single windows (ext4 `--direct` on this VM: 6 early
+/// trials in 8 s, 35% of the time in trials, when one window sufficed).
+pub const SHIFT_WINDOWS: u32 = 3;
 /// Below this many requests per second the session counts as idle: every loop takes
 /// requests (the next burst starts served where it comes from) and no trial runs. Low:
 /// 400 writes of 1 MiB per second are a busy session, and one that a loop on a contended
@@ -296,6 +300,8 @@ pub struct Controller {
     watch: (Instant, u64),
     /// The requests counted at the last tick.
     seen: u64,
+    /// [`WATCH`] windows in a row whose rate moved by more than [`SHIFT`].
+    shifted: u32,
 }
 
 impl Controller {
@@ -314,6 +320,7 @@ impl Controller {
             judged: None,
             watch: (now, placement.requests()),
             seen: placement.requests(),
+            shifted: 0,
         }
     }
 
@@ -533,8 +540,14 @@ impl Controller {
         }
         let judged = self.judged?;
         if rate * SHIFT >= judged && rate <= judged * SHIFT {
+            self.shifted = 0;
             return None;
         }
+        self.shifted += 1;
+        if self.shifted < SHIFT_WINDOWS {
+            return None;
+        }
+        self.shifted = 0;
         log::debug!("placement: {judged}/s became {rate}/s: a trial now");
         self.stats.shifts += 1;
         self.hold = HOLD;
@@ -716,7 +729,18 @@ mod tests {
         secs: u64,
         rate: impl Fn(&Placement, u64) -> u64,
     ) -> u64 {
-        let end = *t + Duration::from_secs(secs);
+        drive_for(p, c, t, Duration::from_secs(secs), rate)
+    }
+
+    /// [`drive`] for `span`.
+    fn drive_for(
+        p: &Placement,
+        c: &mut Controller,
+        t: &mut Instant,
+        span: Duration,
+        rate: impl Fn(&Placement, u64) -> u64,
+    ) -> u64 {
+        let end = *t + span;
         let (mut next, mut ms, mut thousandths, mut served) = (*t, 0, 0, 0);
         while *t < end {
             *t += Duration::from_millis(1);
@@ -866,7 +890,8 @@ mod tests {
 
     /// A qd64 writer kept a loop paused (400k against 310k); then a qd1 reader comes,
     /// which both loops serve 2.5x faster. Held, the pause would last up to `MAX_HOLD`
-    /// (3.2 s) into the reader's run; the rate's fall starts the trial at once.
+    /// (3.2 s) into the reader's run; the rate's fall starts the trial within
+    /// `SHIFT_WINDOWS` windows.
     #[test]
     fn a_new_workload_is_tried_at_once() {
         let p = Placement::new(2);
@@ -876,7 +901,9 @@ mod tests {
         drive(&p, &mut c, &mut t, 12, writer);
         assert_eq!(p.paused(), 1, "{:?}", c.stats());
         let reader = |p: &Placement, _| if p.paused() == 1 { 22_000 } else { 55_000 };
-        drive(&p, &mut c, &mut t, 1, reader);
+        // SHIFT_WINDOWS windows, then one trial (its three measurements and settling).
+        let soon = WATCH * (SHIFT_WINDOWS + 1) + 3 * TRIAL + 2 * SETTLE;
+        drive_for(&p, &mut c, &mut t, soon, reader);
         assert_eq!(p.paused(), 0, "{:?}", c.stats());
         assert_eq!(c.stats().shifts, 1, "{:?}", c.stats());
     }
@@ -899,6 +926,23 @@ mod tests {
         }
         assert_eq!(p.paused(), 0, "{:?}", c.stats());
         assert_eq!(c.stats().idle, idle_before + 1, "{:?}", c.stats());
+    }
+
+    /// A device at iodepth 1 whose rate swings past `SHIFT` in single windows (every
+    /// other 100 ms at a third) starts no early trial: the move must last.
+    #[test]
+    fn single_windows_out_of_range_start_no_early_trial() {
+        let p = Placement::new(2);
+        let mut t = Instant::now();
+        let mut c = Controller::new(&p, t);
+        drive(&p, &mut c, &mut t, 20, |_, ms| {
+            if (ms / 100) % 2 == 0 {
+                15_000
+            } else {
+                4_000
+            }
+        });
+        assert_eq!(c.stats().shifts, 0, "{:?}", c.stats());
     }
 
     /// A steady workload whose rate swings within `SHIFT` starts no early trial.
