@@ -43,8 +43,9 @@
 //!
 //! Guarantees: at least one loop takes requests at any time (a trial pauses a loop only
 //! while another one takes requests), a pause lasts until a trial or idleness ends it,
-//! and a paused loop still notices the unmount (it polls its /dev/fuse fd every
-//! [`TICK`]).
+//! and a paused loop still ends at the unmount: a loop that takes requests sees it first
+//! (its reads fail), and the supervisor then takes every loop back, for good
+//! (`server::loops`), so the paused ones read and see it too.
 
 use std::fs::File;
 use std::io;
