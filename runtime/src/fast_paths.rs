@@ -12,6 +12,7 @@
 //! They are apart from the turn itself (`executor`) so that it stays short to read, and the
 //! conditions that send a coroutine back to the general loop are in one place.
 
+use std::cell::Cell;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -161,10 +162,14 @@ impl Inner {
             slot,
             co: ManuallyDrop::new(taken),
         };
+        // Only the exits read the key: kept in memory (its address given away), it is read
+        // there, where in a register the switch clobbers it was reloaded after every resume.
+        let key = Cell::new(key);
+        std::hint::black_box(&key);
         loop {
             if stop() {
                 drop(held);
-                self.sched.with(|s| s.ready.push_back((key, 0)));
+                self.sched.with(|s| s.ready.push_back((key.get(), 0)));
                 return true;
             }
             self.counters.resumes.bump();
@@ -173,13 +178,13 @@ impl Inner {
                 CoroutineResult::Yield(Park::Yield) => self.counters.suspends.bump(),
                 other => {
                     drop(held);
-                    self.came_back(key, other);
+                    self.came_back(key.get(), other);
                     return false;
                 }
             }
             if !self.alone() {
                 drop(held);
-                self.sched.with(|s| s.ready.push_back((key, 0)));
+                self.sched.with(|s| s.ready.push_back((key.get(), 0)));
                 return false;
             }
         }
