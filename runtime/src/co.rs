@@ -28,7 +28,7 @@ use crate::task::{Identity, Park, TaskId};
 /// assert_send::<runtime::Co<'static>>();
 /// ```
 pub struct Co<'a> {
-    yielder: &'a Yielder<i32, Park>,
+    yielder: &'a Yielder<(), Park>,
     /// The loop, one load away (every suspend and submit reads it).
     pub(crate) inner: &'a Inner,
     /// The same loop as an `Rc`, for spawns (a new worker holds a strong count).
@@ -81,7 +81,7 @@ pub struct CoStats {
 
 impl<'a> Co<'a> {
     /// The `Co` of the worker at `key`, before its first job.
-    pub(crate) fn new(yielder: &'a Yielder<i32, Park>, rc: &'a Rc<Inner>, key: usize) -> Self {
+    pub(crate) fn new(yielder: &'a Yielder<(), Park>, rc: &'a Rc<Inner>, key: usize) -> Self {
         Co {
             yielder,
             inner: rc,
@@ -188,9 +188,10 @@ impl<'a> Co<'a> {
         self.park(Park::Yield);
     }
 
-    /// Hands control to the loop; returns the value the loop resumes us with.
+    /// Hands control to the loop until it resumes us. What it resumes an I/O wait with (the
+    /// CQE's result) is then in `Inner::resumed_with` (see `park_io`).
     #[inline(always)]
-    pub(crate) fn park(&self, why: Park) -> i32 {
+    pub(crate) fn park(&self, why: Park) {
         if self.hook.get().is_some() {
             self.run_first_suspend();
         }
@@ -258,14 +259,17 @@ impl<'a> Co<'a> {
     }
 
     /// Suspends until the CQE of the SQE just queued; counts it, and times it when asked.
+    /// Returns the CQE's result, which the loop resumed us with.
     #[inline(always)]
     fn park_io(&self) -> i32 {
         self.sqes.set(self.sqes.get().wrapping_add(1));
         if !self.inner.accounting() {
-            return self.park(Park::Io);
+            self.park(Park::Io);
+            return self.inner.resumed_with.get();
         }
         let started = Instant::now();
-        let result = self.park(Park::Io);
+        self.park(Park::Io);
+        let result = self.inner.resumed_with.get();
         let waited = started.elapsed().as_nanos() as u64;
         self.io_wait_ns.set(self.io_wait_ns.get() + waited);
         result
@@ -319,7 +323,7 @@ impl<'a> Co<'a> {
     ///   never frees a coroutine's stack while its SQE is in flight, even at shutdown.
     /// - The SQE must produce exactly one CQE: no multishot operations, no
     ///   `IOSQE_CQE_SKIP_SUCCESS`, no linked chains (`IO_LINK`, `IO_HARDLINK`).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn submit(&self, entry: squeue::Entry) -> io::Result<i32> {
         if self.inner.is_closing() {
             return Err(io::Error::from_raw_os_error(libc::ECANCELED));

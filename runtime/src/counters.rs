@@ -26,21 +26,17 @@ impl Counter {
     pub(crate) fn get(&self) -> u64 {
         self.0.get()
     }
-
-    #[inline(always)]
-    pub(crate) fn set_max(&self, n: u64) {
-        if n > self.0.get() {
-            self.0.set(n);
-        }
-    }
 }
 
 #[derive(Default, Debug)]
 pub(crate) struct Counters {
     pub(crate) spawned: Counter,
-    /// Jobs that returned or panicked (the snapshot's `completed` is these less the
-    /// panicked): one counter that every job's end bumps, and `live` subtracts.
-    pub(crate) finished: Counter,
+    /// The peak of live coroutines plus the jobs that returned or panicked: the one counter
+    /// a job's end bumps. Jobs finished are this less `peak_live` (the snapshot's
+    /// `completed` is those less the panicked), and a spawn sets a new peak exactly when
+    /// its `spawned` passes this (live, `spawned - finished`, passes `peak_live`): one
+    /// compare, no subtraction and no store of the peak but when it rises.
+    pub(crate) peak_plus_finished: Counter,
     pub(crate) panicked: Counter,
     pub(crate) stacks_allocated: Counter,
     /// Bare stacks taken from the pool (the snapshot's `stacks_reused` adds the spawns that
@@ -114,21 +110,32 @@ pub struct CounterSnapshot {
 
 impl Counters {
     /// A coroutine started: it is live, perhaps at a new peak. Returns how many have been
-    /// spawned, this one included (its id). Only `spawned` is written: the live count is
-    /// derived (`live`), so a finish writes one counter too.
+    /// spawned, this one included (its id). Only `spawned` is written (and the peak, when it
+    /// rises): the live count is derived (`live`), so a finish writes one counter too.
     #[inline(always)]
     pub(crate) fn started(&self) -> u64 {
         let spawned = self.spawned.get() + 1;
         self.spawned.0.set(spawned);
-        self.peak_live
-            .set_max(spawned.wrapping_sub(self.finished.get()));
+        // Live (`spawned - finished`) passes the peak: one more than it, as a spawn adds one.
+        if spawned > self.peak_plus_finished.get() {
+            self.peak_live.bump();
+            self.peak_plus_finished.bump();
+        }
         spawned
+    }
+
+    /// Jobs that returned or panicked.
+    #[inline(always)]
+    fn finished_jobs(&self) -> u64 {
+        self.peak_plus_finished
+            .get()
+            .wrapping_sub(self.peak_live.get())
     }
 
     /// Coroutines spawned and not finished (jobs dropped unrun at shutdown stay counted).
     #[inline(always)]
     pub(crate) fn live(&self) -> u64 {
-        self.spawned.get().wrapping_sub(self.finished.get())
+        self.spawned.get().wrapping_sub(self.finished_jobs())
     }
 
     /// A coroutine's job returned (`panicked: false`) or panicked.
@@ -137,12 +144,12 @@ impl Counters {
         if panicked {
             self.panicked.bump();
         }
-        self.finished.bump();
+        self.peak_plus_finished.bump();
     }
 
     /// A copy of the counters; `queued_starts` is how many spawned jobs wait to begin.
     pub(crate) fn snapshot(&self, queued_starts: usize) -> CounterSnapshot {
-        let finished = self.finished.get();
+        let finished = self.finished_jobs();
         let unbegun = queued_starts as u64 + self.dropped_unrun.get();
         let chained = self.spawned.get() - unbegun - self.loop_starts.get();
         // Every spawn takes an idle worker or makes one, on a bare pooled or a fresh stack.

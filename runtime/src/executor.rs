@@ -46,6 +46,11 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     pub(crate) closing: Cell<bool>,
     pub(crate) running: Cell<bool>,
+    /// The value of the resume under way, which the resumed coroutine reads once it is back
+    /// from its suspend: a CQE's result for an I/O wait, `START` or `END` for an idle
+    /// worker. Set before every resume that has a value to give (a yield and a wait on a
+    /// queue read none); see `Coro`.
+    pub(crate) resumed_with: Cell<i32>,
     poll: AdaptivePoll,
     account: bool,
     reaped_at: Cell<Option<Instant>>,
@@ -91,6 +96,7 @@ impl Runtime {
             counters: Counters::default(),
             closing: Cell::new(false),
             running: Cell::new(false),
+            resumed_with: Cell::new(0),
             poll: AdaptivePoll::new(config.poll_ns),
             account: config.account,
             reaped_at: Cell::new(None),
@@ -314,17 +320,27 @@ impl Inner {
         }
         let key = user_data as usize;
         self.sched.with(|s| {
-            let slot = &mut s.tasks[key];
+            // SAFETY: a CQE's `user_data` is its SQE's, and every SQE but the loop's own
+            // (`INTERNAL`, above) carries the key of the coroutine that waits for it.
+            let slot = unsafe { s.slot_unchecked(key) };
             debug_assert_eq!(slot.state, State::Io, "CQE for key {key} not in I/O");
             slot.state = State::Ready;
         });
         Some(key)
     }
 
-    /// Notes when completions were last reaped, if the loop measures it.
+    /// Notes when completions were last reaped, if the loop measures it (one test of
+    /// `account` when it does not).
     #[inline(always)]
     pub(crate) fn reaped(&self, reaped: usize) {
-        if self.account && reaped > 0 {
+        if self.account {
+            self.note_reaped(reaped);
+        }
+    }
+
+    #[inline(never)]
+    fn note_reaped(&self, reaped: usize) {
+        if reaped > 0 {
             self.reaped_at.set(Some(Instant::now()));
         }
     }

@@ -12,6 +12,7 @@
 //! They are apart from the turn itself (`executor`) so that it stays short to read, and the
 //! conditions that send a coroutine back to the general loop are in one place.
 
+use std::cell::Cell;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -85,31 +86,38 @@ impl Inner {
                 return self.made_ready_by_stop();
             }
             self.wait()?;
-            let mut mine = None;
+            // The run queue is empty (checked above) and only this reap fills it, so
+            // whether it is still empty is `got`, kept in a register, not reloaded. `lone`
+            // is the key whose CQE would be the lone coroutine's alone so far: `key` until a
+            // coroutine's CQE is reaped, then none (one compare per CQE).
+            let mut got = Got::Nothing;
+            let mut lone = key;
             let reaped = self.reactor.reap(&self.counters, |user_data, result| {
                 let Some(ready) = self.completed(user_data) else {
                     return;
                 };
+                if ready == lone {
+                    got = Got::Mine(result);
+                    lone = NO_KEY;
+                    return;
+                }
+                lone = NO_KEY;
+                // Not alone after all: queue everything, in CQE order.
                 self.sched.with(|s| {
-                    if ready == key && mine.is_none() && s.ready.is_empty() {
-                        mine = Some(result);
-                        return;
-                    }
-                    // Not alone after all: queue everything, in CQE order.
-                    if let Some(first) = mine.take() {
+                    if let Got::Mine(first) = got {
                         s.ready.push_back((key, first));
                     }
                     s.ready.push_back((ready, result));
                 });
+                got = Got::Queued;
             });
             self.reaped(reaped);
-            let Some(result) = mine else {
-                if self.sched.with(|s| s.ready.is_empty()) {
-                    continue; // woken without a coroutine's CQE (EINTR, a cancel's CQE)
-                }
-                return Ok(Alone::Reaped);
+            let result = match got {
+                Got::Mine(result) => result,
+                Got::Nothing => continue, // woken without a coroutine's CQE (EINTR, a cancel's)
+                Got::Queued => return Ok(Alone::Reaped),
             };
-            match self.run_in(slot, key, result) {
+            match self.run_in_for_io(slot, key, result) {
                 Back::Io if self.waits_alone() => continue,
                 Back::Yielded => {
                     self.sched.with(|s| s.ready.push_back((key, 0)));
@@ -124,7 +132,9 @@ impl Inner {
     /// other coroutine is ready and no I/O is in flight (so no submit or reap is due).
     #[inline(always)]
     pub(crate) fn alone(&self) -> bool {
-        self.reactor.in_flight() == 0 && self.sched.with(|s| s.ready.is_empty())
+        // One sum of two counts, each at least zero: zero when both are (one test and
+        // branch where the two tests took two).
+        self.sched.with(|s| s.ready.len()) + self.reactor.in_flight() == 0
     }
 
     /// The fast path for one ready coroutine: it yielded as the last of its turn and is
@@ -152,24 +162,29 @@ impl Inner {
             slot,
             co: ManuallyDrop::new(taken),
         };
+        // Only the exits read the key: kept in memory (its address given away), it is read
+        // there, where in a register the switch clobbers it was reloaded after every resume.
+        let key = Cell::new(key);
+        std::hint::black_box(&key);
         loop {
             if stop() {
                 drop(held);
-                self.sched.with(|s| s.ready.push_back((key, 0)));
+                self.sched.with(|s| s.ready.push_back((key.get(), 0)));
                 return true;
             }
             self.counters.resumes.bump();
-            match held.co.resume(0) {
+            // No value to hand over: a yield reads none (see `Coro`).
+            match held.co.resume(()) {
                 CoroutineResult::Yield(Park::Yield) => self.counters.suspends.bump(),
                 other => {
                     drop(held);
-                    self.came_back(key, other);
+                    self.came_back(key.get(), other);
                     return false;
                 }
             }
             if !self.alone() {
                 drop(held);
-                self.sched.with(|s| s.ready.push_back((key, 0)));
+                self.sched.with(|s| s.ready.push_back((key.get(), 0)));
                 return false;
             }
         }
@@ -203,6 +218,20 @@ impl Inner {
         self.reap();
         Ok(Alone::Reaped)
     }
+}
+
+/// Never a key (keys index the loop's slots), nor `INTERNAL`'s (reaped apart).
+const NO_KEY: usize = usize::MAX - 1;
+
+/// What the completions `wait_alone` reaped so far did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Got {
+    /// Nothing for a coroutine (yet): the run queue is still empty.
+    Nothing,
+    /// Only the lone coroutine's CQE, with its result: nothing queued.
+    Mine(i32),
+    /// Other coroutines' CQEs: everything reaped is in the run queue, in CQE order.
+    Queued,
 }
 
 /// A coroutine's handle taken out of its slot by `run_alone`; dropping it puts the handle

@@ -1,6 +1,6 @@
 //! Awaiting a coroutine's result, and learning that it panicked instead.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
@@ -30,6 +30,9 @@ impl std::error::Error for JoinError {}
 
 pub(crate) struct JoinState<T> {
     result: RefCell<Option<Result<T, JoinError>>>,
+    /// Whether `result` holds the outcome: what [`JoinHandle::is_finished`] reads, one load
+    /// and no borrow (`block_on` asks it after every turn of the loop).
+    has_result: Cell<bool>,
     waiters: WaitQueue,
 }
 
@@ -37,6 +40,7 @@ impl<T> JoinState<T> {
     pub(crate) fn new() -> Self {
         JoinState {
             result: RefCell::new(None),
+            has_result: Cell::new(false),
             waiters: WaitQueue::new(),
         }
     }
@@ -68,6 +72,7 @@ impl<T> Drop for Outcome<'_, '_, T> {
             }));
         }
         drop(result);
+        self.state.has_result.set(true);
         self.state.waiters.wake_all(self.co);
     }
 }
@@ -90,12 +95,16 @@ impl<T> JoinHandle<T> {
 
     /// Whether the coroutine has finished (returned or panicked).
     pub fn is_finished(&self) -> bool {
-        self.state.result.borrow().is_some()
+        self.state.has_result.get()
     }
 
     /// The outcome, if the coroutine has finished.
     pub fn try_take(&self) -> Option<Result<T, JoinError>> {
-        self.state.result.borrow_mut().take()
+        let taken = self.state.result.borrow_mut().take();
+        if taken.is_some() {
+            self.state.has_result.set(false);
+        }
+        taken
     }
 
     /// Suspends the calling coroutine until the joined one finishes.

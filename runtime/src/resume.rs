@@ -43,21 +43,17 @@ impl Inner {
     /// [`Inner::run_task`] with the slot of `key` already looked up.
     #[inline(always)]
     pub(crate) fn run_in(&self, slot: NonNull<Option<Coro>>, key: usize, value: i32) -> Back {
-        self.counters.resumes.bump();
-        // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
-        // while this coroutine runs nothing else touches its slot: only `retire` and `end`
-        // below take it out, after `resume` has returned.
-        let co = unsafe { &mut *slot.as_ptr() }
-            .as_mut()
-            .expect("a ready coroutine is in its slot");
-        match co.resume(value) {
+        match self.resume_in(slot, value) {
             CoroutineResult::Yield(Park::Yield) => {
                 self.counters.suspends.bump();
                 Back::Yielded
             }
             CoroutineResult::Yield(Park::Io) => {
                 self.counters.suspends.bump();
-                self.sched.with(|s| s.tasks[key].state = State::Io);
+                self.sched.with(|s| {
+                    // SAFETY: the key of the coroutine just resumed.
+                    unsafe { s.slot_unchecked(key) }.state = State::Io;
+                });
                 Back::Io
             }
             CoroutineResult::Yield(Park::Done) => {
@@ -68,13 +64,50 @@ impl Inner {
         }
     }
 
+    /// [`Inner::run_in`] for a coroutine that is expected back on I/O again (`wait_alone`):
+    /// that way back is one compare, and every other is booked out of line (`came_back`).
+    /// Inline, `run_in`'s three compares became a jump table there.
+    #[inline(always)]
+    pub(crate) fn run_in_for_io(
+        &self,
+        slot: NonNull<Option<Coro>>,
+        key: usize,
+        value: i32,
+    ) -> Back {
+        match self.resume_in(slot, value) {
+            CoroutineResult::Yield(Park::Io) => {
+                self.counters.suspends.bump();
+                self.sched.with(|s| {
+                    // SAFETY: the key of the coroutine just resumed.
+                    unsafe { s.slot_unchecked(key) }.state = State::Io;
+                });
+                Back::Io
+            }
+            other => self.came_back(key, other),
+        }
+    }
+
+    /// Resumes the coroutine in `slot` with `value`, counted.
+    #[inline(always)]
+    fn resume_in(&self, slot: NonNull<Option<Coro>>, value: i32) -> CoroutineResult<Park, ()> {
+        self.counters.resumes.bump();
+        // SAFETY: the slot's address is stable for the store's life (see `CoroStore`), and
+        // while this coroutine runs nothing else touches its slot: only `retire` and `end`
+        // take it out, after `resume` has returned.
+        let co = unsafe { &mut *slot.as_ptr() }
+            .as_mut()
+            .expect("a ready coroutine is in its slot");
+        self.resumed_with.set(value);
+        co.resume(())
+    }
+
     /// The rarer ways back: the coroutine waits on a queue, or its worker returned (its
     /// job panicked). Out of line, so that the compiler keeps the three compares above
     /// instead of folding every arm back into one jump table (five instructions more on
     /// every switch).
     ///
     /// `run_alone` books every way back but a yield here too, once its coroutine is back
-    /// in its slot.
+    /// in its slot, and `run_in_for_io` every way back but an I/O wait.
     #[inline(never)]
     pub(crate) fn came_back(&self, key: usize, how: CoroutineResult<Park, ()>) -> Back {
         match how {
@@ -92,7 +125,10 @@ impl Inner {
                 self.retire(key);
                 Back::Other
             }
-            CoroutineResult::Yield(Park::Yield) => unreachable!("handled by the callers"),
+            CoroutineResult::Yield(Park::Yield) => {
+                self.counters.suspends.bump();
+                Back::Yielded
+            }
             CoroutineResult::Return(()) => {
                 self.ended_by_panic(key);
                 Back::Other
@@ -152,7 +188,8 @@ impl Inner {
             .coros
             .with(|coros| coros.take(key))
             .expect("an idle worker is in its slot");
-        let ended = co.resume(END);
+        self.resumed_with.set(END);
+        let ended = co.resume(());
         debug_assert!(matches!(ended, CoroutineResult::Return(())));
         self.end(key, co);
     }

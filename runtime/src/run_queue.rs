@@ -40,6 +40,10 @@ pub(crate) struct RunQueue {
     head: usize,
     tail: usize,
     turn_end: usize,
+    /// `head + mask`: the ring is full when `tail` passes it. Kept beside the head (one
+    /// more increment per pop), so that a push tests one load against the tail instead of
+    /// computing the length (three fewer instructions per push).
+    full_at: usize,
 }
 
 impl RunQueue {
@@ -51,6 +55,7 @@ impl RunQueue {
             head: 0,
             tail: 0,
             turn_end: 0,
+            full_at: 63,
         }
     }
 
@@ -64,9 +69,23 @@ impl RunQueue {
         self.tail == self.head
     }
 
+    /// Whether the ring is full: `len() > mask`.
+    #[inline(always)]
+    fn full(&self) -> bool {
+        debug_assert_eq!(self.full_at, self.head + self.mask);
+        self.tail > self.full_at
+    }
+
+    /// Moves the head one entry on (a pop).
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.head += 1;
+        self.full_at += 1;
+    }
+
     #[inline(always)]
     pub(crate) fn push_back(&mut self, entry: (usize, i32)) {
-        if self.len() > self.mask {
+        if self.full() {
             self.grow();
         }
         let at = self.tail & self.mask;
@@ -82,7 +101,7 @@ impl RunQueue {
     where
         F: FnOnce(&Co<'_>) + 'static,
     {
-        if self.len() > self.mask {
+        if self.full() {
             self.grow();
         }
         let at = self.tail & self.mask;
@@ -111,7 +130,7 @@ impl RunQueue {
         if !self.in_turn() || self.front().1 != START {
             return None;
         }
-        self.head += 1;
+        self.advance();
         Some(self.job_at(self.head - 1))
     }
 
@@ -151,7 +170,7 @@ impl RunQueue {
             return None;
         }
         let entry = self.front();
-        self.head += 1;
+        self.advance();
         Some(entry)
     }
 
@@ -186,7 +205,7 @@ impl RunQueue {
         if !want(entry) {
             return None;
         }
-        self.head += 1;
+        self.advance();
         Some(entry)
     }
 
@@ -217,6 +236,7 @@ impl RunQueue {
         self.head = 0;
         self.tail = 0;
         self.turn_end = 0;
+        self.full_at = self.mask;
         jobs
     }
 
@@ -245,6 +265,7 @@ impl RunQueue {
         self.turn_end = self.turn_end.saturating_sub(self.head).min(len);
         self.head = 0;
         self.tail = len;
+        self.full_at = self.mask;
     }
 }
 

@@ -33,6 +33,20 @@ impl Sched {
         })
     }
 
+    /// The slot of `key`, without a bounds check: the loop's hot paths book a state in it
+    /// on every I/O wait and every completion.
+    ///
+    /// # Safety
+    /// `key` was made by [`Sched::new_key`] (slots are never removed, so it is in bounds):
+    /// the key of a coroutine the loop resumes, or a CQE's `user_data` other than
+    /// `INTERNAL` (every SQE carries its coroutine's key, see `reactor`'s contract).
+    #[inline(always)]
+    pub(crate) unsafe fn slot_unchecked(&mut self, key: usize) -> &mut Slot {
+        debug_assert!(key < self.tasks.len(), "key {key} was never made");
+        // SAFETY: in bounds (the caller's contract).
+        unsafe { self.tasks.get_unchecked_mut(key) }
+    }
+
     /// Frees the slot of a worker that ended (its `Co` is gone); returns what it was.
     pub(crate) fn release(&mut self, key: usize) -> Slot {
         std::mem::replace(&mut self.tasks[key], Slot::FREE)

@@ -61,7 +61,7 @@ impl Inner {
             );
         }
         for (state, (id, name), co) in workers {
-            let ended = panic::catch_unwind(AssertUnwindSafe(|| end_at_shutdown(state, co)));
+            let ended = panic::catch_unwind(AssertUnwindSafe(|| self.end_at_shutdown(state, co)));
             if let Err(payload) = ended {
                 log::error!(
                     "coroutine {id} ({name}) panicked while unwinding at shutdown: {}",
@@ -109,11 +109,14 @@ impl Inner {
     }
 }
 
-/// Ends a worker at shutdown: an idle one (or one never started), resumed with [`END`],
-/// returns; one suspended inside its job is dropped, which unwinds its stack.
-fn end_at_shutdown(state: State, mut co: Coro) {
-    if state == State::Free {
-        co.resume(END);
+impl Inner {
+    /// Ends a worker at shutdown: an idle one (or one never started), resumed with [`END`],
+    /// returns; one suspended inside its job is dropped, which unwinds its stack.
+    fn end_at_shutdown(&self, state: State, mut co: Coro) {
+        if state == State::Free {
+            self.resumed_with.set(END);
+            co.resume(());
+        }
+        drop(co);
     }
-    drop(co);
 }

@@ -52,11 +52,14 @@ impl StackPool {
     /// pool is closed.
     #[inline(always)]
     pub(crate) fn promise(&mut self) -> bool {
-        if self.spare == 0 {
-            return false;
+        // Decremented first, and put back on the rare path where none was spare: the
+        // pooled spawn is then one decrement in place and a branch on its borrow.
+        let (left, none) = self.spare.overflowing_sub(1);
+        self.spare = left;
+        if none {
+            self.spare = 0;
         }
-        self.spare -= 1;
-        true
+        !none
     }
 
     /// The key of a promised idle worker, for the start entry the loop has reached.

@@ -21,9 +21,12 @@ pub(crate) enum Park {
     Done,
 }
 
-/// A worker coroutine as the loop holds it: resumed with a CQE result (or 0), yields a
-/// [`Park`] (see `worker`).
-pub(crate) type Coro = Coroutine<i32, Park, (), ColoredStack>;
+/// A worker coroutine as the loop holds it: yields a [`Park`] (see `worker`). It is resumed
+/// with `()`: the value it resumes with (a CQE's result, `START`, `END`) is handed over
+/// beside the switch, in `Inner::resumed_with`. corosensei passes a `Result<i32, _>` input
+/// through memory, by pointer, on every resume; a `()` input is one register, as in raw
+/// corosensei, and a yield, which has no value to read, stores and loads nothing.
+pub(crate) type Coro = Coroutine<(), Park, (), ColoredStack>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {

@@ -39,7 +39,8 @@ pub(crate) const END: i32 = i32::MIN;
 
 /// A new idle worker for `key` on `stack`.
 pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro {
-    Coroutine::with_stack(stack, move |yielder, first: i32| {
+    Coroutine::with_stack(stack, move |yielder, ()| {
+        let first = inner.resumed_with.get();
         // One `Co` for every job of this worker, reset for each (`begin`).
         let co = Co::new(yielder, &inner, key);
         inner.sched.with(|s| s.register(key, &co.identity));
@@ -57,7 +58,7 @@ pub(crate) fn worker(stack: ColoredStack, inner: Rc<Inner>, key: usize) -> Coro 
 
 /// The worker's life: job after job until it is resumed with [`END`].
 #[inline(always)]
-fn serve(inner: &Inner, co: &Co<'_>, yielder: &Yielder<i32, Park>, first: i32) {
+fn serve(inner: &Inner, co: &Co<'_>, yielder: &Yielder<(), Park>, first: i32) {
     let mut command = first;
     while command != END {
         let mut job = inner.started_job();
@@ -74,6 +75,7 @@ fn serve(inner: &Inner, co: &Co<'_>, yielder: &Yielder<i32, Park>, first: i32) {
                 None => break,
             }
         }
-        command = yielder.suspend(Park::Done);
+        yielder.suspend(Park::Done);
+        command = inner.resumed_with.get();
     }
 }

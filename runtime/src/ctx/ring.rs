@@ -60,7 +60,7 @@ impl Ctx<'_> {
 
     /// `IORING_OP_NOP` (Linux 5.1): a full round trip through the ring that does nothing
     /// (what a suspension on I/O costs). A ring only: [`NoRing`] in `Blocking` mode.
-    #[inline]
+    #[inline(always)]
     pub fn nop(&self) -> io::Result<()> {
         match self {
             Ctx::Coroutine(co) => co.nop(),
