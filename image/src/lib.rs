@@ -99,8 +99,12 @@ pub struct Export {
     sharers: Option<Arc<AtomicUsize>>,
 }
 
-/// `fh` of an open that passed through (the others get 0), so that RELEASE knows.
+/// Bit of `fh` for an open that passed through, so that RELEASE knows.
 const FH_PASSTHROUGH: u64 = 1;
+/// Bit of `fh` for an open for reading only, so that FLUSH knows: such a handle wrote
+/// nothing, and its close does not wait for the backend (a down NBD server would hold
+/// it up to `--reconnect-delay`).
+const FH_READ_ONLY: u64 = 2;
 
 impl Export {
     /// Exports `backend`; a read-only backend makes a read-only export whatever `options`
@@ -177,7 +181,11 @@ impl Export {
         }
         // Direct I/O: every read and write reaches us (no page cache in between), and
         // parallel direct writes are not serialised on the inode lock.
-        out.fh = 0;
+        out.fh = if access == libc::O_RDONLY {
+            FH_READ_ONLY
+        } else {
+            0
+        };
         out.open_flags = FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
         out.backing_id = 0;
         if self.options.passthrough {
@@ -193,7 +201,7 @@ impl Export {
             let reads_only = access == libc::O_RDONLY;
             if let Mode::Passthrough(id) = self.inode.open(reads_only, register) {
                 self.passthrough.count_open();
-                out.fh = FH_PASSTHROUGH;
+                out.fh |= FH_PASSTHROUGH;
                 out.backing_id = id.0;
                 out.open_flags = match reads_only {
                     true => FOPEN_PASSTHROUGH,
@@ -209,18 +217,20 @@ impl Export {
         if !self.options.passthrough {
             return;
         }
-        let mode = match arg.fh {
-            FH_PASSTHROUGH => Mode::Passthrough(backing::BackingId(0)),
-            _ => Mode::Served,
+        let mode = match arg.fh & FH_PASSTHROUGH != 0 {
+            true => Mode::Passthrough(backing::BackingId(0)),
+            false => Mode::Served,
         };
         if let Some(id) = self.inode.release(mode) {
             self.passthrough.unregister(id);
         }
     }
 
-    /// FLUSH: makes writes durable, where there can be any.
-    fn flush_writes(&self, cx: &Ctx<'_>) -> Result<(), Errno> {
-        if !self.options.writable {
+    /// FLUSH (each close of handle `fh`): makes writes durable, where there can be any:
+    /// not through a read-only export or a handle opened for reading only. fsync(2) on
+    /// any handle still flushes (FSYNC).
+    fn flush_writes(&self, cx: &Ctx<'_>, fh: u64) -> Result<(), Errno> {
+        if !self.options.writable || fh & FH_READ_ONLY != 0 {
             return Ok(());
         }
         self.backend.flush(cx).map_err(Errno::from)

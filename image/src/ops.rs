@@ -68,8 +68,8 @@ impl Operations for Export {
         Ok(Reply::empty(req.unique))
     }
 
-    fn flush_file<'b>(&self, cx: &Ctx<'_>, req: &Request<'_>, _arg: &fuse_flush_in) -> Answer<'b> {
-        self.flush_writes(cx)?;
+    fn flush_file<'b>(&self, cx: &Ctx<'_>, req: &Request<'_>, arg: &fuse_flush_in) -> Answer<'b> {
+        self.flush_writes(cx, arg.fh)?;
         Ok(Reply::empty(req.unique))
     }
 

@@ -154,6 +154,31 @@ fn mount_inject_flush_fails_once(mode: Dispatch) {
     assert_eq!(faults(&inject, "flush", "EIO"), 1, "{inject}");
 }
 
+dispatch_tests!(mount_inject_close_flushes_only_what_could_write);
+/// close(2) sends FLUSH: on a handle opened for writing it reaches the backend's flush
+/// (and reports its error), on one opened for reading only it does not (nothing to make
+/// durable; a down NBD server would otherwise hold every reader's close).
+fn mount_inject_close_flushes_only_what_could_write(mode: Dispatch) {
+    use std::os::fd::IntoRawFd;
+    let close = |file: File| {
+        // SAFETY: the descriptor is ours alone (just taken out of its File), closed once.
+        let rc = unsafe { libc::close(file.into_raw_fd()) };
+        (rc == 0)
+            .then_some(())
+            .ok_or_else(std::io::Error::last_os_error)
+    };
+    // Once: the read-only close would take it (and fail) if it flushed.
+    let inj = Injected::start(mode, "flush:EIO:once", &[]);
+    let reader = File::open(inj.export.path()).unwrap();
+    assert_original(&reader, 0, 4096, "read before close");
+    close(reader).expect("a read-only close flushes nothing");
+    let writer = inj.file();
+    writer.write_all_at(&[7; 4096], 0).unwrap();
+    assert_eq!(errno_of(close(writer), "close"), libc::EIO);
+    let (inject, ..) = inj.stop();
+    assert_eq!(faults(&inject, "flush", "EIO"), 1, "{inject}");
+}
+
 dispatch_tests!(mount_inject_discard_and_zeroes_fail_in_their_ranges);
 /// fallocate PUNCH_HOLE is `discard`, ZERO_RANGE is `zeroes`: each rule hits only its own.
 fn mount_inject_discard_and_zeroes_fail_in_their_ranges(mode: Dispatch) {
