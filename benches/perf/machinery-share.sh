@@ -6,7 +6,7 @@
 # with perf record -a during the load, and splits the daemon's samples by source file of the
 # innermost (inlined) frame.
 set -euo pipefail
-bin=$1; out=$2; secs=${3:-5}; engine=${4:-psync}; qd=${5:-1}
+bin=$(realpath "$1"); out=$2; secs=${3:-5}; engine=${4:-psync}; qd=${5:-1}
 mkdir -p $out; tmp=$(mktemp -d /tmp/fshare.XXXX); mnt=$tmp/mnt; touch $mnt
 $bin mount --dispatch coroutine --pidfile $tmp/pid null:1G $mnt 2>$tmp/log &
 d=$!
