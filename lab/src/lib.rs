@@ -213,7 +213,13 @@ fn lab(args: &LabArgs) -> Result<(), String> {
     let plan = plan::build(args, daemon::program(args.corofuse.as_deref())?)?;
     let environment = begin()?;
     interrupt::install()?;
-    let _page_reporting = setting::hold_page_reporting();
+    let page_reporting = setting::hold_page_reporting();
+    if page_reporting
+        .as_ref()
+        .is_some_and(setting::Setting::changed)
+    {
+        setting::warm_free_memory();
+    }
     let storage = if plan.on_storage() {
         let image = storage::prepare(&args.storage_dir, plan.storage_size, args.refill_image)?;
         if image.reused {
