@@ -27,8 +27,8 @@
 //! [`IDLE_RATE`]) has every loop taking requests, so that the next burst is served where
 //! it comes from. While it holds, it watches the rate over [`WATCH`] windows: a window
 //! without a request (the gap between two jobs) takes every loop back at once, and a
-//! rate that moved by more than [`SHIFT`] from the one the state was judged on starts a
-//! trial at once (a new workload is not served for seconds in a state chosen for the
+//! rate that moved by more than [`SHIFT`] from the one the state was judged on, for
+//! [`SHIFT_WINDOWS`] windows, starts a trial at once (a new workload is not served for seconds in a state chosen for the
 //! last one). With a client on every CPU, pausing a loop serves less and is undone.
 //!
 //! Why these rules (issue 37): sequential 1 MiB writes run at 400-4000 requests per
@@ -86,8 +86,9 @@ pub const GAIN: u64 = 1080;
 /// While it holds, the controller looks at the session's rate over windows this long:
 /// a window without a request (the gap between two jobs) takes every loop back at once,
 /// and a rate that moved by more than [`SHIFT`] from the one the state was judged on, in
-/// [`SHIFT_WINDOWS`] windows in a row, starts a trial at once, instead of after up to [`MAX_HOLD`] in a state chosen for
-/// another workload (a qd64 writer's paused loop kept for a qd1 reader after it: 0.4x).
+/// [`SHIFT_WINDOWS`] windows in a row, starts a trial at once, instead of after up to
+/// [`MAX_HOLD`] in a state chosen for another workload (a qd64 writer's paused loop kept
+/// for a qd1 reader after it: 0.4x).
 pub const WATCH: Duration = Duration::from_millis(100);
 /// The factor by which the rate must move, either way, for a trial to start at once.
 pub const SHIFT: u64 = 2;
@@ -299,8 +300,6 @@ pub struct Controller {
     judged: Option<u64>,
     /// The current [`WATCH`] window: its start and the requests counted then.
     watch: (Instant, u64),
-    /// The requests counted at the last tick.
-    seen: u64,
     /// [`WATCH`] windows in a row whose rate moved by more than [`SHIFT`].
     shifted: u32,
 }
@@ -320,7 +319,6 @@ impl Controller {
             in_trial: Duration::ZERO,
             judged: None,
             watch: (now, placement.requests()),
-            seen: placement.requests(),
             shifted: 0,
         }
     }
@@ -349,7 +347,7 @@ impl Controller {
     pub fn tick(&mut self, placement: &Placement, now: Instant) -> Next {
         self.account(placement, now);
         let requests = placement.requests();
-        self.seen = requests;
+        let was_holding = matches!(self.phase, Phase::Hold { .. });
         let mut changed = false;
         self.phase = match self.phase {
             Phase::Hold { until } if now < until => match self.watch(placement, now, requests) {
@@ -391,6 +389,9 @@ impl Controller {
                 }
             }
         };
+        if !was_holding && matches!(self.phase, Phase::Hold { .. }) {
+            self.watch = (now, requests); // a hold starts its first window
+        }
         let at = match self.phase {
             Phase::Hold { until } => until.min(self.watch.0 + WATCH),
             Phase::Settle { until, .. } => until,
@@ -513,8 +514,7 @@ impl Controller {
         self.hold(now)
     }
 
-    fn hold(&mut self, now: Instant) -> Phase {
-        self.watch = (now, self.seen);
+    fn hold(&self, now: Instant) -> Phase {
         Phase::Hold {
             until: now + self.hold,
         }
@@ -889,18 +889,25 @@ mod tests {
         assert_eq!(c.stats().trials, 0);
     }
 
-    /// A qd64 writer kept a loop paused (400k against 310k); then a qd1 reader comes,
-    /// which both loops serve 2.5x faster. Held, the pause would last up to `MAX_HOLD`
-    /// (3.2 s) into the reader's run; the rate's fall starts the trial within
-    /// `SHIFT_WINDOWS` windows.
-    #[test]
-    fn a_new_workload_is_tried_at_once() {
+    /// Two loops after 12 s of a qd64 writer that one loop serves better (400k against
+    /// 310k): one is paused, and the controller holds.
+    fn paused_by_a_writer() -> (Placement, Controller, Instant) {
         let p = Placement::new(2);
         let mut t = Instant::now();
         let mut c = Controller::new(&p, t);
         let writer = |p: &Placement, _| if p.paused() == 1 { 400_000 } else { 310_000 };
         drive(&p, &mut c, &mut t, 12, writer);
         assert_eq!(p.paused(), 1, "{:?}", c.stats());
+        (p, c, t)
+    }
+
+    /// A qd64 writer kept a loop paused (400k against 310k); then a qd1 reader comes,
+    /// which both loops serve 2.5x faster. Held, the pause would last up to `MAX_HOLD`
+    /// (3.2 s) into the reader's run; the rate's fall starts the trial within
+    /// `SHIFT_WINDOWS` windows.
+    #[test]
+    fn a_new_workload_is_tried_at_once() {
+        let (p, mut c, mut t) = paused_by_a_writer();
         let reader = |p: &Placement, _| if p.paused() == 1 { 22_000 } else { 55_000 };
         // SHIFT_WINDOWS windows, then one trial (its three measurements and settling).
         let soon = WATCH * (SHIFT_WINDOWS + 1) + 3 * TRIAL + 2 * SETTLE;
@@ -913,12 +920,7 @@ mod tests {
     /// at once: the next job starts where its client runs.
     #[test]
     fn a_gap_between_jobs_takes_every_loop_back() {
-        let p = Placement::new(2);
-        let mut t = Instant::now();
-        let mut c = Controller::new(&p, t);
-        let writer = |p: &Placement, _| if p.paused() == 1 { 400_000 } else { 310_000 };
-        drive(&p, &mut c, &mut t, 12, writer);
-        assert_eq!(p.paused(), 1, "{:?}", c.stats());
+        let (p, mut c, mut t) = paused_by_a_writer();
         let idle_before = c.stats().idle;
         let end = t + 2 * WATCH + Duration::from_millis(1);
         while t < end {
