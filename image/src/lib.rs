@@ -175,17 +175,13 @@ impl Export {
         arg: &fuse_open_in,
         out: &'a mut fuse_open_out,
     ) -> Result<&'a fuse_open_out, Errno> {
-        let access = arg.flags as i32 & libc::O_ACCMODE;
-        if access != libc::O_RDONLY && !self.options.writable {
+        let reads_only = arg.flags as i32 & libc::O_ACCMODE == libc::O_RDONLY;
+        if !reads_only && !self.options.writable {
             return Err(Errno::EROFS);
         }
         // Direct I/O: every read and write reaches us (no page cache in between), and
         // parallel direct writes are not serialised on the inode lock.
-        out.fh = if access == libc::O_RDONLY {
-            FH_READ_ONLY
-        } else {
-            0
-        };
+        out.fh = if reads_only { FH_READ_ONLY } else { 0 };
         out.open_flags = FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
         out.backing_id = 0;
         if self.options.passthrough {
@@ -198,7 +194,6 @@ impl Export {
             // file): it is served as without passthrough, unless read-only opens pass
             // through already, beside which the kernel allows only the passthrough
             // family (then its mappings, and only they, go to the file).
-            let reads_only = access == libc::O_RDONLY;
             if let Mode::Passthrough(id) = self.inode.open(reads_only, register) {
                 self.passthrough.count_open();
                 out.fh |= FH_PASSTHROUGH;

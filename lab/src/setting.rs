@@ -96,7 +96,7 @@ impl Setting {
     }
 }
 
-/// Memory [`warm`] leaves untouched.
+/// Memory [`warm_free_memory`] leaves untouched.
 const WARM_MARGIN: u64 = 2 << 30;
 
 /// Touches the machine's free memory but [`WARM_MARGIN`] once and frees it, after free
@@ -105,7 +105,7 @@ const WARM_MARGIN: u64 = 2 << 30;
 /// (2026-12-06): after `drop_caches` and 15 s idle, the main job's first `disk` 1 MiB
 /// write ran at 502 and 602 IOPS (0.14x the device, 2.6 ms of daemon CPU per request),
 /// and at 4,073-5,835 right after; touching 4 GiB first did not help (602), touching all
-/// free memory did (6,195). It costs the host's faults once: ~45 s for 17.5 GiB here.
+/// free memory did (6,195). It costs the host's faults once: 40-45 s for 17.5 GiB here.
 pub fn warm_free_memory() {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let free_kib = meminfo
