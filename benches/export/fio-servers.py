@@ -42,8 +42,9 @@ for the TSV lines of earlier runs instead (runs of one suite pooled: more rounds
 Needs root, fio, /dev/fuse, qemu-storage-daemon (qemu-img and qemu-nbd for their suites);
 `cargo build --release -p corofuse` first ($COROFUSE names another binary). Turns the fuse
 module's enable_uring on for the run and restores it. Holds off a virtual machine's free
-page reporting for the run and restores it (`machine_settings`: why). Stops only the
-daemons it started, and unmounts what they leave.
+page reporting for the run and restores it, and where it was on, first touches the free
+memory but 2 GiB once (~40 s; `machine_settings`: why). Stops only the daemons it started,
+and unmounts what they leave.
 
     benches/export/fio-servers.py defaults --rounds 2 --seconds 4
     benches/export/fio-servers.py clients --rounds 2 --seconds 4
@@ -77,6 +78,8 @@ ENABLE_URING = '/sys/module/fuse/parameters/enable_uring'
 # ever reported.
 PAGE_REPORTING = '/sys/module/page_reporting/parameters/page_reporting_order'
 NO_REPORTING_ORDER = '11'
+# Free memory `machine_settings.warm` leaves untouched (as the lab's WARM_MARGIN).
+WARM_MARGIN = 2 << 30
 
 PSYNC_QD1 = '--ioengine=psync --iodepth=1'
 URING_QD64 = '--ioengine=io_uring --iodepth=64'
@@ -366,8 +369,8 @@ class machine_settings:
     copy_folio_from_iter_atomic 51%, the other writer spinning on the inode lock 19%), for
     whichever server ran first after a 2 GiB run, explicit configurations and fio straight
     on the file alike. That is the host's cost, not the server's; held off, the same
-    sequence serves 6,000-8,000 for every server. Then `warm` touches memory once so that
-    the first run does not pay for it either."""
+    sequence serves 6,000-8,000 for every server. Then `warm` touches the free memory the
+    idle VM had already reported, once, so that the first run does not pay for it either."""
 
     def __enter__(self):
         self.saved = {}
@@ -387,20 +390,44 @@ class machine_settings:
                   flush=True)
         return self
 
-    def warm(self, size):
-        """Touches `size` bytes of anonymous memory once and frees it, so that the page
-        cache the runs fill comes from memory the host backs (with reporting held off)."""
-        if PAGE_REPORTING not in self.saved:
+    def warm(self):
+        """Touches the machine's free memory but WARM_MARGIN once and frees it, when free
+        page reporting was found on and held off (as `lab::setting::warm_free_memory`):
+        what the idle guest reported before the run is gone from the host, and the first
+        buffered writer would fault it back in. Touching 4 GiB was not enough (the first
+        1 MiB writer after idle: 602 IOPS), all free memory was (6,195). It costs the
+        host's faults once: 40-45 s for 17.5 GiB on this VM."""
+        if self.saved.get(PAGE_REPORTING, NO_REPORTING_ORDER) == NO_REPORTING_ORDER:
             return
+        size = warm_size()
+        if size == 0:
+            return
+        print(f'# touching {size >> 20} MiB of free memory once, which the host took back '
+              f'while this VM was idle (free page reporting), so that no run pays for it ...',
+              flush=True)
         import mmap
-        area = mmap.mmap(-1, size)
+        start = time.monotonic()
+        try:
+            area = mmap.mmap(-1, size)
+        except OSError as e:
+            print(f'# cannot take it ({e}): the first buffered rows may pay host page faults',
+                  flush=True)
+            return
         for offset in range(0, size, mmap.PAGESIZE):
             area[offset] = 1
         area.close()
+        print(f'# touched in {time.monotonic() - start:.1f} s', flush=True)
 
     def __exit__(self, *exc):
         for path, before in self.saved.items():
             open(path, 'w').write(before)
+
+
+def warm_size(meminfo='/proc/meminfo'):
+    """Bytes `machine_settings.warm` touches: MemFree but WARM_MARGIN, 0 if no more."""
+    with open(meminfo) as f:
+        free_kib = next((int(line.split()[1]) for line in f if line.startswith('MemFree:')), 0)
+    return max(free_kib * 1024 - WARM_MARGIN, 0)
 
 
 def prepare(rows):
@@ -492,13 +519,9 @@ def main():
     prepare(rows)
     only = args.only.split(',') if args.only else None
     with machine_settings() as settings:
-        settings.warm(WARM_BYTES)
+        settings.warm()
         results, names = run_rounds(args, rows, only)
     summary(results, names)
-
-
-# Memory touched once before the runs: twice the largest image.
-WARM_BYTES = 4 << 30
 
 
 def run_rounds(args, rows, only):

@@ -10,8 +10,9 @@ when any run of the default is below --floor (0.9) times the median of the best 
 configuration of that cell.
 
 Each run starts a fresh daemon; the page cache is dropped before every ext4 run, with a
-VM's free page reporting held off (fio-servers.py `machine_settings`: else the first
-writer after a drop pays host page faults, 0.06x for any server). With
+VM's free page reporting held off and, where it was on, the free memory but 2 GiB touched
+once first (~40 s; fio-servers.py `machine_settings`: else the first writer after a drop
+or after idle pays host page faults, 0.06x for any server). With
 --busy CPU a spinning process pinned to that CPU runs during every run (another
 engineer's compile on a 2-CPU machine: the loop pinned there gets a share of it).
 
@@ -219,7 +220,7 @@ def main():
                                  'while :; do :; done'])
     try:
         with fs.machine_settings() as settings:
-            settings.warm(fs.WARM_BYTES)
+            settings.warm()
             results = run_rounds(args, cells, table, mnt)
     finally:
         if busy is not None:
