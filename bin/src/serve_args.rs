@@ -18,7 +18,7 @@ pub struct ServeArgs {
     /// Write the runtime's counters as JSON at exit and on SIGUSR1
     #[arg(long, value_name = "PATH", help_heading = "Diagnostics")]
     pub stats: Option<PathBuf>,
-    /// Reads of /dev/fuse kept outstanding
+    /// Coroutines per loop that read /dev/fuse (each waits on it when idle)
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256), help_heading = "Serving")]
     pub readers: u16,
     /// Send replies through io_uring instead of writev(2)

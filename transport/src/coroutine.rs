@@ -12,16 +12,20 @@
 //! puts WRITE data and READ replies on a page boundary ([`crate::buffers`]), so O_DIRECT
 //! images need no bounce.
 //!
-//! /dev/fuse is opened `O_NONBLOCK` (required for io_uring reads): a read that finds no
-//! request completes with `EAGAIN`, and the reader then waits for `POLLIN` through the ring
-//! before reading again.
+//! Reading: /dev/fuse is opened `O_NONBLOCK`, and a reader reads it with `read(2)`, which
+//! takes a queued request at once or fails with `EAGAIN`; only then does the reader wait
+//! for `POLLIN` through the ring, and read again. Not with a read on the ring: that one
+//! suspends the coroutine until the loop's next `io_uring_enter` even when a request is
+//! there, and the kernel polls the device before it reads (no `FMODE_NOWAIT`). fio, null
+//! export, 4 KiB psync randread: a ring read served 0.75x (one job) and 0.7x (two jobs)
+//! of `read(2)` first (benches/HISTORY.md, 2026-12-06).
 //!
-//! Stopping ([`Queue::stop`]): no new reader is spawned, the outstanding reads are
+//! Stopping ([`Queue::stop`]): no new reader is spawned, the readers' waits are
 //! cancelled, requests in flight finish and reply. A queue also ends by itself when the
 //! file system is unmounted (reads fail with `ENODEV`).
 //!
 //! Pausing ([`Queue::pause`], [`Queue::resume`]): the same without the end: the queue
-//! takes no new request (its reads are cancelled, requests in flight finish) until it is
+//! takes no new request (its readers' waits are cancelled, requests in flight finish) until it is
 //! resumed, leaving the session's requests to the other queues. The loop placement
 //! ([`crate::placement`]) pauses a queue where that serves the session more.
 
@@ -93,7 +97,7 @@ pub struct Queue<F: FileSystem> {
     paused_since: Cell<Option<std::time::Instant>>,
     /// Where the requests read are also counted for the loop placement, if anywhere.
     counted: RefCell<Option<Arc<AtomicU64>>>,
-    /// Readers currently waiting on /dev/fuse, for cancellation at stop or pause.
+    /// Readers reading or waiting on /dev/fuse, for cancellation at stop or pause.
     readers: RefCell<Vec<TaskId>>,
     live_readers: Cell<usize>,
     in_flight: Cell<usize>,
@@ -140,20 +144,20 @@ impl<F: FileSystem> Queue<F> {
         Ok(())
     }
 
-    /// Stops taking requests: cancels the outstanding reads; requests in flight finish.
+    /// Stops taking requests: cancels the readers' waits; requests in flight finish.
     pub fn stop(&self, co: &Co<'_>) {
         if self.stopping.replace(true) {
             return;
         }
-        self.cancel_reads(co);
+        self.cancel_waits(co);
         // A paused queue may have nothing left to end by itself.
         if self.is_finished() {
             self.finished.wake_all(co);
         }
     }
 
-    /// Takes no new request until [`resume`](Self::resume): cancels the outstanding reads
-    /// (a read that already holds a request serves it); requests in flight finish. The
+    /// Takes no new request until [`resume`](Self::resume): cancels the readers' waits
+    /// (a reader that already holds a request serves it); requests in flight finish. The
     /// queue is not finished while paused. Unlike [`stop`](Self::stop) this is undone.
     /// Pausing a paused queue does nothing.
     pub fn pause(&self, co: &Co<'_>) {
@@ -162,7 +166,7 @@ impl<F: FileSystem> Queue<F> {
         }
         self.paused_since.set(Some(std::time::Instant::now()));
         self.stats.borrow_mut().pauses += 1;
-        self.cancel_reads(co);
+        self.cancel_waits(co);
     }
 
     /// Takes requests again after [`pause`](Self::pause): starts readers up to the
@@ -187,11 +191,11 @@ impl<F: FileSystem> Queue<F> {
         *self.counted.borrow_mut() = Some(counter);
     }
 
-    fn cancel_reads(&self, co: &Co<'_>) {
+    fn cancel_waits(&self, co: &Co<'_>) {
         let readers = std::mem::take(&mut *self.readers.borrow_mut());
         for id in readers {
             if let Err(e) = co.cancel_io(id) {
-                log::warn!("cancelling a /dev/fuse read: {e}");
+                log::warn!("cancelling a wait on /dev/fuse: {e}");
             }
         }
     }
@@ -211,7 +215,7 @@ impl<F: FileSystem> Queue<F> {
     }
 
     /// Records that the stream is unusable, and stops the queue (the other readers'
-    /// reads are cancelled; requests in flight finish).
+    /// waits are cancelled; requests in flight finish).
     fn fail(&self, co: &Co<'_>, e: &io::Error) {
         log::error!("reading /dev/fuse: {e}; the request stream is unusable, this queue stops");
         self.stats.borrow_mut().stream_errors += 1;
@@ -257,7 +261,8 @@ impl<F: FileSystem> Queue<F> {
     fn account(&self, co: &Co<'_>, clock: Option<RequestClock>, served: &Served) {
         if let Some(clock) = clock {
             let direct = !self.config.ring_replies || self.config.inline;
-            let syscalls = u32::from(direct && matches!(served, Served::Replied(_)));
+            // The read(2) that brought the request, and a reply written directly.
+            let syscalls = 1 + u32::from(direct && matches!(served, Served::Replied(_)));
             let sample = clock.finish(co, syscalls);
             self.accounting.borrow_mut().record(&sample);
         }
@@ -376,10 +381,9 @@ impl<F: FileSystem> Queue<F> {
             if let Some(why) = self.not_taking() {
                 return Ok(why);
             }
-            let result = co.ctx().read(&self.dev, buf.read_area());
-            if matches!(&result, Err(e) if cancelled(e)) {
-                return Ok(self.not_taking().unwrap_or(Got::Ended));
-            }
+            // Never blocks (O_NONBLOCK), and cannot be cancelled: a request it takes is
+            // served even if the queue pauses meanwhile.
+            let result = Ctx::Blocking.read(&self.dev, buf.read_area());
             let again = matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EAGAIN));
             match classify_read(result)? {
                 Received::Request(n) => {

@@ -7,6 +7,10 @@
 //! EIO reply with its `unique` and the queue goes on serving; a read shorter than a request
 //! header (a stream that no longer carries requests) stops the queue with a failure the
 //! daemon turns into unmount + non-zero exit, counted in `stream_errors`.
+//!
+//! And how requests are read: one already queued is taken with `read(2)` at once, with no
+//! ring submission and no suspension of the reader (a read on the ring cost both for every
+//! request: 0.7-0.75x the IOPS at iodepth 1).
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -146,4 +150,50 @@ fn coroutine_queue_answers_bad_lengths_and_stops_on_a_broken_stream() {
 #[test]
 fn inline_queue_answers_bad_lengths_and_stops_on_a_broken_stream() {
     hostile_stream(true);
+}
+
+/// 64 requests queued before the queue starts are each taken by `read(2)` and answered
+/// without the reader suspending: the ring sees only the wait once the stream is empty
+/// (one poll per reader) and its cancellation, not a read per request.
+#[test]
+fn queued_requests_are_read_without_the_ring() {
+    const QUEUED: u64 = 64;
+    let (dev, peer) = socket_pair();
+    for unique in 1..=QUEUED {
+        peer.send(&getattr(unique * 2, 56))
+            .expect("queue a request");
+    }
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    let queue = Queue::new(dev, Arc::new(Echo), 1 << 20, QueueConfig::default());
+    let readers = QueueConfig::default().readers as u64;
+    let (stats, (counted, yields)) = rt
+        .block_on(move |co| {
+            let before = co.counters();
+            queue.start(co).expect("start the readers");
+            let mut yields = 0;
+            while queue.stats().replies < QUEUED {
+                co.yield_now();
+                yields += 1;
+            }
+            let counted = co.counters().since(&before);
+            queue.stop(co);
+            queue.wait_finished(co);
+            (queue.stats(), (counted, yields))
+        })
+        .expect("block_on");
+    for unique in 1..=QUEUED {
+        let mut reply = [0u8; 256];
+        let n = peer.recv(&mut reply).expect("a reply");
+        let (header, _) = fuse_out_header::read_from_prefix(&reply[..n]).expect("a header");
+        assert_eq!((header.unique, header.error), (unique * 2, 0));
+    }
+    assert_eq!(stats.requests, QUEUED);
+    assert!(
+        counted.sqes_submitted <= readers,
+        "at most one poll per reader for {QUEUED} requests: {counted:?}"
+    );
+    assert!(
+        counted.suspends <= readers + yields,
+        "a reader suspends only to wait, not per request ({yields} yields): {counted:?}"
+    );
 }
