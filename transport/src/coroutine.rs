@@ -25,9 +25,9 @@
 //! file system is unmounted (reads fail with `ENODEV`).
 //!
 //! Pausing ([`Queue::pause`], [`Queue::resume`]): the same without the end: the queue
-//! takes no new request (its readers' waits are cancelled, requests in flight finish) until it is
-//! resumed, leaving the session's requests to the other queues. The loop placement
-//! ([`crate::placement`]) pauses a queue where that serves the session more.
+//! takes no new request (its readers' waits are cancelled, requests in flight finish)
+//! until it is resumed, leaving the session's requests to the other queues. The loop
+//! placement ([`crate::placement`]) pauses a queue where that serves the session more.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
