@@ -92,6 +92,11 @@ fn getattr(unique: u64, len: u32) -> Vec<u8> {
 /// Sends `request` and returns the reply's header.
 fn round_trip(peer: &UnixDatagram, request: &[u8]) -> fuse_out_header {
     peer.send(request).expect("send a request");
+    reply_header(peer)
+}
+
+/// Receives the next reply and returns its header.
+fn reply_header(peer: &UnixDatagram) -> fuse_out_header {
     let mut reply = [0u8; 256];
     let n = peer.recv(&mut reply).expect("read the reply");
     let (header, _) = fuse_out_header::read_from_prefix(&reply[..n]).expect("a reply header");
@@ -154,7 +159,7 @@ fn inline_queue_answers_bad_lengths_and_stops_on_a_broken_stream() {
 
 /// 64 requests queued before the queue starts are each taken by `read(2)` and answered
 /// without the reader suspending: the ring sees only the wait once the stream is empty
-/// (one poll per reader) and its cancellation, not a read per request.
+/// (one poll per reader), not a read per request.
 #[test]
 fn queued_requests_are_read_without_the_ring() {
     const QUEUED: u64 = 64;
@@ -164,8 +169,9 @@ fn queued_requests_are_read_without_the_ring() {
             .expect("queue a request");
     }
     let rt = Runtime::new(Config::default()).expect("runtime");
-    let queue = Queue::new(dev, Arc::new(Echo), 1 << 20, QueueConfig::default());
-    let readers = QueueConfig::default().readers as u64;
+    let config = QueueConfig::default();
+    let readers = config.readers as u64;
+    let queue = Queue::new(dev, Arc::new(Echo), 1 << 20, config);
     let (stats, (counted, yields)) = rt
         .block_on(move |co| {
             let before = co.counters();
@@ -182,9 +188,7 @@ fn queued_requests_are_read_without_the_ring() {
         })
         .expect("block_on");
     for unique in 1..=QUEUED {
-        let mut reply = [0u8; 256];
-        let n = peer.recv(&mut reply).expect("a reply");
-        let (header, _) = fuse_out_header::read_from_prefix(&reply[..n]).expect("a header");
+        let header = reply_header(&peer);
         assert_eq!((header.unique, header.error), (unique * 2, 0));
     }
     assert_eq!(stats.requests, QUEUED);
