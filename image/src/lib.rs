@@ -27,7 +27,7 @@ mod data;
 mod ops;
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use backend::{BlockBackend, Ctx};
@@ -97,6 +97,9 @@ pub struct Export {
     /// node several exports may share ([`Export::sharing`]): only the last one's close
     /// lets the backend go (its locks, its closing writes); the others flush.
     sharers: Option<Arc<AtomicUsize>>,
+    /// Opens so far: each open's `fh` carries its number above the flag bits, so that
+    /// a transport can tell the clients apart (`transport::backlog` serves them by turns).
+    opens: AtomicU64,
 }
 
 /// Bit of `fh` for an open that passed through, so that RELEASE knows.
@@ -105,6 +108,8 @@ const FH_PASSTHROUGH: u64 = 1;
 /// nothing, and its close does not wait for the backend (a down NBD server would hold
 /// it up to `--reconnect-delay`).
 const FH_READ_ONLY: u64 = 2;
+/// The bits of `fh` below the open's number.
+const FH_FLAG_BITS: u32 = 8;
 
 impl Export {
     /// Exports `backend`; a read-only backend makes a read-only export whatever `options`
@@ -130,6 +135,7 @@ impl Export {
             inode: backing::Inode::default(),
             passthrough_file,
             sharers: None,
+            opens: AtomicU64::new(0),
         }
     }
 
@@ -181,7 +187,8 @@ impl Export {
         }
         // Direct I/O: every read and write reaches us (no page cache in between), and
         // parallel direct writes are not serialised on the inode lock.
-        out.fh = if reads_only { FH_READ_ONLY } else { 0 };
+        let number = self.opens.fetch_add(1, Ordering::Relaxed) << FH_FLAG_BITS;
+        out.fh = number | if reads_only { FH_READ_ONLY } else { 0 };
         out.open_flags = FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES;
         out.backing_id = 0;
         if self.options.passthrough {

@@ -114,6 +114,10 @@ pub struct QueueStats {
     /// Milliseconds this queue spent paused.
     #[serde(default)]
     pub paused_ms: u64,
+    /// Requests read ahead into the backlog, to be started by turns with the other
+    /// clients' (coroutine transport, [`crate::backlog`]).
+    #[serde(default)]
+    pub backlogged: u64,
 }
 
 impl QueueStats {
@@ -139,5 +143,6 @@ impl QueueStats {
         self.served_in_place += other.served_in_place;
         self.pauses += other.pauses;
         self.paused_ms += other.paused_ms;
+        self.backlogged += other.backlogged;
     }
 }

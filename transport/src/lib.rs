@@ -17,12 +17,13 @@
 //! Layout: [`service`] (the [`FileSystem`] seam), [`ops`] (its typed half: one method per
 //! operation, [`Operations`], and the one match that calls them), [`dispatch`] (one request: decode,
 //! handle, reply), [`buffers`] (request buffers whose WRITE data and READ replies are
-//! page-aligned), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
+//! page-aligned), [`backlog`] (requests read ahead, started one client at a time), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
 //! of the last in `uring_cmd`), [`placement`] (which of several /dev/fuse loops take
 //! requests), [`accounting`] (per opcode: wait, I/O, CPU, switches, SQEs, syscalls).
 #![warn(missing_docs)]
 
 pub mod accounting;
+pub mod backlog;
 pub mod blocking;
 pub mod buffers;
 pub mod coroutine;

@@ -10,14 +10,18 @@
 //!
 //! And how requests are read: one already queued is taken with `read(2)` at once, with no
 //! ring submission and no suspension of the reader (a read on the ring cost both for every
-//! request: 0.7-0.75x the IOPS at iodepth 1).
+//! request: 0.7-0.75x the IOPS at iodepth 1); and a shallow client's lone request queued
+//! behind a deep client's is taken into the backlog and served next, not last
+//! (`transport::backlog`).
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 
-use fuse::abi::{fuse_in_header, fuse_out_header, FUSE_GETATTR, FUSE_ROOT_ID};
+use fuse::abi::{
+    fuse_in_header, fuse_out_header, fuse_read_in, FUSE_GETATTR, FUSE_READ, FUSE_ROOT_ID,
+};
 use fuse::dev::FuseDev;
 use fuse::{Reply, Request};
 use runtime::Ctx;
@@ -87,6 +91,24 @@ fn getattr(unique: u64, len: u32) -> Vec<u8> {
         ..FromZeros::new_zeroed()
     };
     [header.as_bytes(), &[0u8; 16]].concat()
+}
+
+/// A READ of 4 KiB on file handle `fh`.
+fn read(unique: u64, fh: u64) -> Vec<u8> {
+    let arg = fuse_read_in {
+        fh,
+        size: 4096,
+        ..FromZeros::new_zeroed()
+    };
+    let len = (size_of::<fuse_in_header>() + size_of::<fuse_read_in>()) as u32;
+    let header = fuse_in_header {
+        len,
+        opcode: FUSE_READ,
+        unique,
+        nodeid: 2,
+        ..FromZeros::new_zeroed()
+    };
+    [header.as_bytes(), arg.as_bytes()].concat()
 }
 
 /// Sends `request` and returns the reply's header.
@@ -200,4 +222,51 @@ fn queued_requests_are_read_without_the_ring() {
         counted.suspends <= readers + yields,
         "a reader suspends only to wait, not per request ({yields} yields): {counted:?}"
     );
+}
+
+/// A deep client's 32 READs queued, with a shallow client's one READ 13th among them: the
+/// queue drains what is queued into its backlog and serves the lone request second (in
+/// arrival order it would be 13th); the deep client's requests keep their order.
+#[test]
+fn a_lone_request_behind_a_deep_queue_is_served_next() {
+    const DEEP: u64 = 256;
+    const SHALLOW: u64 = 512;
+    const LONE: u64 = 1_000;
+    let (dev, peer) = socket_pair();
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    let queue = Queue::new(dev, Arc::new(Echo), 1 << 20, QueueConfig::default());
+    for unique in 1..=32 {
+        peer.send(&read(unique, DEEP)).expect("queue a request");
+        if unique == 12 {
+            peer.send(&read(LONE, SHALLOW))
+                .expect("queue the lone request");
+        }
+    }
+    // The first drain, a probe, comes transport::coroutine::PROBE_EVERY after the queue
+    // is made.
+    std::thread::sleep(transport::coroutine::PROBE_EVERY * 2);
+    let stats = rt
+        .block_on(move |co| {
+            queue.start(co).expect("start the readers");
+            while queue.stats().replies < 33 {
+                co.yield_now();
+            }
+            queue.stop(co);
+            queue.wait_finished(co);
+            queue.stats()
+        })
+        .expect("block_on");
+    let order: Vec<u64> = (0..33).map(|_| reply_header(&peer).unique).collect();
+    let lone_at = order
+        .iter()
+        .position(|&u| u == LONE)
+        .expect("the lone reply");
+    assert_eq!(lone_at, 1, "the lone request is served second: {order:?}");
+    let deep: Vec<u64> = order.into_iter().filter(|&u| u != LONE).collect();
+    assert_eq!(
+        deep,
+        (1..=32).collect::<Vec<_>>(),
+        "the deep client's order"
+    );
+    assert!(stats.backlogged >= 8, "taken into the backlog: {stats:?}");
 }
