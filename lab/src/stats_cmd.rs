@@ -160,6 +160,11 @@ fn per_request(stats: &Stats, json: &Value, ring_replies: bool) -> String {
             per(stats.queue.empty_reads),
             "queue.empty_reads".into(),
         ],
+        [
+            "read ahead (backlog)".into(),
+            per(stats.queue.backlogged),
+            "queue.backlogged: served by turns".into(),
+        ],
     ];
     let mut out = format!("\nper request ({} requests)\n", p.requests);
     for [name, value, note] in rows {
@@ -289,6 +294,7 @@ mod tests {
             requests: 1001,
             replies: 1001,
             empty_reads: 5,
+            backlogged: 500,
             ..QueueStats::default()
         };
         let mut stats = Stats {
@@ -331,6 +337,7 @@ mod tests {
         assert!(line(&s, "coroutine switches").contains("4.00"));
         assert!(line(&s, "system calls").contains("2.00"), "{s}");
         assert!(line(&s, "enter_calls").contains("1001"));
+        assert!(line(&s, "read ahead (backlog)").contains("0.50"), "{s}");
         assert!(s.contains("\nbackend\n") && !s.contains("\ndir\n"), "{s}");
         assert!(s.contains("per loop"), "{s}");
         assert!(
