@@ -469,6 +469,7 @@ fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopRep
         };
         if let Some(placement) = &placement {
             queue.count_into(placement.register(index));
+            queue.share_shallow_client(placement.shallow_client());
         }
         let watcher = {
             let served = served.clone();

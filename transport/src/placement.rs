@@ -31,6 +31,12 @@
 //! [`SHIFT_WINDOWS`] windows, starts a trial at once (a new workload is not served for seconds in a state chosen for the
 //! last one). With a client on every CPU, pausing a loop serves less and is undone.
 //!
+//! The rate is weighted: a request of a shallow client beside a deep one (a client at
+//! iodepth 1 whose one request a loop found waiting behind another's many,
+//! [`crate::backlog`]) counts [`crate::coroutine::SHALLOW_WEIGHT`] times, so a move that
+//! serves it more is kept even where the deep client loses more requests than it gains
+//! (two busy loops beside two clients on 2 CPUs leave the shallow one waiting for a CPU).
+//!
 //! Why these rules (issue 37): sequential 1 MiB writes run at 400-4000 requests per
 //! second. With [`IDLE_RATE`] at 2000/s, a session that a loop on a contended CPU (a
 //! compile beside it) held back to 370/s counted as idle: every loop was taken back and
@@ -106,6 +112,9 @@ pub const IDLE_RATE: u64 = 100;
 #[derive(Debug)]
 pub struct Placement {
     slots: Box<[Slot]>,
+    /// The file handle of a shallow client beside a deep one that a loop found, or
+    /// `u64::MAX` ([`crate::coroutine::SHALLOW_WEIGHT`]).
+    shallow: Arc<AtomicU64>,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +132,7 @@ impl Placement {
     pub fn new(loops: usize) -> Placement {
         Placement {
             slots: (0..loops).map(|_| Slot::default()).collect(),
+            shallow: Arc::new(AtomicU64::new(u64::MAX)),
         }
     }
 
@@ -138,6 +148,14 @@ impl Placement {
             None => log::warn!("loop {index}: no thread id: the placement cannot see its CPU"),
         }
         Arc::clone(&self.slots[index].requests)
+    }
+
+    /// The shallow client's handle the loops share
+    /// ([`Queue::share_shallow_client`](crate::Queue::share_shallow_client)): a client
+    /// that one loop finds waiting behind a deep one is served by turns on every loop, and
+    /// weighs as much in every loop's count.
+    pub fn shallow_client(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.shallow)
     }
 
     /// Whether the controller wants loop `index` to take no request.
