@@ -270,3 +270,61 @@ fn a_lone_request_behind_a_deep_queue_is_served_next() {
     );
     assert!(stats.backlogged >= 8, "taken into the backlog: {stats:?}");
 }
+
+/// Once a queue found a shallow client, each of its requests counts
+/// `SHALLOW_WEIGHT` times for the loop placement (the others once), and the finding is
+/// shared: the handle given to `share_shallow_client` names the client.
+#[test]
+fn a_shallow_clients_requests_weigh_more_for_the_placement() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use transport::coroutine::SHALLOW_WEIGHT;
+    const DEEP: u64 = 256;
+    const SHALLOW: u64 = 512;
+    let (dev, peer) = socket_pair();
+    let rt = Runtime::new(Config::default()).expect("runtime");
+    let queue = Queue::new(dev, Arc::new(Echo), 1 << 20, QueueConfig::default());
+    let (counted, shared) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(u64::MAX)),
+    );
+    queue.count_into(Arc::clone(&counted));
+    queue.share_shallow_client(Arc::clone(&shared));
+    for unique in 1..=15 {
+        peer.send(&read(unique, DEEP)).expect("queue a request");
+        if unique == 12 {
+            peer.send(&read(100, SHALLOW))
+                .expect("queue the lone request");
+        }
+    }
+    std::thread::sleep(transport::coroutine::PROBE_EVERY * 2);
+    let sender = peer.try_clone().expect("a second handle on the socket");
+    let counts = rt
+        .block_on(move |co| {
+            queue.start(co).expect("start the readers");
+            let served = |n| {
+                while queue.stats().replies < n {
+                    co.yield_now();
+                }
+            };
+            served(16);
+            let first = (
+                counted.load(Ordering::Relaxed),
+                shared.load(Ordering::Relaxed),
+            );
+            sender
+                .send(&read(101, SHALLOW))
+                .expect("the shallow client again");
+            sender.send(&read(16, DEEP)).expect("the deep one again");
+            served(18);
+            queue.stop(co);
+            queue.wait_finished(co);
+            (first, counted.load(Ordering::Relaxed))
+        })
+        .expect("block_on");
+    assert_eq!(
+        counts.0,
+        (16, SHALLOW),
+        "found by the first drain, counted once each"
+    );
+    assert_eq!(counts.1, 16 + SHALLOW_WEIGHT + 1, "then it weighs more");
+}
