@@ -1,7 +1,7 @@
-//! The coroutine transport: /dev/fuse read through the loop's io_uring, one coroutine per
+//! The coroutine transport: /dev/fuse read by the loop's coroutines, one coroutine per
 //! request (QEMU's design in its coroutine series).
 //!
-//! A queue keeps `readers` reads outstanding. When a read completes, its coroutine
+//! A queue keeps `readers` readers. When a read returns a request, its coroutine
 //! *becomes* the request's coroutine: it decodes, runs [`FileSystem::handle`] with
 //! [`Ctx::Coroutine`] (suspending on the backend's io_uring operations) and writes the
 //! reply. Reading is handed over lazily ([`Co::on_first_suspend`]): only if serving has to
@@ -23,11 +23,8 @@
 //! Clients by turns ([`crate::backlog`]): the kernel queues every client's requests in one
 //! FIFO, where a client at iodepth 1 waits behind a client at 64 (fio, null: its p99
 //! 5.6x its p99 alone). A reader that finds requests queued right after serving one may
-//! *drain*: read all that are queued into the queue's backlog ([`BACKLOG`] at most) and
-//! start them one file handle at a time. It drains every [`DRAIN_EVERY`] while it knows a
-//! shallow client beside a deep one, and otherwise only probes for one every
-//! [`PROBE_EVERY`] ([`PROBE_READS`] requests): clients alike lose nothing to arrival
-//! order, and draining for them cost two jobs at iodepth 64 0.75-0.9x. Requests in the
+//! *drain*: read what is queued into the queue's backlog and start those requests one file
+//! handle at a time; when, and how many, is [`crate::read_ahead`]'s. Requests in the
 //! backlog are served even when the queue pauses or stops.
 //!
 //! Stopping ([`Queue::stop`]): no new reader is spawned, the readers' waits are
@@ -45,7 +42,6 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use runtime::Ctx;
 use runtime::{Co, TaskId, WaitQueue};
@@ -54,54 +50,10 @@ use crate::accounting::{Accounting, OpReport, RequestClock};
 use crate::backlog::{Backlog, Turn};
 use crate::buffers::{Buffers, RequestBuf};
 use crate::dispatch::{serve_request, whole_request, QueueStats, Served};
+use crate::read_ahead::{ReadAhead, BACKLOG, DRAIN_BYTES};
 use crate::FileSystem;
 use fuse::decode::header_of;
 use fuse::dev::{classify_read, FuseDev, Received};
-
-/// Requests a queue takes from /dev/fuse ahead of serving them, at most: the iodepth of a
-/// deep client (they are in flight for it anyway, each with its buffer).
-pub const BACKLOG: usize = 64;
-
-/// How often, at most, a queue that keeps finding requests queued takes all of them into
-/// its backlog (each time costs one read that finds nothing). A request that arrives
-/// behind a deep client's waits at most this long in the kernel, plus the request being
-/// served.
-pub const DRAIN_EVERY: Duration = Duration::from_micros(10);
-
-/// How often a queue drains to look for a shallow client behind a deep one while it
-/// knows none: clients alike (several at iodepth 1, or several at 64) are served as well
-/// in arrival order, and would pay the backlog's reads (and its buffers in the cache) for
-/// nothing; fio, null, two jobs at iodepth 64: 0.75-0.9x with a drain every
-/// [`DRAIN_EVERY`].
-pub const PROBE_EVERY: Duration = Duration::from_millis(1);
-
-/// Requests a drain takes at most while no shallow client is known: enough to find one
-/// behind [`VICTIM_BEHIND`] of a deep one's now and then, few enough that clients alike
-/// keep using a couple of buffers.
-pub const PROBE_READS: usize = 16;
-
-/// A drain finds a shallow client when its one request waits behind this many of others
-/// ([`Backlog::victim`]); more than a few clients at iodepth 1 queue together.
-pub const VICTIM_BEHIND: usize = 8;
-
-/// A shallow client is known (and the queue drains every [`DRAIN_EVERY`]) until this many
-/// requests of others came without one of its own.
-pub const SHALLOW_GONE: u32 = 65536;
-
-/// A client found shallow once is known not to be when a drain finds this many of its
-/// requests waiting: a client at iodepth 1 never has two. Two deep clients look like a
-/// shallow one beside a deep one now and then (fio at iodepth 64 submits in bursts).
-pub const NOT_SHALLOW: usize = 3;
-
-/// Each request of the shallow client counts this many times among the requests the loop
-/// placement weighs its trials by ([`Queue::count_into`]): the placement then keeps the
-/// loops that serve the shallow client best, even at some cost to the deep one. Two busy
-/// loops and two clients on 2 CPUs: the shallow client's p99 2-5x its p99 alone, one
-/// loop: within 1x, at 0.65x the deep client's IOPS (fio, null, 2026-12-06).
-pub const SHALLOW_WEIGHT: u64 = 16;
-
-/// No shallow client, in [`Queue::share_shallow_client`]'s handle.
-const NO_CLIENT: u64 = u64::MAX;
 
 /// How a queue runs.
 #[derive(Clone, Copy, Debug)]
@@ -180,13 +132,8 @@ pub struct Queue<F: FileSystem> {
     readers: RefCell<Vec<TaskId>>,
     /// Requests taken from /dev/fuse and not started yet, each in its buffer.
     backlog: RefCell<Backlog<(RequestBuf, usize)>>,
-    /// When the backlog last took what /dev/fuse held.
-    drained_at: Cell<Instant>,
-    /// The file handle of a shallow client beside a deep one, if a drain found one
-    /// ([`NO_CLIENT`] if none), shared with the session's other loops; and the requests
-    /// this queue read since the client's last ([`SHALLOW_GONE`]).
-    shallow: RefCell<Arc<AtomicU64>>,
-    since_shallow: Cell<u32>,
+    /// When and how much to drain into the backlog.
+    read_ahead: ReadAhead,
     live_readers: Cell<usize>,
     in_flight: Cell<usize>,
     finished: WaitQueue,
@@ -211,9 +158,7 @@ impl<F: FileSystem> Queue<F> {
             counted: RefCell::new(None),
             readers: RefCell::new(Vec::new()),
             backlog: RefCell::new(Backlog::with_capacity(BACKLOG)),
-            drained_at: Cell::new(Instant::now()),
-            shallow: RefCell::new(Arc::new(AtomicU64::new(NO_CLIENT))),
-            since_shallow: Cell::new(0),
+            read_ahead: ReadAhead::new(),
             live_readers: Cell::new(0),
             in_flight: Cell::new(0),
             finished: WaitQueue::new(),
@@ -279,7 +224,7 @@ impl<F: FileSystem> Queue<F> {
 
     /// Also counts every request read into `counter` (only this queue writes it), for
     /// the loop placement to read from another thread: the shallow client's
-    /// [`SHALLOW_WEIGHT`] times.
+    /// [`SHALLOW_WEIGHT`](crate::read_ahead::SHALLOW_WEIGHT) times ([`ReadAhead::weigh`]).
     pub fn count_into(&self, counter: Arc<AtomicU64>) {
         *self.counted.borrow_mut() = Some(counter);
     }
@@ -480,7 +425,7 @@ impl<F: FileSystem> Queue<F> {
             Received::Request(n) => {
                 self.stats.borrow_mut().requests += 1;
                 let n = whole_request(n)?;
-                let weight = self.note_client(buf.request(n));
+                let weight = self.read_ahead.weigh(buf.request(n));
                 if let Some(counter) = &*self.counted.borrow() {
                     // One writer: a plain store, no locked add.
                     counter.store(counter.load(Ordering::Relaxed) + weight, Ordering::Relaxed);
@@ -531,14 +476,13 @@ impl<F: FileSystem> Queue<F> {
     /// The next request for a coroutine reader to serve: from the backlog while it holds
     /// some (even when the queue pauses or stops), else from /dev/fuse. A request read
     /// right after another was served means the kernel may hold a queue of them: then, if
-    /// a drain is due ([`DRAIN_EVERY`] or [`PROBE_EVERY`]), the reader takes what it
-    /// holds into the backlog and starts them by turns ([`crate::backlog`]). A request
+    /// a drain is due ([`ReadAhead::due`]), the reader takes what it holds into the backlog and starts them by turns ([`crate::backlog`]). A request
     /// read after waiting (the queue was idle) is served at once, with no read more.
     fn next_request(&self, co: &Co<'_>) -> io::Result<Next> {
         let mut after_wait = false;
         loop {
             if !self.backlog.borrow().is_empty() {
-                if self.not_taking().is_none() && self.drain_due() {
+                if self.not_taking().is_none() && self.read_ahead.due() {
                     self.drain()?;
                 }
                 let (buf, n) = self.backlog.borrow_mut().pop().expect("not empty");
@@ -553,7 +497,7 @@ impl<F: FileSystem> Queue<F> {
             let mut buf = self.buffers.requests.take();
             let read = self.read_one(&mut buf);
             match read {
-                Ok(Read::Request(n)) if after_wait || !self.drain_due() => {
+                Ok(Read::Request(n)) if after_wait || !self.read_ahead.starts_drain(n) => {
                     return Ok(Next::Request(buf, n));
                 }
                 Ok(Read::Request(n)) => {
@@ -580,84 +524,23 @@ impl<F: FileSystem> Queue<F> {
         }
     }
 
-    /// The shallow client's file handle, if one is known.
-    fn shallow(&self) -> Option<u64> {
-        let fh = self.shallow.borrow().load(Ordering::Relaxed);
-        (fh != NO_CLIENT).then_some(fh)
-    }
-
-    fn set_shallow(&self, fh: Option<u64>) {
-        self.since_shallow.set(0);
-        let fh = fh.unwrap_or(NO_CLIENT);
-        self.shallow.borrow().store(fh, Ordering::Relaxed);
-    }
-
-    /// Shares the shallow client with the session's other loops: `handle` holds its file
-    /// handle, or `u64::MAX` for none ([`crate::placement::Placement::shallow_client`]).
+    /// Shares the shallow client with the session's other loops
+    /// ([`crate::placement::Placement::shallow_client`]).
     pub fn share_shallow_client(&self, handle: Arc<AtomicU64>) {
-        *self.shallow.borrow_mut() = handle;
+        self.read_ahead.share(handle);
     }
 
-    /// How many times `request` counts for the loop placement ([`SHALLOW_WEIGHT`] for the
-    /// shallow client's); forgets the shallow client once this queue read
-    /// [`SHALLOW_GONE`] requests without one of its.
-    fn note_client(&self, request: &[u8]) -> u64 {
-        let Some(shallow) = self.shallow() else {
-            return 1;
-        };
-        if Turn::of(request) == Turn::Handle(shallow) {
-            self.since_shallow.set(0);
-            return SHALLOW_WEIGHT;
-        }
-        if self.since_shallow.replace(self.since_shallow.get() + 1) >= SHALLOW_GONE {
-            self.set_shallow(None);
-        }
-        1
-    }
-
-    /// Whether the backlog may take from /dev/fuse again: [`DRAIN_EVERY`] since the last
-    /// time while a shallow client is known, else [`PROBE_EVERY`].
-    fn drain_due(&self) -> bool {
-        let every = match self.shallow() {
-            Some(_) => DRAIN_EVERY,
-            None => PROBE_EVERY,
-        };
-        self.drained_at.get().elapsed() >= every
-    }
-
-    /// After a drain: a shallow client behind a deep one, found now, has the queue drain
-    /// every [`DRAIN_EVERY`] while it sends. One found shallow that has [`NOT_SHALLOW`]
-    /// requests waiting is forgotten.
-    fn look_for_shallow_client(&self) {
-        let backlog = self.backlog.borrow();
-        match self.shallow() {
-            None => {
-                if let Some(fh) = backlog.victim(VICTIM_BEHIND) {
-                    log::debug!("a shallow client (fh {fh:#x}) behind a deep one: served by turns");
-                    self.set_shallow(Some(fh));
-                }
-            }
-            Some(fh) if backlog.count(fh) >= NOT_SHALLOW => {
-                log::debug!("fh {fh:#x} has {NOT_SHALLOW} requests waiting: not shallow");
-                self.set_shallow(None);
-            }
-            Some(_) => {}
-        }
-    }
-
-    /// Takes the requests /dev/fuse holds into the backlog, up to [`BACKLOG`] (up to
-    /// [`PROBE_READS`] while no shallow client is known). An unmount or an interrupted
-    /// read just ends it (the next read sees it again).
+    /// Takes the requests /dev/fuse holds into the backlog, as many as [`ReadAhead::start`]
+    /// allows and up to [`DRAIN_BYTES`]. An unmount or an interrupted read just ends it (the next read sees it
+    /// again).
     fn drain(&self) -> io::Result<()> {
-        self.drained_at.set(Instant::now());
-        let limit = match self.shallow() {
-            Some(_) => BACKLOG,
-            None => PROBE_READS,
-        };
-        while self.backlog.borrow().len() < limit {
+        let limit = self.read_ahead.start();
+        let mut bytes = 0;
+        while self.backlog.borrow().len() < limit && bytes < DRAIN_BYTES {
             let mut buf = self.buffers.requests.take();
             match self.read_one(&mut buf) {
                 Ok(Read::Request(n)) => {
+                    bytes += n;
                     self.stats.borrow_mut().backlogged += 1;
                     self.backlog
                         .borrow_mut()
@@ -665,12 +548,12 @@ impl<F: FileSystem> Queue<F> {
                 }
                 other => {
                     self.buffers.requests.give(buf);
-                    self.look_for_shallow_client();
+                    self.read_ahead.judge(&self.backlog.borrow());
                     return other.map(|_| ());
                 }
             }
         }
-        self.look_for_shallow_client();
+        self.read_ahead.judge(&self.backlog.borrow());
         Ok(())
     }
 

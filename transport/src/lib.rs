@@ -17,7 +17,7 @@
 //! Layout: [`service`] (the [`FileSystem`] seam), [`ops`] (its typed half: one method per
 //! operation, [`Operations`], and the one match that calls them), [`dispatch`] (one request: decode,
 //! handle, reply), [`buffers`] (request buffers whose WRITE data and READ replies are
-//! page-aligned), [`backlog`] (requests read ahead, started one client at a time), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
+//! page-aligned), [`backlog`] (requests read ahead, started one client at a time) and [`read_ahead`] (when to read ahead), [`coroutine`], [`blocking`] and [`uring`] (the transports; the one SQE
 //! of the last in `uring_cmd`), [`placement`] (which of several /dev/fuse loops take
 //! requests), [`accounting`] (per opcode: wait, I/O, CPU, switches, SQEs, syscalls).
 #![warn(missing_docs)]
@@ -30,6 +30,7 @@ pub mod coroutine;
 pub mod dispatch;
 pub mod ops;
 pub mod placement;
+pub mod read_ahead;
 pub mod service;
 pub mod uring;
 mod uring_cmd;

@@ -33,7 +33,7 @@
 //!
 //! The rate is weighted: a request of a shallow client beside a deep one (a client at
 //! iodepth 1 whose one request a loop found waiting behind another's many,
-//! [`crate::backlog`]) counts [`crate::coroutine::SHALLOW_WEIGHT`] times, so a move that
+//! [`crate::backlog`]) counts [`crate::read_ahead::SHALLOW_WEIGHT`] times, so a move that
 //! serves it more is kept even where the deep client loses more requests than it gains
 //! (two busy loops beside two clients on 2 CPUs leave the shallow one waiting for a CPU).
 //!
@@ -113,7 +113,7 @@ pub const IDLE_RATE: u64 = 100;
 pub struct Placement {
     slots: Box<[Slot]>,
     /// The file handle of a shallow client beside a deep one that a loop found, or
-    /// `u64::MAX` ([`crate::coroutine::SHALLOW_WEIGHT`]).
+    /// `u64::MAX` ([`crate::read_ahead::SHALLOW_WEIGHT`]).
     shallow: Arc<AtomicU64>,
 }
 

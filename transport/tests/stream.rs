@@ -242,9 +242,9 @@ fn a_lone_request_behind_a_deep_queue_is_served_next() {
                 .expect("queue the lone request");
         }
     }
-    // The first drain, a probe, comes transport::coroutine::PROBE_EVERY after the queue
+    // The first drain, a probe, comes transport::read_ahead::PROBE_EVERY after the queue
     // is made.
-    std::thread::sleep(transport::coroutine::PROBE_EVERY * 2);
+    std::thread::sleep(transport::read_ahead::PROBE_EVERY * 2);
     let stats = rt
         .block_on(move |co| {
             queue.start(co).expect("start the readers");
@@ -277,7 +277,7 @@ fn a_lone_request_behind_a_deep_queue_is_served_next() {
 #[test]
 fn a_shallow_clients_requests_weigh_more_for_the_placement() {
     use std::sync::atomic::{AtomicU64, Ordering};
-    use transport::coroutine::SHALLOW_WEIGHT;
+    use transport::read_ahead::SHALLOW_WEIGHT;
     const DEEP: u64 = 256;
     const SHALLOW: u64 = 512;
     let (dev, peer) = socket_pair();
@@ -296,7 +296,7 @@ fn a_shallow_clients_requests_weigh_more_for_the_placement() {
                 .expect("queue the lone request");
         }
     }
-    std::thread::sleep(transport::coroutine::PROBE_EVERY * 2);
+    std::thread::sleep(transport::read_ahead::PROBE_EVERY * 2);
     let sender = peer.try_clone().expect("a second handle on the socket");
     let counts = rt
         .block_on(move |co| {
