@@ -45,20 +45,19 @@ impl Turn {
     }
 }
 
-/// Requests waiting to start, in arrival order, at most a fixed number.
+/// Requests waiting to start, in arrival order. The reader that fills it bounds it
+/// ([`crate::read_ahead::ReadAhead::start`]).
 pub struct Backlog<T> {
     waiting: VecDeque<(Turn, T)>,
-    capacity: usize,
     /// The handle whose request started last.
     last: Option<u64>,
 }
 
 impl<T> Backlog<T> {
-    /// An empty backlog for at most `capacity` requests (allocated now, not per request).
+    /// An empty backlog with room for `capacity` requests (allocated now, not per request).
     pub fn with_capacity(capacity: usize) -> Backlog<T> {
         Backlog {
             waiting: VecDeque::with_capacity(capacity),
-            capacity,
             last: None,
         }
     }
@@ -66,11 +65,6 @@ impl<T> Backlog<T> {
     /// Whether no request waits.
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
-    }
-
-    /// Whether the backlog holds as many requests as it was made for.
-    pub fn is_full(&self) -> bool {
-        self.waiting.len() >= self.capacity
     }
 
     /// Requests waiting.
@@ -223,12 +217,11 @@ mod tests {
     }
 
     #[test]
-    fn capacity_is_fixed_when_made() {
+    fn len_counts_the_requests_waiting() {
         let mut backlog = Backlog::with_capacity(2);
-        assert!(backlog.is_empty() && !backlog.is_full());
+        assert!(backlog.is_empty());
         backlog.push(Turn::Barrier, "x");
         backlog.push(Turn::Barrier, "y");
-        assert!(backlog.is_full());
         assert_eq!(backlog.len(), 2);
     }
 

@@ -476,8 +476,9 @@ impl<F: FileSystem> Queue<F> {
     /// The next request for a coroutine reader to serve: from the backlog while it holds
     /// some (even when the queue pauses or stops), else from /dev/fuse. A request read
     /// right after another was served means the kernel may hold a queue of them: then, if
-    /// a drain is due ([`ReadAhead::due`]), the reader takes what it holds into the backlog and starts them by turns ([`crate::backlog`]). A request
-    /// read after waiting (the queue was idle) is served at once, with no read more.
+    /// a drain is due ([`ReadAhead::starts_drain`]), the reader takes what it holds into
+    /// the backlog and starts them by turns ([`crate::backlog`]). A request read after
+    /// waiting (the queue was idle) is served at once, with no read more.
     fn next_request(&self, co: &Co<'_>) -> io::Result<Next> {
         let mut after_wait = false;
         loop {
@@ -531,11 +532,12 @@ impl<F: FileSystem> Queue<F> {
     }
 
     /// Takes the requests /dev/fuse holds into the backlog, as many as [`ReadAhead::start`]
-    /// allows and up to [`DRAIN_BYTES`]. An unmount or an interrupted read just ends it (the next read sees it
-    /// again).
+    /// allows and up to [`DRAIN_BYTES`]. An unmount or an interrupted read just ends it
+    /// (the next read sees it again).
     fn drain(&self) -> io::Result<()> {
         let limit = self.read_ahead.start();
         let mut bytes = 0;
+        let mut ended = Ok(());
         while self.backlog.borrow().len() < limit && bytes < DRAIN_BYTES {
             let mut buf = self.buffers.requests.take();
             match self.read_one(&mut buf) {
@@ -548,13 +550,13 @@ impl<F: FileSystem> Queue<F> {
                 }
                 other => {
                     self.buffers.requests.give(buf);
-                    self.read_ahead.judge(&self.backlog.borrow());
-                    return other.map(|_| ());
+                    ended = other.map(|_| ());
+                    break;
                 }
             }
         }
         self.read_ahead.judge(&self.backlog.borrow());
-        Ok(())
+        ended
     }
 
     /// Runs one request with `cx` and replies (through the ring or with `writev(2)`).

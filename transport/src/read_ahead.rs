@@ -70,10 +70,10 @@ pub const SHALLOW_GONE: u32 = 65536;
 pub const NOT_SHALLOW: usize = 3;
 
 /// Each request of the shallow client counts this many times among the requests the loop
-/// placement weighs its trials by ([`crate::Queue::count_into`]): the placement then keeps the
-/// loops that serve the shallow client best, even at some cost to the deep one. Two busy
-/// loops and two clients on 2 CPUs: the shallow client's p99 2-5x its p99 alone, one
-/// loop: within 1x, at 0.65x the deep client's IOPS (fio, null, 2026-12-06).
+/// placement weighs its trials by ([`crate::Queue::count_into`]): the placement then
+/// keeps the loops that serve the shallow client best, even at some cost to the deep
+/// one. Two busy loops and two clients on 2 CPUs: the shallow client's p99 2-5x its p99
+/// alone; one loop: within 1x, at 0.65x the deep client's IOPS (fio, null, 2026-12-06).
 pub const SHALLOW_WEIGHT: u64 = 16;
 
 /// No shallow client, in [`ReadAhead::share`]'s handle.
