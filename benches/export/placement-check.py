@@ -146,7 +146,21 @@ def check(results, floor):
                   f'{len(low)}/{len(runs)} runs below {floor}x {" ".join(low)}; '
                   f'against the best explicit run of the same round: min '
                   f'{min(rounds):.2f}x median {statistics.median(rounds):.2f}x', flush=True)
+        print(f'# {export} {workload}: noise: {noise(explicit, floor)}', flush=True)
     return ok
+
+
+def noise(explicit, floor):
+    """How often each explicit configuration's own runs fall below `floor` times its own
+    median: the machine's run-to-run spread, against which a default's runs below the
+    floor are read (a default exactly as fast as the best one fails as often)."""
+    parts = []
+    for server, runs in explicit.items():
+        median = statistics.median(runs.values())
+        low = [iops / median for iops in runs.values() if iops < floor * median]
+        shown = f' ({min(low):.2f}x)' if low else ''
+        parts.append(f'{server} {len(low)}/{len(runs)}{shown}')
+    return (f'explicit runs below {floor}x of their own median: ' + ', '.join(parts))
 
 
 def run_rounds(args, cells, table, mnt):

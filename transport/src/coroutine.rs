@@ -50,7 +50,7 @@ use crate::accounting::{Accounting, OpReport, RequestClock};
 use crate::backlog::{Backlog, Turn};
 use crate::buffers::{Buffers, RequestBuf};
 use crate::dispatch::{serve_request, whole_request, QueueStats, Served};
-use crate::read_ahead::{ReadAhead, BACKLOG, DRAIN_BYTES};
+use crate::read_ahead::{bytes_moved, ReadAhead, BACKLOG, DRAIN_BYTES};
 use crate::FileSystem;
 use fuse::decode::header_of;
 use fuse::dev::{classify_read, FuseDev, Received};
@@ -498,7 +498,9 @@ impl<F: FileSystem> Queue<F> {
             let mut buf = self.buffers.requests.take();
             let read = self.read_one(&mut buf);
             match read {
-                Ok(Read::Request(n)) if after_wait || !self.read_ahead.starts_drain(n) => {
+                Ok(Read::Request(n))
+                    if after_wait || !self.read_ahead.starts_drain(buf.request(n)) =>
+                {
                     return Ok(Next::Request(buf, n));
                 }
                 Ok(Read::Request(n)) => {
@@ -542,7 +544,7 @@ impl<F: FileSystem> Queue<F> {
             let mut buf = self.buffers.requests.take();
             match self.read_one(&mut buf) {
                 Ok(Read::Request(n)) => {
-                    bytes += n;
+                    bytes += bytes_moved(buf.request(n));
                     self.stats.borrow_mut().backlogged += 1;
                     self.backlog
                         .borrow_mut()
