@@ -17,8 +17,9 @@ or after idle pays host page faults, 0.06x for any server). With
 engineer's compile on a 2-CPU machine: the loop pinned there gets a share of it).
 
 Prints one TSV line per run (round, export, workload, server, IOPS, daemon CPU us per
-I/O), then per cell the default's runs against the best explicit median, and exits 1 if
-any default run is below the floor.
+I/O), then per cell the default's runs against the best explicit median and, as the
+machine's spread, how many of each explicit configuration's runs fall below the floor
+times its own median; exits 1 if any default run is below the floor.
 
     benches/export/placement-check.py --rounds 10 --only ext4:write1m
     benches/export/placement-check.py --rounds 3 --busy 0
