@@ -507,9 +507,10 @@ fn nbd_commands_leave_without_an_sqe() {
         "{sqes} SQEs for {} requests: {per_request:.2} each",
         2 * ROUNDS
     );
-    // 1 each, a little more when a reply arrives in two pieces (a busy machine); the
-    // ring's writev made it 2.
-    assert!(per_request < 1.5, "{per_request:.2} SQEs per request");
+    // 1 each (the receive), more when a reply arrives in pieces: on a busy machine (CI
+    // runs this binary's tests at once on 2 CPUs) 1.72 was seen. The ring's writev made
+    // it 2 at the least, a send and a receive; `direct_syscalls` below counts the sends.
+    assert!(per_request < 2.0, "{per_request:.2} SQEs per request");
     let sent = b.stats().direct_syscalls;
     assert!(sent >= 2 * ROUNDS, "{sent} direct sends counted");
 }
