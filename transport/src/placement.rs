@@ -62,6 +62,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::read_ahead::NO_CLIENT;
+
 /// The shortest of a trial's three measurements.
 pub const TRIAL: Duration = Duration::from_millis(50);
 /// A measurement goes on past [`TRIAL`] until it counted this many requests (or
@@ -113,7 +115,7 @@ pub const IDLE_RATE: u64 = 100;
 pub struct Placement {
     slots: Box<[Slot]>,
     /// The file handle of a shallow client beside a deep one that a loop found, or
-    /// `u64::MAX` ([`crate::read_ahead::SHALLOW_WEIGHT`]).
+    /// [`NO_CLIENT`] ([`crate::read_ahead::SHALLOW_WEIGHT`]).
     shallow: Arc<AtomicU64>,
 }
 
@@ -132,7 +134,7 @@ impl Placement {
     pub fn new(loops: usize) -> Placement {
         Placement {
             slots: (0..loops).map(|_| Slot::default()).collect(),
-            shallow: Arc::new(AtomicU64::new(u64::MAX)),
+            shallow: Arc::new(AtomicU64::new(NO_CLIENT)),
         }
     }
 

@@ -22,6 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fuse::abi::{fuse_in_header, fuse_read_in, FUSE_READ};
+use fuse::decode::header_of;
+use zerocopy::FromBytes;
+
 use crate::backlog::{Backlog, Turn};
 
 /// Requests a queue takes from /dev/fuse ahead of serving them, at most: the iodepth of a
@@ -44,13 +48,14 @@ pub const SMALL_REQUEST: usize = 64 << 10;
 /// The bytes serving `request` copies between the kernel and the loop: a READ's `size`
 /// (its reply's data), else the request itself (a WRITE's data comes with it).
 pub fn bytes_moved(request: &[u8]) -> usize {
-    let header = std::mem::size_of::<fuse::abi::fuse_in_header>();
-    // `size` follows `fh` and `offset` in fuse_read_in.
-    let size = request.get(header + 16..header + 20);
-    match (fuse::decode::header_of(request).map(|h| h.opcode), size) {
-        (Some(fuse::abi::FUSE_READ), Some(size)) => {
-            u32::from_ne_bytes(size.try_into().expect("4 bytes")) as usize
-        }
+    let args = request
+        .get(std::mem::size_of::<fuse_in_header>()..)
+        .unwrap_or_default();
+    match (
+        header_of(request).map(|h| h.opcode),
+        fuse_read_in::read_from_prefix(args),
+    ) {
+        (Some(FUSE_READ), Ok((read, _))) => read.size as usize,
         _ => request.len(),
     }
 }
@@ -94,7 +99,7 @@ pub const NOT_SHALLOW: usize = 3;
 pub const SHALLOW_WEIGHT: u64 = 16;
 
 /// No shallow client, in [`ReadAhead::share`]'s handle.
-const NO_CLIENT: u64 = u64::MAX;
+pub const NO_CLIENT: u64 = u64::MAX;
 
 /// One queue's read-ahead state.
 pub struct ReadAhead {
@@ -124,7 +129,7 @@ impl ReadAhead {
     }
 
     /// Shares the shallow client with other queues: `handle` holds its file handle, or
-    /// `u64::MAX` for none ([`crate::placement::Placement::shallow_client`]).
+    /// [`NO_CLIENT`] for none ([`crate::placement::Placement::shallow_client`]).
     pub fn share(&self, handle: Arc<AtomicU64>) {
         *self.shallow.borrow_mut() = handle;
     }
