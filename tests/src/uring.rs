@@ -103,8 +103,11 @@ impl EnableUring {
     pub fn acquire() -> Result<EnableUring, String> {
         let mut mine = STATE.lock().unwrap_or_else(|e| e.into_inner());
         if *mine == 0 {
-            let before = read_switch()?;
             let mut holders = Holders::lock()?;
+            // Read under the lock: read before it, the value could be the Y of a holder
+            // that restored N between the read and the lock, and this holder would put
+            // that Y back when it is the last to go.
+            let before = read_switch()?;
             // A holder that died kept its value to restore: that one is the original.
             if holders.pids.is_empty() && holders.before.is_none() {
                 holders.before = Some(before);
@@ -141,13 +144,14 @@ impl Drop for EnableUring {
 
 /// Runs `f` with `enable_uring` set to `value`, then restores it; for a test that needs it
 /// off. Waits (up to 2 minutes) until no process holds [`EnableUring`], and keeps the
-/// holders' file locked meanwhile, so that none takes it during `f`. Must not be called
+/// holders' file locked meanwhile, so that none takes it during `f`; restores the value
+/// from before the first holder if holders died without restoring it. Must not be called
 /// while this process holds one.
 pub fn with_enable_uring<T>(value: &str, f: impl FnOnce() -> T) -> Result<T, String> {
     let mine = STATE.lock().unwrap_or_else(|e| e.into_inner());
     assert_eq!(*mine, 0, "with_enable_uring while EnableUring is held");
     let deadline = Instant::now() + Duration::from_secs(120);
-    let holders = loop {
+    let mut holders = loop {
         let holders = Holders::lock()?;
         if holders.pids.is_empty() {
             break holders;
@@ -161,11 +165,16 @@ pub fn with_enable_uring<T>(value: &str, f: impl FnOnce() -> T) -> Result<T, Str
         drop(holders);
         std::thread::sleep(Duration::from_millis(50));
     };
-    let before = read_switch()?;
+    // No holder is alive: a value to restore still in the file is that of holders that
+    // died (SIGKILL) before restoring it, and the switch still shows their Y.
+    let before = match holders.before.take() {
+        Some(original) => original,
+        None => read_switch()?,
+    };
     write_switch(value)?;
     let result = f();
     let _ = write_switch(&before);
-    drop(holders);
+    let _ = holders.store();
     drop(mine);
     Ok(result)
 }
