@@ -9,8 +9,8 @@ per round, in an order reversed every other round, each on a freshly started dae
              corofuse's default against its explicit configurations (--placement all,
              --queues 1, --transport uring, --dispatch threads:2), qemu-storage-daemon as
              packaged, and QEMU's multi-threaded FUSE export series on 1 and 2 iothreads
-             ($QSD_SERIES, left out where it is not built); fio straight on the tmpfs and
-             ext4 images as the limit.
+             ($QSD_SERIES, left out where it is not built; benches/export/build-series.sh
+             builds it); fio straight on the tmpfs and ext4 images as the limit.
   clients    the same exports and servers (and qsd on one iothread), with 1, 2 and 4 fio
              jobs at iodepth 1 (psync) and 64 (io_uring) of 4 KiB random reads, and the
              mixed row: one qd1 randread job beside one qd64 randwrite job, each job's
