@@ -442,6 +442,10 @@ pub fn file_handle(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, libc::c_int)> 
     Ok((handle, mount_id))
 }
 
+/// How long [`open_by_handle`] waits out the creation of a file that reuses a deleted
+/// file's inode number (see there).
+const RECREATE_WAIT: std::time::Duration = std::time::Duration::from_millis(12);
+
 /// Opens the file `handle` names on the file system of `mount` (`open_by_handle_at(2)`,
 /// which needs CAP_DAC_READ_SEARCH); ESTALE once the file is gone.
 pub fn open_by_handle(
@@ -471,13 +475,28 @@ pub fn open_by_handle(
             false => Ok(fd),
         }
     };
-    // The kernel answers ENOMEM, not ESTALE, when the file was deleted and its inode is
-    // being evicted as the handle is decoded (fs/fhandle.c: a decode that finds no
-    // dentry): once more finds it gone for good (ESTALE), or opens it. Seen in about 3
-    // of 100 runs of dir/tests/tree.rs on ext4.
-    let fd = match open() {
-        Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => open()?,
-        done => done?,
+    // The kernel answers ENOMEM, not ESTALE, while the file's inode number is being
+    // given to a new file: the handle's file was deleted, and a creation anywhere on the
+    // file system holds the number in the inode cache as I_CREATING until it completes
+    // (fs/inode.c find_inode_fast answers ESTALE for it, iget_locked turns that into
+    // NULL, ext4_iget into ENOMEM). Once the creation is done the decode sees the new
+    // file's generation and answers ESTALE. So ENOMEM is tried again after sleeps doubling
+    // from 50 us, 13 ms in all at most (a creation may wait on the journal); a real
+    // shortage of memory still ends as ENOMEM. The caller's thread sleeps: this happens
+    // only to a cold node whose file was deleted, at the moment its number is reused. Seen in 3-4 of 100 runs
+    // of dir/tests/tree.rs, whose tests create files in parallel, and once in CI after a
+    // single retry.
+    let mut pause = std::time::Duration::from_micros(50);
+    let mut waited = std::time::Duration::ZERO;
+    let fd = loop {
+        match open() {
+            Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && waited < RECREATE_WAIT => {
+                std::thread::sleep(pause);
+                waited += pause;
+                pause *= 2;
+            }
+            done => break done?,
+        }
     };
     // SAFETY: `fd` was just opened and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
