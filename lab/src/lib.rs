@@ -221,14 +221,11 @@ fn lab(args: &LabArgs) -> Result<(), String> {
         setting::warm_free_memory();
     }
     let storage = if plan.on_storage() {
-        let image = storage::prepare(&args.storage_dir, plan.storage_size, args.refill_image)?;
-        if image.reused {
-            eprintln!(
-                "reusing {} (filled by an earlier run; --refill-image writes it again)",
-                image.path.display()
-            );
-        }
-        Some(image)
+        Some(storage::prepare(
+            &args.storage_dir,
+            plan.storage_size,
+            args.refill_image,
+        )?)
     } else {
         None
     };

@@ -269,6 +269,7 @@ pub(crate) mod sample {
             fs_source: "/dev/vda".into(),
             reused: false,
             fill_seconds: Some(1.4),
+            read_seconds: 1.1,
         });
         Report::new(Environment::probe(), options, 20.0, storage, cells)
     }

@@ -141,12 +141,13 @@ fn storage_header(r: &Report) -> String {
         ""
     };
     format!(
-        "storage rows: {} ({} MiB, {} on {}), {history}; each run starts with it out of \
-         the page cache.\n{device}",
+        "storage rows: {} ({} MiB, {} on {}), {history}, read once before the rows in \
+         {:.1} s; each run starts with it out of the page cache.\n{device}",
         s.path.display(),
         s.size >> 20,
         s.fs_type,
-        s.fs_source
+        s.fs_source,
+        s.read_seconds
     )
 }
 
