@@ -320,9 +320,11 @@ fn mount_stats_at_exit(mode: Dispatch) {
             // A request that suspends gets a coroutine of its own (its reader hands reading
             // over to a new one); one that does not (OPEN, FLUSH, RELEASE: no I/O) is served
             // in place by its reader, which then reads the next request.
+            // Whether a READ suspends depends on the page cache (a cached read completes at
+            // submission and is served in place too): all of them may be in place.
             let in_place = counter(&last, "queue", "served_in_place");
             assert!(in_place > 0, "no request served in place: {last}");
-            assert!(in_place < requests, "every request served in place: {last}");
+            assert!(in_place <= requests, "more in place than requests: {last}");
             assert!(
                 spawned + in_place >= requests,
                 "a request neither in place nor on a coroutine: {last}"
