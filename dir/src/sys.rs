@@ -483,9 +483,9 @@ pub fn open_by_handle(
     // file's generation and answers ESTALE. So ENOMEM is tried again after sleeps doubling
     // from 50 us, 13 ms in all at most (a creation may wait on the journal); a real
     // shortage of memory still ends as ENOMEM. The caller's thread sleeps: this happens
-    // only to a cold node whose file was deleted, at the moment its number is reused. Seen in 3-4 of 100 runs
-    // of dir/tests/tree.rs, whose tests create files in parallel, and once in CI after a
-    // single retry.
+    // only to a cold node whose file was deleted, at the moment its number is reused.
+    // Seen in 3-4 of 100 runs of dir/tests/tree.rs, whose tests create files in
+    // parallel, and once in CI after a single retry.
     let mut pause = std::time::Duration::from_micros(50);
     let mut waited = std::time::Duration::ZERO;
     let fd = loop {
