@@ -321,7 +321,8 @@ fn mount_stats_at_exit(mode: Dispatch) {
             // over to a new one); one that does not (OPEN, FLUSH, RELEASE: no I/O) is served
             // in place by its reader, which then reads the next request.
             // Whether a READ suspends depends on the page cache (a cached read completes at
-            // submission and is served in place too): all of them may be in place.
+            // submission and is served in place too): all of them may be in place here;
+            // `mount_a_read_that_waits_leaves_its_reader` makes READs wait.
             let in_place = counter(&last, "queue", "served_in_place");
             assert!(in_place > 0, "no request served in place: {last}");
             assert!(in_place <= requests, "more in place than requests: {last}");
@@ -335,6 +336,37 @@ fn mount_stats_at_exit(mode: Dispatch) {
         Dispatch::Inline => assert!(spawned < requests, "a coroutine per request: {last}"),
         Dispatch::Threads(_) => {}
     }
+}
+
+dispatch_tests!(mount_a_read_that_waits_leaves_its_reader [coroutine, queues]);
+/// A request that suspends gets a coroutine of its own, and its reader is not counted as
+/// serving it in place: every READ here waits on an injected delay (an io_uring timeout),
+/// so none can complete at submission. (`mount_stats_at_exit` cannot check this: a READ
+/// the page cache holds completes at submission and is served in place.)
+fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
+    let sandbox = Sandbox::new();
+    let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
+    let stats = sandbox.path("stats.json");
+    let args = ["--stats", stats.to_str().unwrap(), "--inject", "delay:read:2ms"];
+    let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &args);
+    assert_eq!(fs::read(export.path()).unwrap(), pattern(1, 0, MIB as usize));
+    export.stop();
+    let last = read_stats(&stats);
+    // The backend reads that waited, one per READ of data (a READ at the end of the file
+    // reads nothing from the backend and waits for nothing).
+    let reads = last["ops"]["READ"]["count"].as_u64().unwrap_or(0);
+    let waited = last["inject"]["delays_by_op"]["read"].as_u64().unwrap_or(0);
+    assert!(waited >= 1 && waited <= reads, "{reads} READs, {waited} delayed: {last}");
+    let requests = counter(&last, "queue", "requests");
+    let in_place = counter(&last, "queue", "served_in_place");
+    let spawned = counter(&last, "runtime", "spawned");
+    assert!(in_place > 0, "OPEN and FLUSH are served in place: {last}");
+    assert!(
+        in_place + waited <= requests,
+        "a READ that waited counted as served in place: {in_place} in place, {waited} \
+         waited, of {requests}: {last}"
+    );
+    assert!(spawned >= waited, "{spawned} coroutines for {waited} READs that waited: {last}");
 }
 
 dispatch_tests!(mount_stats_on_sigusr1_and_at_exit [
