@@ -347,16 +347,27 @@ fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
     let stats = sandbox.path("stats.json");
-    let args = ["--stats", stats.to_str().unwrap(), "--inject", "delay:read:2ms"];
+    let args = [
+        "--stats",
+        stats.to_str().unwrap(),
+        "--inject",
+        "delay:read:2ms",
+    ];
     let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &args);
-    assert_eq!(fs::read(export.path()).unwrap(), pattern(1, 0, MIB as usize));
+    assert_eq!(
+        fs::read(export.path()).unwrap(),
+        pattern(1, 0, MIB as usize)
+    );
     export.stop();
     let last = read_stats(&stats);
     // The backend reads that waited, one per READ of data (a READ at the end of the file
     // reads nothing from the backend and waits for nothing).
     let reads = last["ops"]["READ"]["count"].as_u64().unwrap_or(0);
     let waited = last["inject"]["delays_by_op"]["read"].as_u64().unwrap_or(0);
-    assert!(waited >= 1 && waited <= reads, "{reads} READs, {waited} delayed: {last}");
+    assert!(
+        waited >= 1 && waited <= reads,
+        "{reads} READs, {waited} delayed: {last}"
+    );
     let requests = counter(&last, "queue", "requests");
     let in_place = counter(&last, "queue", "served_in_place");
     let spawned = counter(&last, "runtime", "spawned");
@@ -366,7 +377,10 @@ fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
         "a READ that waited counted as served in place: {in_place} in place, {waited} \
          waited, of {requests}: {last}"
     );
-    assert!(spawned >= waited, "{spawned} coroutines for {waited} READs that waited: {last}");
+    assert!(
+        spawned >= waited,
+        "{spawned} coroutines for {waited} READs that waited: {last}"
+    );
 }
 
 dispatch_tests!(mount_stats_on_sigusr1_and_at_exit [
