@@ -30,7 +30,8 @@
 //! and file rows, still made 8.5k and 20.1k, and the disk rows after it 1.1-3.8x that,
 //! where the device row run alone after the read makes 20k and 87k. What holds it back
 //! there is not found yet (not the cache forgetting the image within a minute: fio 60 s
-//! after the read finds it warm).
+//! after the read finds it warm). The table marks an O_DIRECT row above the device row
+//! (`report::ABOVE_CEILING`) instead of printing its ratio as a verdict.
 //!
 //! Why [`evict`] before each run: a buffered run leaves dirty and cached pages; without
 //! a reset the next run would write them back in its own window, or read from RAM. Each

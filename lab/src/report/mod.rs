@@ -65,7 +65,20 @@ pub struct CellReport {
     pub runs: Vec<Run>,
 }
 
+/// A `--direct` row above the device row by more than this factor says the device row
+/// was not its ceiling in that run: both read the same bytes with O_DIRECT, and FUSE only
+/// adds to the path. (The main job has shown the device row slow after the CPU-bound
+/// rows, 8k against 20k alone, with `disk-direct` at 1.8x "the device"; cause not found,
+/// storage.rs.) Beyond 10%: runs of a row spread by that much.
+pub const ABOVE_CEILING: f64 = 1.10;
+
 impl CellReport {
+    /// Whether this is an O_DIRECT export that served more than the device row by
+    /// [`ABOVE_CEILING`]: then the device row was no ceiling, and the ratio no verdict.
+    pub fn above_ceiling(&self) -> bool {
+        self.export.direct() && self.vs_device.is_some_and(|v| v > ABOVE_CEILING)
+    }
+
     /// Whether the cell's median is no verdict: its runs disagree and no majority of
     /// them agrees (two runs apart, or outliers among half the runs or more).
     pub fn undecided(&self) -> bool {
@@ -329,6 +342,28 @@ mod tests {
             .expect("cells")
             .iter()
             .any(|c| c["export"] == "disk-direct" && c["vs_device"] == 0.5));
+    }
+
+    #[test]
+    fn a_direct_row_above_the_device_row_is_flagged() {
+        let mut r = sample::with_storage();
+        fn disk_direct(r: &mut Report) -> &mut CellReport {
+            let mut cells = r.cells.iter_mut();
+            let cell = cells.find(|c| c.export == ExportKind::DiskDirect);
+            cell.expect("a disk-direct cell")
+        }
+        assert!(!disk_direct(&mut r).above_ceiling(), "0.5x of the device");
+        disk_direct(&mut r).vs_device = Some(1.84);
+        assert!(disk_direct(&mut r).above_ceiling());
+        disk_direct(&mut r).vs_device = Some(1.05);
+        assert!(
+            !disk_direct(&mut r).above_ceiling(),
+            "within a row's spread"
+        );
+        let disk = r.cells.iter_mut().find(|c| c.export == ExportKind::Disk);
+        let buffered = disk.expect("a disk cell");
+        buffered.vs_device = Some(3.0);
+        assert!(!buffered.above_ceiling(), "the page cache may serve it");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use comfy_table::{presets::NOTHING, CellAlignment};
 
-use super::{CellReport, Report};
+use super::{CellReport, Report, ABOVE_CEILING};
 use crate::export::ExportKind;
 
 /// Column-aligned text, two spaces between columns and no borders (comfy-table): the first
@@ -140,9 +140,18 @@ fn storage_header(r: &Report) -> String {
     } else {
         ""
     };
+    let above = match r.cells.iter().any(CellReport::above_ceiling) {
+        true => format!(
+            "! = an O_DIRECT row above the device row by more than {:.0}%: the device row \
+             was no ceiling in this run (it reads the same bytes, without FUSE), so its \
+             ratios say nothing; run again.\n",
+            (ABOVE_CEILING - 1.0) * 100.0
+        ),
+        false => String::new(),
+    };
     format!(
         "storage rows: {} ({} MiB, {} on {}), {history}, read once before the rows in \
-         {:.1} s; each run starts with it out of the page cache.\n{device}",
+         {:.1} s; each run starts with it out of the page cache.\n{device}{above}",
         s.path.display(),
         s.size >> 20,
         s.fs_type,
@@ -216,6 +225,7 @@ fn row(c: &CellReport) -> Vec<String> {
     let ratio = |v: f64| if c.undecided() { "?".into() } else { ratio(v) };
     let vs_device = match (c.export, c.vs_device) {
         (ExportKind::Device, _) => "ceiling".into(),
+        (_, Some(v)) if c.above_ceiling() => format!("{}!", ratio(v)),
         (_, Some(v)) => ratio(v),
         (e, None) if e.under_device() => "-".into(),
         _ => String::new(),
@@ -343,6 +353,29 @@ mod tests {
         }
         // 3 workloads on 6 rows.
         assert_eq!(lines.len(), 1 + 6 * 3);
+        assert!(!text.contains("! = "), "no row above its ceiling: {text}");
+    }
+
+    /// The main job once showed disk-direct at 1.84x "the device": the device row was
+    /// no ceiling that run, and the table says so instead of a verdict.
+    #[test]
+    fn a_direct_row_above_the_device_row_is_marked() {
+        let mut r = sample::with_storage();
+        let cell = r
+            .cells
+            .iter_mut()
+            .find(|c| c.export == ExportKind::DiskDirect);
+        cell.expect("a disk-direct cell").vs_device = Some(1.84);
+        let text = render(&r);
+        let lines = check_alignment(&text);
+        assert!(
+            line_of(&lines, "disk-direct", &text).contains("1.84x!"),
+            "{text}"
+        );
+        assert!(
+            text.contains("! = an O_DIRECT row above the device row by more than 10%"),
+            "{text}"
+        );
     }
 
     /// Issue 37: a cell whose runs disagree says so; with no majority among them its
