@@ -260,7 +260,7 @@ impl FileBackend {
     /// (the loop, in a coroutine), on every file system. Through the ring, ext4 (like
     /// tmpfs: no asynchronous buffered writes) hands each one to an io-wq worker, which
     /// runs the writes of one file one at a time per ring; the hand-off cost more than the
-    /// write. fio on a buffered ext4 image (issue 37, `BENCHMARKS.md`): sequential 1 MiB
+    /// write. fio on a buffered ext4 image (issue 37, `benches/HISTORY.md`): sequential 1 MiB
     /// writes 188-205 µs of daemon CPU per request instead of 264-270, 4 KiB random writes
     /// at iodepth 64 13-16 µs instead of 21-30. The price: a write that waits (dirty page
     /// throttling, the journal) holds its loop meanwhile, as it holds a worker of
