@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use corofuse_tests::export::TIMEOUT;
 use corofuse_tests::mountinfo::fuse_mounts_at;
 use corofuse_tests::qsd::{wait_for, StorageDaemon, Which};
 use corofuse_tests::{pattern, require_fuse, require_tool, Sandbox, MIB};
@@ -354,6 +355,10 @@ fn qsd_export_deleted_and_added_again_at_once() {
     let daemon = StorageDaemon::start(Which::Corofuse, &args, std::slice::from_ref(&mnt));
     assert!(wait_for(&socket), "{}", daemon.stderr());
     let mut writer = UnixStream::connect(&socket).unwrap();
+    // The last deletion's event is read after its answer: if it came first (the daemon
+    // once sent a command's events from another thread before the answer), that read
+    // fails here instead of waiting for ever.
+    writer.set_read_timeout(Some(TIMEOUT)).unwrap();
     let mut reader = BufReader::new(writer.try_clone().unwrap());
     read_message(&mut reader);
     let mut events = Vec::new();

@@ -166,8 +166,11 @@ fn serve(hub: &Hub, signals: &SignalFd, stats: Option<&std::path::Path>) {
             None => {}
             Some(_) => break "host-signal",
         }
-        hub.daemon().reap();
-        hub.send_events();
+        // Only the exports this loop reaped: the events a command queued are sent by its
+        // monitor thread after the command's answer (QEMU's order; sent from here, they
+        // went first when this ran in between).
+        let reaped = hub.daemon().reap();
+        hub.broadcast(reaped);
     };
     write_stats();
     hub.broadcast(vec![(

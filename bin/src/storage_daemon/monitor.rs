@@ -19,6 +19,9 @@ use super::state::Daemon;
 pub struct Hub {
     pub daemon: Mutex<Daemon>,
     clients: Mutex<Vec<Client>>,
+    /// Held by a client's thread from a command to the events it caused, so that no other
+    /// client's thread sends those events before the command's answer.
+    command: Mutex<()>,
     /// `quit` was asked for.
     pub quit: AtomicBool,
 }
@@ -33,6 +36,7 @@ impl Hub {
         Hub {
             daemon: Mutex::new(daemon),
             clients: Mutex::new(Vec::new()),
+            command: Mutex::new(()),
             quit: AtomicBool::new(false),
         }
     }
@@ -124,6 +128,7 @@ fn serve_client(stream: UnixStream, hub: &Hub) {
         if message.as_ref().is_err_and(|e| e.is_io() || e.is_eof()) {
             break;
         }
+        let _turn = hub.command.lock().unwrap_or_else(|e| e.into_inner());
         let answer = {
             let mut commands = Runner { hub };
             session.handle_value(message.map_err(|e| e.to_string()), &mut commands)

@@ -220,16 +220,19 @@ impl Daemon {
         Ok(())
     }
 
-    /// Exports unmounted from outside: removed, each with its event.
-    pub fn reap(&mut self) {
+    /// Exports unmounted from outside: removed; their events, for the caller to send.
+    /// Not queued with the commands' events: a command's events follow its answer, and
+    /// the main thread reaping between a command and its answer would send them first.
+    pub fn reap(&mut self) -> Vec<(&'static str, Value)> {
+        let mut events = Vec::new();
         for (id, served) in self.model.reap() {
             if let Err(e) = served.result {
                 log::warn!("export '{id}': {e}");
             }
             self.info.remove(&id);
-            self.events
-                .push(("BLOCK_EXPORT_DELETED", json!({ "id": id })));
+            events.push(("BLOCK_EXPORT_DELETED", json!({ "id": id })));
         }
+        events
     }
 
     /// Every export stopped, in id order, each closed before its mount goes.
