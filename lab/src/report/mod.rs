@@ -69,8 +69,10 @@ pub struct CellReport {
 /// was not its ceiling in that run: both read the same bytes with O_DIRECT, and FUSE only
 /// adds to the path. (The main job has shown the device row slow after the CPU-bound
 /// rows, 8k against 20k alone, with `disk-direct` at 1.8x "the device"; cause not found,
-/// storage.rs.) Beyond 10%: runs of a row spread by that much.
-pub const ABOVE_CEILING: f64 = 1.10;
+/// storage.rs.) Beyond 25%: a row's runs at iodepth 1 on this VM spread by 20% (the
+/// main job's `disk-direct-pt` reads at qd1 once made 1.17x a device row that was no
+/// slower than usual).
+pub const ABOVE_CEILING: f64 = 1.25;
 
 impl CellReport {
     /// Whether this is an O_DIRECT export that served more than the device row by
@@ -355,7 +357,7 @@ mod tests {
         assert!(!disk_direct(&mut r).above_ceiling(), "0.5x of the device");
         disk_direct(&mut r).vs_device = Some(1.84);
         assert!(disk_direct(&mut r).above_ceiling());
-        disk_direct(&mut r).vs_device = Some(1.05);
+        disk_direct(&mut r).vs_device = Some(1.2);
         assert!(
             !disk_direct(&mut r).above_ceiling(),
             "within a row's spread"

@@ -373,7 +373,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("! = an O_DIRECT row above the device row by more than 10%"),
+            text.contains("! = an O_DIRECT row above the device row by more than 25%"),
             "{text}"
         );
     }
