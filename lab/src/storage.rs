@@ -24,14 +24,15 @@
 //! measured the device at 6.9k IOPS at qd1 and 9.6k at qd64, then the exports behind it
 //! at up to 2.2x and 8.9x "the device". fio on an image idle for 1.5 hours: 8.2k,
 //! 14.9k, 21.1k random reads at qd64 in three 3 s runs; one sequential O_DIRECT pass
-//! (186 MB/s, 11.5 s) and then 91k and 96k. So every run reads the image once, front to back, before any
-//! row measures it: about a second when it is warm. It is not the whole story: in the
-//! main job right after this change the device row, which runs after the CPU-bound null
-//! and file rows, still made 8.5k and 20.1k, and the disk rows after it 1.1-3.8x that,
-//! where the device row run alone after the read makes 20k and 87k. What holds it back
-//! there is not found yet (not the cache forgetting the image within a minute: fio 60 s
-//! after the read finds it warm). The table marks an O_DIRECT row above the device row
-//! (`report::ABOVE_CEILING`) instead of printing its ratio as a verdict.
+//! (186 MB/s, 11.5 s) and then 91k and 96k. So every run reads the image once, front
+//! to back, before any row measures it: about a second when it is warm. It is not the
+//! whole story: in the main job right after this change the device row, which runs
+//! after the CPU-bound null and file rows, still made 8.5k and 20.1k, and the disk rows
+//! after it 1.1-3.8x that, where the device row run alone after the read makes 20k and
+//! 87k. What holds it back there is not found yet (not the cache forgetting the image
+//! within a minute: fio 60 s after the read finds it warm). The table marks an O_DIRECT
+//! row above the device row (`report::ABOVE_CEILING`) instead of printing its ratio as
+//! a verdict.
 //!
 //! Why [`evict`] before each run: a buffered run leaves dirty and cached pages; without
 //! a reset the next run would write them back in its own window, or read from RAM. Each

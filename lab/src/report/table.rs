@@ -140,14 +140,15 @@ fn storage_header(r: &Report) -> String {
     } else {
         ""
     };
-    let above = match r.cells.iter().any(CellReport::above_ceiling) {
-        true => format!(
+    let above = if r.cells.iter().any(CellReport::above_ceiling) {
+        format!(
             "! = an O_DIRECT row above the device row by more than {:.0}%: the device row \
              was no ceiling in this run (it reads the same bytes, without FUSE), so its \
              ratios say nothing; run again.\n",
             (ABOVE_CEILING - 1.0) * 100.0
-        ),
-        false => String::new(),
+        )
+    } else {
+        String::new()
     };
     format!(
         "storage rows: {} ({} MiB, {} on {}), {history}, read once before the rows in \
