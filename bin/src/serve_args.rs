@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use server::{Dispatch, LoopPlacement, ServeOptions, Transport};
+use server::{Dispatch, LoopPlacement, ServeOptions, Transport, UringClass};
 
 /// How a mount is served, for `mount` and `mount-dir` alike.
 #[derive(clap::Args, Clone, Debug)]
@@ -59,6 +59,9 @@ pub struct ServeArgs {
     /// Which of several /dev/fuse loops take requests (coroutine dispatch)
     #[arg(long, value_enum, default_value_t = LoopPlacement::Adaptive, help_heading = "Serving")]
     pub placement: LoopPlacement,
+    /// Scheduling class of the loops with `--transport uring`
+    #[arg(long, value_enum, default_value_t = UringClass::Idle, help_heading = "Serving")]
+    pub uring_class: UringClass,
 }
 
 impl ServeArgs {
@@ -88,6 +91,7 @@ impl ServeArgs {
             transport: self.transport,
             uring_depth: usize::from(self.uring_depth),
             placement: self.placement,
+            uring_idle_class: self.uring_class == UringClass::Idle,
             // Per-request accounting is on when there is somewhere to write it.
             accounting: self.stats.is_some(),
         }

@@ -76,6 +76,7 @@ mod reactor;
 mod resume;
 mod run_queue;
 mod sched;
+pub mod sched_class;
 mod shutdown;
 mod spawn;
 mod stack_pool;

@@ -44,6 +44,7 @@ mod background;
 mod control;
 pub mod error;
 mod exports;
+mod loop_class;
 mod loop_set;
 mod loops;
 pub mod options;
@@ -55,7 +56,7 @@ pub use control::ServeHandle;
 pub use error::{ExportError, MountError, OptionsError, ParseError, ServeError};
 pub use exports::Exports;
 pub use loop_set::LoopSet;
-pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport};
+pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport, UringClass};
 pub use server::{Report, Served, Server, Target};
 
 use std::sync::Arc;

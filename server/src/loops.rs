@@ -20,7 +20,7 @@
 
 use std::io;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,6 +35,7 @@ use transport::{Queue, QueueConfig, QueueStats};
 
 use crate::control::{Command, Commands};
 use crate::error::ServeError;
+use crate::loop_class::ClassGuard;
 use crate::loop_set::LoopSet;
 use crate::server::{Report, Served, Server};
 
@@ -63,7 +64,13 @@ struct Control {
     failed: AtomicBool,
     /// How the session's part on this loop ended, once it has.
     outcome: Mutex<Option<Result<LoopReport, ServeError>>>,
+    /// The loop thread's id once it went into the idle class (`loop_class`), 0 if it did
+    /// not, [`UNDECIDED`] before the loop decided.
+    idle_tid: AtomicI32,
 }
+
+/// [`Control::idle_tid`] before the loop has started.
+const UNDECIDED: i32 = -1;
 
 impl Control {
     fn new() -> io::Result<Control> {
@@ -74,6 +81,7 @@ impl Control {
             stopped: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             outcome: Mutex::new(None),
+            idle_tid: AtomicI32::new(UNDECIDED),
         })
     }
 
@@ -116,6 +124,8 @@ struct LoopSetup<F: FileSystem> {
     snapshots: Sender<LoopReport>,
     /// Woken when this part of the session ends.
     supervisor: Arc<Commands>,
+    /// Serve the ring from the idle scheduling class (`loop_class`).
+    idle_class: bool,
 }
 
 /// Serves `server`'s session on the loops `on` of `set` until stopped or unmounted.
@@ -147,8 +157,12 @@ pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> 
         .map(|p| (p, Controller::new(p, Instant::now())));
     // The controller's counts, kept when it stops at the end of the session.
     let mut placed = None;
+    let mut guard: Option<ClassGuard> = None;
     while !loops.iter().all(|c| c.is_done()) {
         let mut wait = Duration::from_millis(100);
+        if server.uring {
+            wait = wait.min(guard_loops(&mut guard, &loops));
+        }
         if let Some((placement, controller)) = placer.as_mut() {
             if loops.iter().any(|c| c.is_done()) {
                 // The session is ending (unmounted): a paused loop has no read to see
@@ -204,6 +218,27 @@ pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> 
         result: result.and(server.flush()),
         report: merged.into_report(per_queue, placed),
     }
+}
+
+/// Runs the idle-class guard of the ring's loops, made once every loop has decided
+/// whether it went idle; returns the time until it wants to run again.
+fn guard_loops(guard: &mut Option<ClassGuard>, loops: &[Started]) -> Duration {
+    let now = Instant::now();
+    if guard.is_none() {
+        let tids: Vec<i32> = loops
+            .iter()
+            .map(|c| c.idle_tid.load(Ordering::SeqCst))
+            .collect();
+        if tids.contains(&UNDECIDED) {
+            return crate::loop_class::WINDOW;
+        }
+        let idle: Vec<i32> = tids.into_iter().filter(|&t| t > 0).collect();
+        *guard = Some(ClassGuard::new(&idle, now));
+    }
+    let next = guard
+        .as_mut()
+        .map_or(now + crate::loop_class::WINDOW, |g| g.tick(now));
+    next.saturating_duration_since(now)
 }
 
 /// The placement controller's counts: the running controller's, else those it had when
@@ -283,6 +318,7 @@ fn start_loop<F: FileSystem>(
         control: Arc::clone(&control),
         snapshots,
         supervisor: Arc::clone(&server.commands),
+        idle_class: server.uring && server.options.uring_idle_class,
     };
     set.run_on(
         at,
@@ -457,6 +493,10 @@ fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopRep
     let queue = Queue::new(setup.dev, setup.export, setup.max_write, setup.queue);
     let (control, snapshots, placement) = (setup.control, setup.snapshots, setup.placement);
     let loops = setup.loops;
+    let idle = setup.idle_class && go_idle(index);
+    // SAFETY: gettid has no preconditions.
+    let tid = if idle { unsafe { libc::gettid() } } else { 0 };
+    control.idle_tid.store(tid, Ordering::SeqCst);
     let served = (|| -> io::Result<LoopReport> {
         queue.start(co)?;
         if let Some(ring) = &ring {
@@ -494,7 +534,29 @@ fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopRep
             None => Ok(LoopReport::of(index, co, &served)),
         }
     })();
+    if idle {
+        // The loop may go on serving other sessions: back to the normal class.
+        if let Err(e) = runtime::sched_class::set_idle(0, false) {
+            log::warn!("loop {index}: leaving the idle class: {e}");
+        }
+    }
     served.map_err(|source| ServeError::Loop { index, source })
+}
+
+/// Puts the calling loop thread in the idle class if the process may leave it again;
+/// whether it did.
+fn go_idle(index: usize) -> bool {
+    if !runtime::sched_class::can_leave_idle() {
+        log::debug!("loop {index}: stays in the normal class (no CAP_SYS_NICE, RLIMIT_NICE < 20)");
+        return false;
+    }
+    match runtime::sched_class::set_idle(0, true) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("loop {index}: cannot enter the idle class: {e}");
+            false
+        }
+    }
 }
 
 /// Reads kicks from the main thread: a snapshot request, stop, or the placement's choice

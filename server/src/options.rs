@@ -61,6 +61,18 @@ pub enum Transport {
     Auto,
 }
 
+/// The scheduling class of the loops that serve FUSE over io_uring; the command line's
+/// values (`--uring-class`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UringClass {
+    /// The idle class while the loop gets its CPU at once, the normal class while other
+    /// work starves it: a client at iodepth 1 stays on its CPU (needs CAP_SYS_NICE or
+    /// RLIMIT_NICE >= 20, else normal)
+    Idle,
+    /// The normal class (nice 0) always
+    Normal,
+}
+
 /// Which of several /dev/fuse loops take requests (coroutine dispatch); the command
 /// line's values (`--placement`), listed here only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -128,6 +140,9 @@ pub struct ServeOptions {
     pub uring_depth: usize,
     /// Which /dev/fuse loops take requests.
     pub placement: LoopPlacement,
+    /// With FUSE over io_uring, the loops serve from the idle scheduling class, guarded
+    /// against starvation (`loop_class`): a client at iodepth 1 stays on its CPU.
+    pub uring_idle_class: bool,
     /// Per-request accounting per opcode (a few clock reads per request), for
     /// [`Report::ops`](crate::Report::ops).
     pub accounting: bool,
@@ -146,6 +161,7 @@ impl Default for ServeOptions {
             transport: Transport::Dev,
             uring_depth: 64,
             placement: LoopPlacement::Adaptive,
+            uring_idle_class: true,
             accounting: false,
         }
     }

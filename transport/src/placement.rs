@@ -662,6 +662,8 @@ pub struct Reading {
     at: Instant,
     /// Nanoseconds spent waiting for a CPU while runnable.
     delay_ns: u64,
+    /// Times the thread got a CPU.
+    slices: u64,
 }
 
 impl ThreadClock {
@@ -686,6 +688,7 @@ impl ThreadClock {
         Ok(Reading {
             at: Instant::now(),
             delay_ns: parsed.1,
+            slices: parsed.2,
         })
     }
 }
@@ -698,13 +701,39 @@ impl Reading {
         let delay = u128::from(self.delay_ns.saturating_sub(earlier.delay_ns));
         u32::try_from(delay * 1000 / wall).unwrap_or(u32::MAX)
     }
+
+    /// The run delay between `earlier` and this reading, the times the thread got a CPU
+    /// in between, and the time between the readings.
+    pub fn waits_since(&self, earlier: &Reading) -> Waits {
+        Waits {
+            waited: Duration::from_nanos(self.delay_ns.saturating_sub(earlier.delay_ns)),
+            slices: self.slices.saturating_sub(earlier.slices),
+            over: self.at.saturating_duration_since(earlier.at),
+        }
+    }
 }
 
-/// `schedstat`'s first two fields: time on a CPU and time waiting on a run queue (ns).
-fn parse_schedstat(text: &[u8]) -> Option<(u64, u64)> {
+/// A thread's waits for a CPU between two [`Reading`]s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waits {
+    /// Time spent runnable, waiting for a CPU.
+    pub waited: Duration,
+    /// Times it got a CPU.
+    pub slices: u64,
+    /// Time between the readings.
+    pub over: Duration,
+}
+
+/// `schedstat`'s three fields: time on a CPU and time waiting on a run queue (ns), and
+/// the times the thread got a CPU.
+fn parse_schedstat(text: &[u8]) -> Option<(u64, u64, u64)> {
     let text = std::str::from_utf8(text).ok()?;
     let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
-    Some((fields.next()?.ok()?, fields.next()?.ok()?))
+    Some((
+        fields.next()?.ok()?,
+        fields.next()?.ok()?,
+        fields.next()?.ok()?,
+    ))
 }
 
 #[cfg(test)]
@@ -713,7 +742,7 @@ mod tests {
 
     #[test]
     fn schedstat_gives_cpu_and_delay() {
-        assert_eq!(parse_schedstat(b"123 456 7\n"), Some((123, 456)));
+        assert_eq!(parse_schedstat(b"123 456 7\n"), Some((123, 456, 7)));
         assert_eq!(parse_schedstat(b"123\n"), None);
         assert_eq!(parse_schedstat(b"x 1 2\n"), None);
     }
