@@ -126,6 +126,17 @@ impl ClassGuard {
     }
 }
 
+/// The session is over: every guarded loop back in the normal class (a loop also does
+/// this itself when its part ends; a guard that put it back in the idle class just
+/// before must not leave it there: loops of a set serve other sessions too).
+impl Drop for ClassGuard {
+    fn drop(&mut self) {
+        for g in &self.loops {
+            let _ = runtime::sched_class::set_idle(g.tid, false);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
