@@ -6,6 +6,7 @@
 #        "default=" "uring=--transport uring" "uring-normal=--transport uring --uring-class normal"
 # Prints: round, name, IOPS, daemon CPU us per request. Needs root; turns the fuse module's
 # enable_uring on for the run and restores it. BIN: the corofuse binary (target/release).
+# HOG=1: a spinning process pinned to each CPU during each fio run (the starvation guard).
 set -eu
 BIN=${BIN:-target/release/corofuse}
 R=$1; SECS=$2; FIO=$3; shift 3
@@ -23,10 +24,15 @@ for r in $(seq "$R"); do
     # shellcheck disable=SC2086
     "$BIN" mount null:1G "$MNT" -w $args 2>/dev/null & pid=$!
     for _ in $(seq 100); do grep -q " $MNT " /proc/mounts && break; sleep 0.05; done; sleep 0.2
+    hogs=()
+    if [ "${HOG:-0}" = 1 ]; then
+      for c in $(seq 0 $(( $(nproc) - 1 ))); do taskset -c "$c" timeout $(( SECS + 1 )) sh -c 'while :; do :; done' & hogs+=($!); done
+    fi
     t0=$(awk '{print $14+$15}' /proc/$pid/stat)
     # shellcheck disable=SC2086
     out=$(fio --name=x --filename="$MNT" --direct=1 --size=1g --runtime="$SECS" --time_based --group_reporting --output-format=terse --terse-version=3 $FIO)
     t1=$(awk '{print $14+$15}' /proc/$pid/stat)
+    for h in "${hogs[@]}"; do wait "$h" 2>/dev/null || true; done
     tick=$(getconf CLK_TCK)
     echo "$out" | awk -F';' -v t=$((t1-t0)) -v s="$name" -v r="$r" -v secs="$SECS" -v tick="$tick" \
       '{n=$8+$49; printf "%s\t%s\t%d\t%.1f\n", r, s, n, t*1e6/tick/(n*secs)}'

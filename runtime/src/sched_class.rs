@@ -13,9 +13,10 @@
 //! right to leave it ([`can_leave_idle`]).
 
 use std::io;
+use std::sync::OnceLock;
 
 /// Puts thread `tid` (0: the calling thread) in the idle class, or back in the normal one
-/// (nice 0).
+/// (at the thread's own nice value).
 pub fn set_idle(tid: libc::pid_t, idle: bool) -> io::Result<()> {
     let policy = if idle {
         libc::SCHED_IDLE
@@ -38,28 +39,24 @@ pub fn is_idle(tid: libc::pid_t) -> io::Result<bool> {
     if policy < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(policy == libc::SCHED_IDLE)
+    Ok(policy & !libc::SCHED_RESET_ON_FORK == libc::SCHED_IDLE)
 }
 
-/// Whether this process may go from the idle class back to nice 0: with `CAP_SYS_NICE`,
-/// or a `RLIMIT_NICE` of 20 or more (Linux lets a thread leave `SCHED_IDLE` only for a
-/// nice value it could set).
+/// Whether a thread of this process may go from the idle class back to the normal one.
+/// Linux allows it with `CAP_SYS_NICE` in the initial user namespace, or for a nice value
+/// within `RLIMIT_NICE`; rather than second-guess either (a container's `CapEff` can show
+/// a capability the kernel does not honour), a short-lived thread tries the round trip
+/// once per process. A thread that could not leave just ends.
 pub fn can_leave_idle() -> bool {
-    const CAP_SYS_NICE: u32 = 23;
-    let has_cap = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
-            u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
-        })
-        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0);
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid rlimit to write.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NICE, &mut limit) };
-    has_cap || (rc == 0 && limit.rlim_cur >= 20)
+    static CAN: OnceLock<bool> = OnceLock::new();
+    *CAN.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("idle-probe".into())
+            .spawn(|| set_idle(0, true).is_ok() && set_idle(0, false).is_ok())
+            .ok()
+            .and_then(|probe| probe.join().ok())
+            .unwrap_or(false)
+    })
 }
 
 #[cfg(test)]
@@ -69,7 +66,7 @@ mod tests {
     #[test]
     fn a_thread_goes_idle_and_back_where_it_may() {
         if !can_leave_idle() {
-            eprintln!("skipped: this process may not leave the idle class (no CAP_SYS_NICE, RLIMIT_NICE < 20)");
+            eprintln!("skipped: this process may not leave the idle class (no CAP_SYS_NICE, RLIMIT_NICE too low)");
             return;
         }
         std::thread::spawn(|| {

@@ -5,18 +5,28 @@
 //! CPU instead of moving on every request: 3x the IOPS at iodepth 1). Why a guard: a loop
 //! in the idle class gets a CPU only when nothing else wants it, so beside a CPU hog it
 //! serves almost nothing. The supervisor reads each loop thread's `schedstat` every
-//! [`WINDOW`]: a loop that waited long for its CPU each time it got one ([`starved`]) goes
-//! back to the normal class for a hold ([`HOLD`], doubled each time it starves again, up to
-//! [`MAX_HOLD`]), then is tried in the idle class again. Serving a client on its own CPU,
-//! a loop waits ~1 us per slice (the client runs until its next request); beside a hog,
+//! [`WINDOW`]: a loop that waited long for its CPU each time it got one, or that stayed
+//! runnable through two windows without getting one ([`starved`]), goes back to the
+//! normal class for a hold ([`HOLD`], doubled each time it starves again, up to
+//! [`MAX_HOLD`], and back to [`HOLD`] after [`CLEAN`] without a starvation), then is tried
+//! in the idle class again. Serving a client on its own CPU, a loop waits ~1 us per slice
+//! (the client runs until its next request); beside a qd64 client ~170 us; beside a hog
 //! ~15 ms.
 //!
-//! A loop goes idle only if the process may leave the class again
+//! Threads a loop starts inherit its class (the kernel's io_uring workers for I/O it hands
+//! off, a backend's helper threads): each window the guard also puts every other thread of
+//! the process it finds in the idle class back in the normal one.
+//!
+//! A loop goes idle only if a thread of the process could leave the class again
 //! (`runtime::sched_class::can_leave_idle`), and goes back to the normal class when the
-//! session's part on it ends (the loops of a set may serve other sessions).
+//! session's part on it ends, and when the guard is dropped. The class is the thread's: on
+//! a loop set shared by several sessions, a ring session's idle class holds for the others
+//! on the same loops while it serves (only ring sessions choose it).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use runtime::sched_class::set_idle;
 use transport::placement::{Reading, ThreadClock, Waits};
 
 /// How often the guard looks at the loops.
@@ -25,15 +35,30 @@ pub const WINDOW: Duration = Duration::from_millis(50);
 pub const STARVED_WAIT: Duration = Duration::from_millis(5);
 /// ... and this long on average each time before it got its CPU, is starved.
 pub const STARVED_PER_SLICE: Duration = Duration::from_micros(500);
+/// So is a loop found runnable, without a moment on a CPU, this many windows in a row (the
+/// kernel counts a wait only when it ends).
+pub const STUCK_WINDOWS: u32 = 2;
 /// The first time a starved loop spends in the normal class.
 pub const HOLD: Duration = Duration::from_secs(1);
 /// The longest.
 pub const MAX_HOLD: Duration = Duration::from_secs(16);
+/// Back in the idle class this long without starving, the hold starts over at [`HOLD`].
+pub const CLEAN: Duration = Duration::from_secs(32);
 
-/// Whether a loop in the idle class that waited `waits` is starved.
+/// Whether a loop in the idle class that waited `waits` is starved (by its waits alone).
 pub fn starved(waits: Waits) -> bool {
     waits.waited >= STARVED_WAIT
         && waits.waited.as_nanos() >= STARVED_PER_SLICE.as_nanos() * u128::from(waits.slices.max(1))
+}
+
+/// Whether thread `tid` of this process is runnable (state `R` in its `stat`).
+fn runnable(tid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    // The state follows the command's closing parenthesis.
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
 }
 
 /// One guarded loop thread.
@@ -44,14 +69,19 @@ struct Guarded {
     /// `Some(until)` while in the normal class.
     normal_until: Option<Instant>,
     hold: Duration,
+    /// When it last went (back) into the idle class.
+    idle_since: Instant,
+    /// Windows in a row found runnable without CPU time.
+    stuck: u32,
+    /// Whether it starved before (the first time is logged at info level).
+    starved_before: bool,
 }
 
 /// The guard of one session's loops.
 pub struct ClassGuard {
     loops: Vec<Guarded>,
+    tids: HashSet<libc::pid_t>,
     next: Instant,
-    /// Times a loop was taken back to the normal class.
-    pub starvations: u64,
 }
 
 impl ClassGuard {
@@ -61,25 +91,30 @@ impl ClassGuard {
             .iter()
             .filter_map(|&tid| {
                 let clock = ThreadClock::of_thread(tid as u32)
-                    .inspect_err(|e| log::warn!("loop thread {tid}: no scheduler clock ({e}): not guarded, back to the normal class"))
-                    .ok();
-                let Some((clock, last)) = clock.and_then(|c| c.read().ok().map(|r| (c, r))) else {
-                    let _ = runtime::sched_class::set_idle(tid, false);
-                    return None;
-                };
+                    .and_then(|c| c.read().map(|r| (c, r)))
+                    .inspect_err(|e| {
+                        log::warn!(
+                            "loop thread {tid}: no scheduler clock ({e}): back to the normal class"
+                        );
+                        let _ = set_idle(tid, false);
+                    })
+                    .ok()?;
                 Some(Guarded {
                     tid,
-                    clock,
-                    last,
+                    clock: clock.0,
+                    last: clock.1,
                     normal_until: None,
                     hold: HOLD,
+                    idle_since: now,
+                    stuck: 0,
+                    starved_before: false,
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
         ClassGuard {
+            tids: loops.iter().map(|g| g.tid).collect(),
             loops,
             next: now + WINDOW,
-            starvations: 0,
         }
     }
 
@@ -95,34 +130,75 @@ impl ClassGuard {
             };
             let waits = reading.waits_since(&g.last);
             g.last = reading;
+            g.stuck = match waits.ran.is_zero() && runnable(g.tid) {
+                true => g.stuck + 1,
+                false => 0,
+            };
             match g.normal_until {
-                None if starved(waits) => {
-                    match runtime::sched_class::set_idle(g.tid, false) {
-                        Ok(()) => log::debug!(
-                            "loop thread {}: starved in the idle class ({} us waited over {} slices in {} ms): normal class for {} ms",
-                            g.tid,
-                            waits.waited.as_micros(),
-                            waits.slices,
-                            waits.over.as_millis(),
-                            g.hold.as_millis()
-                        ),
-                        Err(e) => log::warn!("loop thread {}: starved in the idle class, and cannot leave it: {e}", g.tid),
-                    }
-                    self.starvations += 1;
-                    g.normal_until = Some(now + g.hold);
-                    g.hold = (g.hold * 2).min(MAX_HOLD);
-                }
+                None if starved(waits) || g.stuck >= STUCK_WINDOWS => g.leave_idle(waits, now),
+                None if now.duration_since(g.idle_since) >= CLEAN => g.hold = HOLD,
                 None => {}
-                Some(until)
-                    if now >= until && runtime::sched_class::set_idle(g.tid, true).is_ok() =>
-                {
+                Some(until) if now >= until && set_idle(g.tid, true).is_ok() => {
                     log::debug!("loop thread {}: back in the idle class", g.tid);
                     g.normal_until = None;
+                    g.idle_since = now;
                 }
                 Some(_) => {}
             }
         }
+        self.adopt_strays();
         self.next
+    }
+
+    /// Puts every thread of the process in the idle class that is not a guarded loop back
+    /// in the normal class (threads the loops started inherit their class).
+    fn adopt_strays(&self) {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            if !self.tids.contains(&tid)
+                && runtime::sched_class::is_idle(tid).unwrap_or(false)
+                && set_idle(tid, false).is_ok()
+            {
+                log::debug!("thread {tid}, started by an idle loop: back in the normal class");
+            }
+        }
+    }
+}
+
+impl Guarded {
+    /// Takes a starved loop to the normal class for its hold; if that fails, the next
+    /// window tries again.
+    fn leave_idle(&mut self, waits: Waits, now: Instant) {
+        if let Err(e) = set_idle(self.tid, false) {
+            log::warn!(
+                "loop thread {}: starved in the idle class, and cannot leave it: {e}",
+                self.tid
+            );
+            return;
+        }
+        let level = match self.starved_before {
+            false => log::Level::Info,
+            true => log::Level::Debug,
+        };
+        log::log!(
+            level,
+            "loop thread {}: starved in the idle class ({} us waited over {} slices in {} ms{}): normal class for {} ms",
+            self.tid,
+            waits.waited.as_micros(),
+            waits.slices,
+            waits.over.as_millis(),
+            if self.stuck >= STUCK_WINDOWS { ", runnable without a CPU" } else { "" },
+            self.hold.as_millis()
+        );
+        self.starved_before = true;
+        self.stuck = 0;
+        self.normal_until = Some(now + self.hold);
+        self.hold = (self.hold * 2).min(MAX_HOLD);
     }
 }
 
@@ -132,7 +208,7 @@ impl ClassGuard {
 impl Drop for ClassGuard {
     fn drop(&mut self) {
         for g in &self.loops {
-            let _ = runtime::sched_class::set_idle(g.tid, false);
+            let _ = set_idle(g.tid, false);
         }
     }
 }
@@ -143,6 +219,7 @@ mod tests {
 
     fn waits(waited_us: u64, slices: u64) -> Waits {
         Waits {
+            ran: Duration::from_micros(100),
             waited: Duration::from_micros(waited_us),
             slices,
             over: WINDOW,
@@ -161,9 +238,29 @@ mod tests {
     fn a_loop_beside_a_hog_is_starved() {
         // Measured: ~15 ms per slice, 67 slices a second.
         assert!(starved(waits(45_000, 3)));
-        // Waited the whole window without getting the CPU once.
-        assert!(starved(waits(50_000, 0)));
         // Long waits, but too little in all to matter yet.
         assert!(!starved(waits(4_000, 2)));
+    }
+
+    #[test]
+    fn this_thread_is_runnable_and_a_sleeping_one_is_not() {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        assert!(runnable(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            // SAFETY: as above.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while runnable(tid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!runnable(tid), "a thread blocked in recv is not runnable");
+        done_tx.send(()).unwrap();
+        sleeper.join().unwrap();
     }
 }

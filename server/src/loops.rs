@@ -183,6 +183,8 @@ pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> 
             log::error!("an event loop failed: stopping the others, then unmounting");
             stop_all(&loops);
             if server.uring {
+                // Settling is not guarded: the loops finish it in the normal class.
+                drop(guard.take());
                 let placed = placement_stats(&placer, placed);
                 let left = settle_and_leave(server, &loops, &reports, placed);
                 return Served {
@@ -206,6 +208,7 @@ pub fn serve<F: FileSystem>(server: &Server<F>, set: &LoopSet, on: &[usize]) -> 
         if stop {
             stop_all(&loops);
             if server.uring {
+                drop(guard.take());
                 let placed = placement_stats(&placer, placed);
                 return settle_and_leave(server, &loops, &reports, placed);
             }
@@ -547,7 +550,7 @@ fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopRep
 /// whether it did.
 fn go_idle(index: usize) -> bool {
     if !runtime::sched_class::can_leave_idle() {
-        log::debug!("loop {index}: stays in the normal class (no CAP_SYS_NICE, RLIMIT_NICE < 20)");
+        log::debug!("loop {index}: stays in the normal class (a thread could not leave the idle class: no CAP_SYS_NICE, RLIMIT_NICE too low)");
         return false;
     }
     match runtime::sched_class::set_idle(0, true) {

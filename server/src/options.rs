@@ -66,8 +66,8 @@ pub enum Transport {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum UringClass {
     /// The idle class while the loop gets its CPU at once, the normal class while other
-    /// work starves it: a client at iodepth 1 stays on its CPU (needs CAP_SYS_NICE or
-    /// RLIMIT_NICE >= 20, else normal)
+    /// work starves it: a client at iodepth 1 stays on its CPU (where a thread may leave
+    /// the idle class again: CAP_SYS_NICE or enough RLIMIT_NICE; else normal)
     Idle,
     /// The normal class (nice 0) always
     Normal,

@@ -86,8 +86,12 @@ fn classes_as_asked() {
         read_some(&export, 200);
         let classes = loop_classes(export.pid());
         assert_eq!(classes.len(), 2, "two loops: {classes:?}");
+        // A busy machine may starve an idle loop: the guard then says so (at info level).
+        let starved = export.stderr().contains("starved in the idle class");
         assert!(
-            classes.iter().all(|&(_, is_idle)| is_idle == idle),
+            classes
+                .iter()
+                .all(|&(_, is_idle)| is_idle == idle || starved),
             "{args:?}: every loop idle = {idle}: {classes:?}"
         );
         export.stop();
@@ -127,6 +131,18 @@ fn a_starved_loop_goes_back_to_the_normal_class() {
         some_normal,
         "no loop back in the normal class beside the hogs: {}",
         export.stderr()
+    );
+    // The hogs gone, the hold (1 s the first time) ends and the loops go idle again.
+    let started = Instant::now();
+    let mut classes = loop_classes(export.pid());
+    while !classes.iter().all(|&(_, idle)| idle) && started.elapsed() < Duration::from_secs(30) {
+        read_some(&export, 20);
+        std::thread::sleep(Duration::from_millis(50));
+        classes = loop_classes(export.pid());
+    }
+    assert!(
+        classes.iter().all(|&(_, idle)| idle),
+        "loops not idle again after the hogs: {classes:?}"
     );
     read_some(&export, 50);
     export.stop();

@@ -660,6 +660,8 @@ pub struct ThreadClock {
 #[derive(Clone, Copy, Debug)]
 pub struct Reading {
     at: Instant,
+    /// Nanoseconds spent on a CPU.
+    cpu_ns: u64,
     /// Nanoseconds spent waiting for a CPU while runnable.
     delay_ns: u64,
     /// Times the thread got a CPU.
@@ -687,6 +689,7 @@ impl ThreadClock {
         })?;
         Ok(Reading {
             at: Instant::now(),
+            cpu_ns: parsed.0,
             delay_ns: parsed.1,
             slices: parsed.2,
         })
@@ -706,6 +709,7 @@ impl Reading {
     /// in between, and the time between the readings.
     pub fn waits_since(&self, earlier: &Reading) -> Waits {
         Waits {
+            ran: Duration::from_nanos(self.cpu_ns.saturating_sub(earlier.cpu_ns)),
             waited: Duration::from_nanos(self.delay_ns.saturating_sub(earlier.delay_ns)),
             slices: self.slices.saturating_sub(earlier.slices),
             over: self.at.saturating_duration_since(earlier.at),
@@ -713,9 +717,12 @@ impl Reading {
     }
 }
 
-/// A thread's waits for a CPU between two [`Reading`]s.
+/// A thread's waits for a CPU between two [`Reading`]s. The kernel adds to a wait when
+/// the wait ends (the thread gets a CPU): a thread kept off every CPU shows none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waits {
+    /// Time spent on a CPU.
+    pub ran: Duration,
     /// Time spent runnable, waiting for a CPU.
     pub waited: Duration,
     /// Times it got a CPU.
