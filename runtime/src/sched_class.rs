@@ -59,9 +59,81 @@ pub fn can_leave_idle() -> bool {
     })
 }
 
+/// The threads of this process, listed without allocating (for a guard that looks every few
+/// milliseconds): `/proc/self/task` opened once, read again from its start each time.
+pub struct Threads {
+    dir: std::fs::File,
+}
+
+impl Threads {
+    /// Opens `/proc/self/task`.
+    pub fn open() -> io::Result<Threads> {
+        std::fs::File::open("/proc/self/task").map(|dir| Threads { dir })
+    }
+
+    /// Calls `f` with the id of every thread of this process.
+    pub fn each(&self, mut f: impl FnMut(libc::pid_t)) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.dir.as_raw_fd();
+        // SAFETY: lseek on a descriptor this struct owns; no memory is passed.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: `buf` is valid for writes of its length; getdents64 writes at most
+            // that many bytes of whole records.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            let mut at = 0;
+            while at + 19 < n as usize {
+                // A linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name
+                // (NUL-terminated).
+                let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+                if reclen == 0 {
+                    break;
+                }
+                let name = &buf[at + 19..(at + reclen).min(n as usize)];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Some(tid) = std::str::from_utf8(name).ok().and_then(|t| t.parse().ok()) {
+                    f(tid);
+                }
+                at += reclen;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_lists_this_thread_and_others() {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            // SAFETY: as above.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let theirs = rx.recv().unwrap();
+        let threads = Threads::open().unwrap();
+        for _ in 0..2 {
+            let mut seen = Vec::new();
+            threads.each(|tid| seen.push(tid)).unwrap();
+            assert!(seen.contains(&me) && seen.contains(&theirs), "{seen:?}");
+        }
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
+    }
 
     #[test]
     fn a_thread_goes_idle_and_back_where_it_may() {

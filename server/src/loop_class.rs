@@ -26,7 +26,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use runtime::sched_class::set_idle;
+use runtime::sched_class::{set_idle, Threads};
 use transport::placement::{Reading, ThreadClock, Waits};
 
 /// How often the guard looks at the loops.
@@ -51,20 +51,41 @@ pub fn starved(waits: Waits) -> bool {
         && waits.waited.as_nanos() >= STARVED_PER_SLICE.as_nanos() * u128::from(waits.slices.max(1))
 }
 
-/// Whether thread `tid` of this process is runnable (state `R` in its `stat`).
-fn runnable(tid: libc::pid_t) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+/// A thread's state from its `stat` (opened once, read with one `pread` each time, into a
+/// buffer on the stack: the guard allocates nothing while it watches).
+struct ThreadState {
+    file: std::fs::File,
+}
+
+impl ThreadState {
+    fn of_thread(tid: libc::pid_t) -> std::io::Result<ThreadState> {
+        std::fs::File::open(format!("/proc/self/task/{tid}/stat")).map(|file| ThreadState { file })
+    }
+
+    /// Whether the thread is runnable (state `R`).
+    fn runnable(&self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let mut text = [0u8; 512];
+        let Ok(n) = self.file.read_at(&mut text, 0) else {
+            return false;
+        };
+        runnable_in(&text[..n])
+    }
+}
+
+/// Whether a `stat` line says runnable: its state follows the command's closing parenthesis.
+fn runnable_in(stat: &[u8]) -> bool {
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
         return false;
     };
-    // The state follows the command's closing parenthesis.
-    stat.rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
+    stat[close + 1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'R')
 }
 
 /// One guarded loop thread.
 struct Guarded {
     tid: libc::pid_t,
     clock: ThreadClock,
+    state: ThreadState,
     last: Reading,
     /// `Some(until)` while in the normal class.
     normal_until: Option<Instant>,
@@ -81,6 +102,7 @@ struct Guarded {
 pub struct ClassGuard {
     loops: Vec<Guarded>,
     tids: HashSet<libc::pid_t>,
+    threads: Option<Threads>,
     next: Instant,
 }
 
@@ -92,6 +114,7 @@ impl ClassGuard {
             .filter_map(|&tid| {
                 let clock = ThreadClock::of_thread(tid as u32)
                     .and_then(|c| c.read().map(|r| (c, r)))
+                    .and_then(|(c, r)| ThreadState::of_thread(tid).map(|s| (c, r, s)))
                     .inspect_err(|e| {
                         log::warn!(
                             "loop thread {tid}: no scheduler clock ({e}): back to the normal class"
@@ -103,6 +126,7 @@ impl ClassGuard {
                     tid,
                     clock: clock.0,
                     last: clock.1,
+                    state: clock.2,
                     normal_until: None,
                     hold: HOLD,
                     idle_since: now,
@@ -114,6 +138,11 @@ impl ClassGuard {
         ClassGuard {
             tids: loops.iter().map(|g| g.tid).collect(),
             loops,
+            threads: Threads::open()
+                .inspect_err(|e| {
+                    log::warn!("/proc/self/task: {e}: threads the loops start keep their class")
+                })
+                .ok(),
             next: now + WINDOW,
         }
     }
@@ -130,7 +159,7 @@ impl ClassGuard {
             };
             let waits = reading.waits_since(&g.last);
             g.last = reading;
-            g.stuck = match waits.ran.is_zero() && runnable(g.tid) {
+            g.stuck = match waits.ran.is_zero() && g.state.runnable() {
                 true => g.stuck + 1,
                 false => 0,
             };
@@ -153,20 +182,17 @@ impl ClassGuard {
     /// Puts every thread of the process in the idle class that is not a guarded loop back
     /// in the normal class (threads the loops started inherit their class).
     fn adopt_strays(&self) {
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        let Some(threads) = &self.threads else {
             return;
         };
-        for task in tasks.flatten() {
-            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
-                continue;
-            };
+        let _ = threads.each(|tid| {
             if !self.tids.contains(&tid)
                 && runtime::sched_class::is_idle(tid).unwrap_or(false)
                 && set_idle(tid, false).is_ok()
             {
                 log::debug!("thread {tid}, started by an idle loop: back in the normal class");
             }
-        }
+        });
     }
 }
 
@@ -246,7 +272,7 @@ mod tests {
     fn this_thread_is_runnable_and_a_sleeping_one_is_not() {
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
-        assert!(runnable(me));
+        assert!(ThreadState::of_thread(me).unwrap().runnable());
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let sleeper = std::thread::spawn(move || {
@@ -254,13 +280,24 @@ mod tests {
             tx.send(unsafe { libc::gettid() }).unwrap();
             done_rx.recv().unwrap();
         });
-        let tid = rx.recv().unwrap();
+        let state = ThreadState::of_thread(rx.recv().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while runnable(tid) && Instant::now() < deadline {
+        while state.runnable() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(!runnable(tid), "a thread blocked in recv is not runnable");
+        assert!(
+            !state.runnable(),
+            "a thread blocked in recv is not runnable"
+        );
         done_tx.send(()).unwrap();
         sleeper.join().unwrap();
+    }
+
+    #[test]
+    fn the_state_follows_the_last_parenthesis() {
+        assert!(runnable_in(b"12 (fuse-loop-0) R 1 2 3"));
+        assert!(!runnable_in(b"12 (a) R) S 1 2 3"));
+        assert!(!runnable_in(b"12 (x) S 1"));
+        assert!(!runnable_in(b""));
     }
 }
