@@ -23,7 +23,6 @@
 //! a loop set shared by several sessions, a ring session's idle class holds for the others
 //! on the same loops while it serves (only ring sessions choose it).
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use runtime::sched_class::{set_idle, Threads};
@@ -101,7 +100,6 @@ struct Guarded {
 /// The guard of one session's loops.
 pub struct ClassGuard {
     loops: Vec<Guarded>,
-    tids: HashSet<libc::pid_t>,
     threads: Option<Threads>,
     next: Instant,
 }
@@ -136,7 +134,6 @@ impl ClassGuard {
             })
             .collect::<Vec<_>>();
         ClassGuard {
-            tids: loops.iter().map(|g| g.tid).collect(),
             loops,
             threads: Threads::open()
                 .inspect_err(|e| {
@@ -186,7 +183,7 @@ impl ClassGuard {
             return;
         };
         let _ = threads.each(|tid| {
-            if !self.tids.contains(&tid)
+            if !self.loops.iter().any(|g| g.tid == tid)
                 && runtime::sched_class::is_idle(tid).unwrap_or(false)
                 && set_idle(tid, false).is_ok()
             {

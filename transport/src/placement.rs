@@ -700,9 +700,9 @@ impl Reading {
     /// The run delay between `earlier` and this reading, in thousandths of the time
     /// between them.
     pub fn delay_since(&self, earlier: &Reading) -> u32 {
-        let wall = self.at.duration_since(earlier.at).as_nanos().max(1);
-        let delay = u128::from(self.delay_ns.saturating_sub(earlier.delay_ns));
-        u32::try_from(delay * 1000 / wall).unwrap_or(u32::MAX)
+        let waits = self.waits_since(earlier);
+        let wall = waits.over.as_nanos().max(1);
+        u32::try_from(waits.waited.as_nanos() * 1000 / wall).unwrap_or(u32::MAX)
     }
 
     /// The run delay between `earlier` and this reading, the times the thread got a CPU
