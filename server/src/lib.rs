@@ -42,6 +42,7 @@
 
 mod background;
 mod control;
+mod cpu_idle;
 pub mod error;
 mod exports;
 mod loop_class;

@@ -1,7 +1,8 @@
 //! `--uring-class`: the loops of FUSE over io_uring serve from the idle scheduling class
 //! (so that a client at iodepth 1 stays on its CPU), and a guard takes a loop that other
-//! work starves back to the normal class; `--uring-class normal` keeps them there. The
-//! gain is measured in BENCHMARKS.md; these check the classes and the guard.
+//! work starves back to the normal class, and lets a loop that a deep client crowds float
+//! while another CPU has room; `--uring-class normal` keeps them in the normal class. The
+//! gains are measured in BENCHMARKS.md; these check the classes and the guard.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -12,6 +13,7 @@ use corofuse_tests::uring::EnableUring;
 use corofuse_tests::{
     open_direct, pattern, require_fuse, AlignedBuf, Dispatch, MountedExport, Sandbox, MIB,
 };
+use runtime::affinity::{allowed_cpus, pin, CpuSet};
 
 /// The daemon's loop threads (`fuse-loop-N`) and whether each is in the idle class.
 fn loop_classes(pid: u32) -> Vec<(i32, bool)> {
@@ -70,13 +72,15 @@ fn enable_uring() -> Option<EnableUring> {
     }
 }
 
-/// One test, not two: the hog of the second part would starve the loops of the first.
+/// One test, not three: the hog of the second part would starve the loops of the first,
+/// and the third needs an idle CPU.
 #[test]
-fn ring_loops_are_idle_normal_on_request_and_normal_when_starved() {
+fn ring_loops_are_idle_normal_on_request_normal_when_starved_and_float_when_crowded() {
     require_fuse!();
     let Some(_on) = enable_uring() else { return };
     classes_as_asked();
     a_starved_loop_goes_back_to_the_normal_class();
+    a_crowded_loop_floats_while_another_cpu_has_room();
 }
 
 fn classes_as_asked() {
@@ -86,8 +90,10 @@ fn classes_as_asked() {
         read_some(&export, 200);
         let classes = loop_classes(export.pid());
         assert_eq!(classes.len(), 2, "two loops: {classes:?}");
-        // A busy machine may starve an idle loop: the guard then says so (at info level).
-        let starved = export.stderr().contains("starved in the idle class");
+        // A busy machine may starve or crowd an idle loop: the guard then says so.
+        let stderr = export.stderr();
+        let starved = stderr.contains("starved in the idle class")
+            || stderr.contains("crowded in the idle class");
         assert!(
             classes
                 .iter()
@@ -143,6 +149,79 @@ fn a_starved_loop_goes_back_to_the_normal_class() {
     assert!(
         classes.iter().all(|&(_, idle)| idle),
         "loops not idle again after the hogs: {classes:?}"
+    );
+    read_some(&export, 50);
+    export.stop();
+}
+
+/// The CPUs each loop thread may run on.
+fn loop_cpus(pid: u32) -> Vec<usize> {
+    loop_classes(pid)
+        .iter()
+        .filter_map(|&(tid, _)| CpuSet::of_thread(tid).ok())
+        .map(|set| set.count())
+        .collect()
+}
+
+/// Sixteen readers pinned to the first CPU: its loop serves only while all of them wait,
+/// and the second CPU idles. The guard lets that loop float on both CPUs (the normal class,
+/// for a second at a time); the reads stay correct throughout, and once they stop every
+/// loop is pinned to its one CPU again.
+fn a_crowded_loop_floats_while_another_cpu_has_room() {
+    let cpus = allowed_cpus().unwrap();
+    if cpus.len() < 2 {
+        corofuse_tests::require::report_skip("a crowded loop floats only with a second CPU");
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let export = uring_export(&sandbox, &[]);
+    read_some(&export, 50);
+    assert_eq!(
+        loop_cpus(export.pid()),
+        [1, 1],
+        "each loop pinned to one CPU"
+    );
+    let (first, stop) = (cpus[0], AtomicBool::new(false));
+    let floated = std::thread::scope(|scope| {
+        for _ in 0..16 {
+            let (stop, export) = (&stop, &export);
+            scope.spawn(move || {
+                pin(0, first).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    read_some(export, 20);
+                }
+            });
+        }
+        // The guard looks every 50 ms; 30 s at most.
+        let started = Instant::now();
+        let mut floated = false;
+        while !floated && started.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+            floated = loop_cpus(export.pid()).iter().any(|&n| n > 1);
+        }
+        stop.store(true, Ordering::Relaxed);
+        floated
+    });
+    assert!(
+        floated,
+        "no loop floated beside the readers: {}",
+        export.stderr()
+    );
+    assert!(
+        export.stderr().contains("crowded in the idle class"),
+        "the guard says why: {}",
+        export.stderr()
+    );
+    // The readers gone, the hold (1 s) ends and the loop is pinned again.
+    let started = Instant::now();
+    while loop_cpus(export.pid()) != [1, 1] && started.elapsed() < Duration::from_secs(30) {
+        read_some(&export, 20);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        loop_cpus(export.pid()),
+        [1, 1],
+        "pinned again after the readers"
     );
     read_some(&export, 50);
     export.stop();
