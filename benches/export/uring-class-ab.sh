@@ -4,6 +4,7 @@
 #   benches/export/uring-class-ab.sh ROUNDS SECS "FIO ARGS" "NAME=CorofuseMountArgs"...
 # e.g. benches/export/uring-class-ab.sh 3 4 "--rw=randread --bs=4k --ioengine=psync" \
 #        "default=" "uring=--transport uring" "uring-normal=--transport uring --uring-class normal"
+# "NAME=@PATH ARGS" runs the binary PATH instead of BIN, to compare two builds.
 # Prints: round, name, IOPS, daemon CPU us per request. Needs root; turns the fuse module's
 # enable_uring on for the run and restores it. BIN: the corofuse binary (target/release).
 # HOG=1: a spinning process pinned to each CPU during each fio run (the starvation guard).
@@ -22,7 +23,9 @@ for r in $(seq "$R"); do
   for spec in "${order[@]}"; do
     name=${spec%%=*}; args=${spec#*=}
     # shellcheck disable=SC2086
-    "$BIN" mount null:1G "$MNT" -w $args 2>/dev/null & pid=$!
+    # "NAME=@PATH ARGS": that binary instead of BIN (two builds side by side).
+    bin=$BIN; case $args in @*) bin=${args%% *}; bin=${bin#@}; args=${args#"@$bin"}; args=${args# };; esac
+    "$bin" mount null:1G "$MNT" -w $args 2>/dev/null & pid=$!
     for _ in $(seq 100); do grep -q " $MNT " /proc/mounts && break; sleep 0.05; done; sleep 0.2
     hogs=()
     if [ "${HOG:-0}" = 1 ]; then
