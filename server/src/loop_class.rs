@@ -15,14 +15,14 @@
 //!
 //! A loop beside a deep client is *crowded*: the client keeps its CPU busy, the pinned idle
 //! loop serves only while the client waits, and the other CPU idles (one client at
-//! iodepth 64: 0.72x of the /dev/fuse default). A crowded loop ([`crowded`]: at least a
-//! tenth of the window waited, [`CROWDED_PER_SLICE`] or more each time) goes to the normal
-//! class and *floats* on the CPUs of all the session's loops for [`HOLD`] if those CPUs
-//! sat idle [`ROOM`] or more in the window (`cpu_idle`: with a client on every CPU there is
-//! no room, and floating costs: 2 jobs at iodepth 64, 0.89x), then is pinned
-//! and idle again to measure anew (the hold does not grow: a client that drops to iodepth 1
-//! wants the pinned idle loop back soon). The kernel still queues the client's requests on
-//! its CPU's queue, but that queue's loop now runs where there is room.
+//! iodepth 64: 0.72x of the /dev/fuse default). A crowded loop ([`crowded`]: a fifth of
+//! the window waited and more than it ran, [`CROWDED_PER_SLICE`] or more each time) goes
+//! to the normal class and *floats* on the CPUs of all the session's loops for [`HOLD`] if
+//! those CPUs sat idle [`ROOM`] or more in the window (`cpu_idle`: with a client on every
+//! CPU there is no room, and floating costs: 2 jobs at iodepth 64, 0.89x), then is pinned
+//! and idle again to measure anew (the hold does not grow: a client that drops to iodepth
+//! 1 wants the pinned idle loop back soon). The kernel still queues the client's requests
+//! on its CPU's queue, but that queue's loop now runs where there is room.
 //!
 //! Threads a loop starts inherit its class (the kernel's io_uring workers for I/O it hands
 //! off, a backend's helper threads): each window the guard also puts every other thread of
@@ -48,10 +48,12 @@ pub const WINDOW: Duration = Duration::from_millis(50);
 pub const STARVED_WAIT: Duration = Duration::from_millis(5);
 /// ... and this long on average each time before it got its CPU, is starved.
 pub const STARVED_PER_SLICE: Duration = Duration::from_micros(500);
-/// A window in which a loop waited at least this long in all ...
-pub const CROWDED_WAIT: Duration = Duration::from_millis(5);
-/// ... and this long on average each time before it got its CPU, is crowded (beside a
-/// deep client: ~170 us a slice; serving an iodepth-1 client on its CPU: ~1 us).
+/// A window in which a loop waited at least this long in all, and longer than it ran ...
+pub const CROWDED_WAIT: Duration = Duration::from_millis(10);
+/// ... and this long on average each time before it got its CPU, is crowded (beside one
+/// deep client on null: 11-28 ms waited, 200-300 us a slice, 6-9 ms run; serving an
+/// iodepth-1 client on its CPU: ~1 us a slice; beside a disk-bound qd64 writer and a qd1
+/// reader: 5-12 ms waited, about as long as it ran).
 pub const CROWDED_PER_SLICE: Duration = Duration::from_micros(50);
 /// A crowded loop floats only if the loops' CPUs sat idle this long in the window, summed.
 pub const ROOM: Duration = Duration::from_millis(20);
@@ -72,9 +74,13 @@ pub fn starved(waits: Waits) -> bool {
 }
 
 /// Whether a loop in the idle class that waited `waits` is crowded: it would serve more
-/// floating in the normal class.
+/// floating in the normal class. A loop that runs as long as it waits is not: its client
+/// waits on something else (a disk), and the normal class would cost an iodepth-1 client
+/// beside it its CPU (floating that loop halved a qd1 reader's IOPS beside a qd64 writer on
+/// ext4 `--direct`).
 pub fn crowded(waits: Waits) -> bool {
     waits.waited >= CROWDED_WAIT
+        && waits.waited >= waits.ran
         && waits.waited.as_nanos() >= CROWDED_PER_SLICE.as_nanos() * u128::from(waits.slices.max(1))
 }
 
@@ -132,6 +138,7 @@ struct Guarded {
     idle_since: Instant,
     /// Windows in a row found runnable without CPU time.
     stuck: u32,
+
     /// Whether it starved before (the first time is logged at info level).
     starved_before: bool,
     /// How many times it floated (the first time is logged at info level).
@@ -297,11 +304,12 @@ impl Guarded {
         };
         log::log!(
             level,
-            "loop thread {}: {} in the idle class ({} us waited over {} slices in {} ms{}; its CPUs idle {} ms): normal class{} for {} ms",
+            "loop thread {}: {} in the idle class ({} us waited over {} slices, {} us run, in {} ms{}; its CPUs idle {} ms): normal class{} for {} ms",
             self.tid,
             if why == Lift::Starved { "starved" } else { "crowded" },
             waits.waited.as_micros(),
             waits.slices,
+            waits.ran.as_micros(),
             waits.over.as_millis(),
             if self.stuck >= STUCK_WINDOWS { ", runnable without a CPU" } else { "" },
             room.as_millis(),
@@ -371,6 +379,13 @@ mod tests {
         // Measured (2026-12-07): one client at iodepth 64, 200-300 us a slice.
         assert!(crowded(waits(15_976, 49)));
         assert!(!starved(waits(15_976, 49)));
+        // Beside a disk-bound writer it runs about as long as it waits (the one window in
+        // three 5 s runs that crossed the line: 14.6 ms waited, 14.5 ms run).
+        let disk = Waits {
+            ran: Duration::from_micros(14_450),
+            ..waits(12_000, 144)
+        };
+        assert!(!crowded(disk));
         // At iodepth 1 the client runs until its next request: ~1 us a slice.
         assert!(!crowded(waits(2_500, 2_300)));
         // Long waits, but too few to matter.
