@@ -66,7 +66,8 @@ pub enum Transport {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum UringClass {
     /// The idle class while the loop gets its CPU at once, the normal class while other
-    /// work starves it: a client at iodepth 1 stays on its CPU (where a thread may leave
+    /// work starves it or a deep client crowds it (then floating on the loops' CPUs while
+    /// they have room): a client at iodepth 1 stays on its CPU (where a thread may leave
     /// the idle class again: CAP_SYS_NICE or enough RLIMIT_NICE; else normal)
     Idle,
     /// The normal class (nice 0) always

@@ -105,6 +105,10 @@ enum Next {
     Ended,
 }
 
+/// Requests a reader reads back to back before it lets the event loop reap completions
+/// once ([`Queue::let_the_loop_in`]).
+const STREAK: u32 = 1024;
+
 /// What the `inline` reader got from [`Queue::receive`].
 enum Got {
     /// A request of this many bytes.
@@ -136,6 +140,9 @@ pub struct Queue<F: FileSystem> {
     read_ahead: ReadAhead,
     live_readers: Cell<usize>,
     in_flight: Cell<usize>,
+    /// Requests read back to back since a reader last let the loop reap
+    /// ([`Queue::let_the_loop_in`]).
+    streak: Cell<u32>,
     finished: WaitQueue,
     stats: RefCell<QueueStats>,
     accounting: RefCell<Accounting>,
@@ -161,6 +168,7 @@ impl<F: FileSystem> Queue<F> {
             read_ahead: ReadAhead::new(),
             live_readers: Cell::new(0),
             in_flight: Cell::new(0),
+            streak: Cell::new(0),
             finished: WaitQueue::new(),
             stats: RefCell::new(QueueStats::default()),
             accounting: RefCell::new(Accounting::default()),
@@ -424,6 +432,7 @@ impl<F: FileSystem> Queue<F> {
         Ok(match classify_read(result)? {
             Received::Request(n) => {
                 self.stats.borrow_mut().requests += 1;
+                self.streak.set(self.streak.get() + 1);
                 let n = whole_request(n)?;
                 let weight = self.read_ahead.weigh(buf.request(n));
                 if let Some(counter) = &*self.counted.borrow() {
@@ -435,10 +444,26 @@ impl<F: FileSystem> Queue<F> {
             Received::Unmounted => Read::Unmounted,
             Received::Retry if again => {
                 self.stats.borrow_mut().empty_reads += 1;
+                self.streak.set(0);
                 Read::Empty
             }
             Received::Retry => Read::Interrupted,
         })
+    }
+
+    /// After [`STREAK`] requests read back to back, suspends once on a NOP, so that the
+    /// loop reaps completions: a reader that always finds a request queued (and serves it
+    /// without suspending: inline, or from the page cache) would otherwise keep the loop
+    /// from seeing its control eventfd, and a stop at SIGTERM would wait for a gap in the
+    /// clients' requests (64 writers on a slow machine: more than 5 s). Whether it
+    /// suspended.
+    fn let_the_loop_in(&self, co: &Co<'_>) -> io::Result<bool> {
+        if self.streak.get() < STREAK {
+            return Ok(false);
+        }
+        self.streak.set(0);
+        co.ctx().nop()?;
+        Ok(true)
     }
 
     /// Waits until /dev/fuse has a request; false if the wait was cancelled (a stop or a
@@ -457,6 +482,9 @@ impl<F: FileSystem> Queue<F> {
         loop {
             if let Some(why) = self.not_taking() {
                 return Ok(why);
+            }
+            if self.let_the_loop_in(co)? {
+                continue; // a stop or pause may have come meanwhile
             }
             match self.read_one(buf)? {
                 Read::Request(n) => return Ok(Got::Request(n)),
@@ -494,6 +522,9 @@ impl<F: FileSystem> Queue<F> {
                     Got::Paused => Next::Paused,
                     _ => Next::Ended,
                 });
+            }
+            if self.let_the_loop_in(co)? {
+                continue; // a stop or pause may have come meanwhile
             }
             let mut buf = self.buffers.requests.take();
             let read = self.read_one(&mut buf);
