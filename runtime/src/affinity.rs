@@ -26,17 +26,7 @@ pub fn pin(tid: libc::pid_t, cpu: usize) -> io::Result<()> {
 
 /// The CPUs this process may run on, in order.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a writable cpu_set_t of the size passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let max = 8 * std::mem::size_of_val(&set);
-    // SAFETY: CPU_ISSET bounds-checks the index against the set's size.
-    Ok((0..max)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
+    Ok(CpuSet::of_thread(0)?.cpus().collect())
 }
 
 /// A set of CPUs, read from a thread and applied to one without allocating (the guard of
@@ -53,25 +43,25 @@ impl CpuSet {
 
     /// The CPUs task `tid` (0: the calling thread) may run on.
     pub fn of_thread(tid: libc::pid_t) -> io::Result<CpuSet> {
-        // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a writable cpu_set_t of the size passed.
-        if unsafe { libc::sched_getaffinity(tid, std::mem::size_of_val(&set), &mut set) } != 0 {
+        let mut set = CpuSet::empty();
+        // SAFETY: `set.0` is a writable cpu_set_t of the size passed.
+        if unsafe { libc::sched_getaffinity(tid, std::mem::size_of_val(&set.0), &mut set.0) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(CpuSet(set))
+        Ok(set)
+    }
+
+    /// The CPUs it holds, in order.
+    pub fn cpus(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..8 * std::mem::size_of_val(&self.0)).filter(|&cpu| self.contains(cpu))
     }
 
     /// The CPUs in either set.
     pub fn union(&self, other: &CpuSet) -> CpuSet {
         let mut set = self.0;
-        for cpu in 0..8 * std::mem::size_of_val(&set) {
-            // SAFETY: CPU_ISSET and CPU_SET bounds-check `cpu` against the set's size.
-            unsafe {
-                if libc::CPU_ISSET(cpu, &other.0) {
-                    libc::CPU_SET(cpu, &mut set);
-                }
-            }
+        for cpu in other.cpus() {
+            // SAFETY: CPU_SET bounds-checks `cpu` against the set's size.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
         }
         CpuSet(set)
     }
@@ -108,11 +98,7 @@ impl PartialEq for CpuSet {
 
 impl std::fmt::Debug for CpuSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let max = 8 * std::mem::size_of_val(&self.0);
-        // SAFETY: CPU_ISSET bounds-checks the index against the set's size.
-        f.debug_set()
-            .entries((0..max).filter(|&c| unsafe { libc::CPU_ISSET(c, &self.0) }))
-            .finish()
+        f.debug_set().entries(self.cpus()).finish()
     }
 }
 
