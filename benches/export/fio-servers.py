@@ -49,6 +49,7 @@ and unmounts what they leave.
     benches/export/fio-servers.py defaults --rounds 2 --seconds 4
     benches/export/fio-servers.py clients --rounds 2 --seconds 4
     benches/export/fio-servers.py defaults --only randread-qd64 --servers 'corofuse,corofuse --queues 1'
+    benches/export/fio-servers.py clients --also '--readers 1' --servers 'corofuse,corofuse --readers 1'
 """
 import argparse
 import json
@@ -153,10 +154,14 @@ def peers(blockdev, one_iothread=False):
     return found
 
 
+# Further corofuse configurations for the image suites (`--also`), e.g. a candidate default.
+ALSO = []
+
+
 def image_servers(spec, blockdev, direct, one_iothread=False):
     opts = ['--direct'] if direct else []
     explicit = [['--placement', 'all'], ['--queues', '1'], ['--transport', 'uring'],
-                ['--dispatch', 'threads:2']]
+                ['--dispatch', 'threads:2']] + ALSO
     return ([corofuse('corofuse', spec, *opts)]
             + [corofuse(f'corofuse {" ".join(e)}', spec, *opts, *e) for e in explicit]
             + peers(blockdev, one_iothread))
@@ -510,7 +515,11 @@ def main():
     p.add_argument('--only', help='comma-separated workloads or exports')
     p.add_argument('--servers', help='comma-separated server names (as printed)')
     p.add_argument('--jobs', type=int, default=1, help='fio jobs per run (--numjobs)')
+    p.add_argument('--also', action='append', default=[], metavar='ARGS',
+                   help="one more corofuse configuration of the image suites, named "
+                        "'corofuse ARGS' (repeatable), e.g. --also '--readers 1'")
     args = p.parse_args()
+    ALSO.extend(a.split() for a in args.also)
     if args.jobs > 1:
         EXTRA_FIO.append(f'--numjobs={args.jobs}')
     if args.saved:
