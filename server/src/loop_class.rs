@@ -138,7 +138,6 @@ struct Guarded {
     idle_since: Instant,
     /// Windows in a row found runnable without CPU time.
     stuck: u32,
-
     /// Whether it starved before (the first time is logged at info level).
     starved_before: bool,
     /// How many times it floated (the first time is logged at info level).
