@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use server::{Dispatch, LoopPlacement, ServeOptions, Transport, UringClass};
+use server::{Dispatch, IdleWait, LoopPlacement, ServeOptions, Transport, UringClass};
 
 /// How a mount is served, for `mount` and `mount-dir` alike.
 #[derive(clap::Args, Clone, Debug)]
@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// Scheduling class of the loops with `--transport uring`
     #[arg(long, value_enum, default_value_t = UringClass::Idle, help_heading = "Serving")]
     pub uring_class: UringClass,
+    /// How a /dev/fuse loop with nothing else to do waits for the next request
+    /// (coroutine dispatch)
+    #[arg(long, value_enum, default_value_t = IdleWait::Ring, help_heading = "Serving")]
+    pub idle_wait: IdleWait,
 }
 
 impl ServeArgs {
@@ -94,6 +98,7 @@ impl ServeArgs {
             uring_idle_class: self.uring_class == UringClass::Idle,
             // Per-request accounting is on when there is somewhere to write it.
             accounting: self.stats.is_some(),
+            idle_wait: self.idle_wait,
         }
     }
 }

@@ -1,13 +1,23 @@
 //! [`EventFd`]: a wake-up another thread can send to a loop. The loop waits for it like
 //! for any I/O ([`Ctx::poll`](crate::Ctx::poll) on it: the ring in a coroutine, poll(2) off
 //! the loop); the sender only writes. Non-blocking, so neither side ever blocks on it.
+//! A loop that waits on one *in the background* ([`EventFd::wait_in_background`]) may
+//! block in a system call meanwhile ([`Co::block_while_idle`]); the sender then also ends
+//! that call.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+
+use crate::{Co, Interrupter};
 
 /// A non-blocking eventfd(2).
 #[derive(Debug)]
-pub struct EventFd(OwnedFd);
+pub struct EventFd {
+    fd: OwnedFd,
+    /// The loop that waits on it in the background, once one did.
+    waiter: OnceLock<Arc<Interrupter>>,
+}
 
 impl EventFd {
     /// A new eventfd, count 0, non-blocking and close-on-exec.
@@ -18,13 +28,37 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: a fresh descriptor that nothing else owns.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd {
+            fd,
+            waiter: OnceLock::new(),
+        })
     }
 
-    /// Adds one to the count, which makes the descriptor readable: the wake-up. Callable
-    /// from any thread; the count cannot overflow in practice (2^64 - 2 wake-ups).
+    /// Adds one to the count, which makes the descriptor readable: the wake-up; and ends
+    /// the blocking call of the loop that waits on it in the background, if it sleeps in
+    /// one. Callable from any thread; the count cannot overflow in practice (2^64 - 2
+    /// wake-ups).
     pub fn signal(&self) -> io::Result<()> {
-        signal_raw(self.0.as_raw_fd())
+        signal_raw(self.fd.as_raw_fd())?;
+        if let Some(waiter) = self.waiter.get() {
+            waiter.interrupt();
+        }
+        Ok(())
+    }
+
+    /// Waits, in a coroutine, until the count is not 0 (a poll on the ring), as a
+    /// background wait of the loop ([`Co::wait_in_background`]): the loop may block
+    /// meanwhile, and [`EventFd::signal`] ends that. One loop only should wait on an
+    /// eventfd this way (the first one is the one signalled). Returns the poll's result
+    /// (`ECANCELED` if the wait was cancelled).
+    pub fn wait_in_background(&self, co: &Co<'_>) -> io::Result<i16> {
+        if self.waiter.get().is_none() {
+            if let Some(interrupter) = co.interrupter() {
+                let _ = self.waiter.set(interrupter);
+            }
+        }
+        co.wait_in_background(|| co.ctx().poll(self, libc::POLLIN))
     }
 
     /// Reads the count back to 0 (nothing if it already was).
@@ -32,7 +66,7 @@ impl EventFd {
         let mut count = [0u8; 8];
         // SAFETY: reads at most 8 bytes into a live 8-byte buffer from our eventfd;
         // EAGAIN (already 0) is harmless.
-        unsafe { libc::read(self.0.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        unsafe { libc::read(self.fd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
     }
 }
 
@@ -51,13 +85,13 @@ pub fn signal_raw(fd: std::os::fd::RawFd) -> io::Result<()> {
 
 impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
+        self.fd.as_fd()
     }
 }
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.0.as_raw_fd()
+        self.fd.as_raw_fd()
     }
 }
 

@@ -56,6 +56,10 @@ pub(crate) struct Inner {
     reaped_at: Cell<Option<Instant>>,
     /// This loop's identity among every loop of the process ([`Co::loop_id`]).
     pub(crate) loop_id: u64,
+    /// Coroutines suspended in a background wait ([`Co::wait_in_background`]).
+    pub(crate) background_waits: Cell<usize>,
+    /// Made on the loop's thread the first time a coroutine asks ([`Co::interrupter`]).
+    pub(crate) interrupter: std::cell::OnceCell<Option<std::sync::Arc<crate::Interrupter>>>,
 }
 
 /// Hands out loop identities: never reused, unlike the `Inner`'s address.
@@ -101,6 +105,8 @@ impl Runtime {
             account: config.account,
             reaped_at: Cell::new(None),
             loop_id: LOOP_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            background_waits: Cell::new(0),
+            interrupter: std::cell::OnceCell::new(),
         };
         Ok(Runtime {
             inner: Rc::new(inner),

@@ -57,7 +57,7 @@ pub use control::ServeHandle;
 pub use error::{ExportError, MountError, OptionsError, ParseError, ServeError};
 pub use exports::Exports;
 pub use loop_set::LoopSet;
-pub use options::{Dispatch, LoopPlacement, ServeOptions, Transport, UringClass};
+pub use options::{Dispatch, IdleWait, LoopPlacement, ServeOptions, Transport, UringClass};
 pub use server::{Report, Served, Server, Target};
 
 use std::sync::Arc;

@@ -239,7 +239,7 @@ fn run(index: usize, cpu: Option<usize>, config: Config, inbox: &Arc<Inbox>) -> 
                 }
                 return Ok(());
             }
-            co.ctx().poll(&inbox.kick, libc::POLLIN)?;
+            inbox.kick.wait_in_background(co)?;
             inbox.kick.drain();
         }
     })

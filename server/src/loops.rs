@@ -573,7 +573,7 @@ fn watch_control<F: FileSystem>(
     placement: Option<&Placement>,
 ) {
     loop {
-        match co.ctx().poll(&control.kick, libc::POLLIN) {
+        match control.kick.wait_in_background(co) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => return,
             Err(e) => {

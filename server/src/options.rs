@@ -74,6 +74,17 @@ pub enum UringClass {
     Normal,
 }
 
+/// How a /dev/fuse loop waits for a request when it has nothing else to do (coroutine
+/// dispatch); the command line's values (`--idle-wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IdleWait {
+    /// A poll on the loop's io_uring, like every other wait
+    Ring,
+    /// A blocking read(2) on the loop's thread, woken alone by the kernel, and the
+    /// request it brings served with blocking calls; a wake-up of the loop ends the read
+    Block,
+}
+
 /// Which of several /dev/fuse loops take requests (coroutine dispatch); the command
 /// line's values (`--placement`), listed here only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -147,6 +158,8 @@ pub struct ServeOptions {
     /// Per-request accounting per opcode (a few clock reads per request), for
     /// [`Report::ops`](crate::Report::ops).
     pub accounting: bool,
+    /// How an idle /dev/fuse loop waits for a request.
+    pub idle_wait: IdleWait,
 }
 
 impl Default for ServeOptions {
@@ -164,6 +177,7 @@ impl Default for ServeOptions {
             placement: LoopPlacement::Adaptive,
             uring_idle_class: true,
             accounting: false,
+            idle_wait: IdleWait::Ring,
         }
     }
 }
@@ -224,6 +238,9 @@ impl ServeOptions {
         }
         if uring {
             text += " --transport uring";
+        }
+        if self.idle_wait == IdleWait::Block && self.dispatch == Dispatch::Coroutine && !uring {
+            text += " --idle-wait block";
         }
         text
     }

@@ -22,7 +22,7 @@ use transport::{FileSystem, OpReport, QueueConfig, QueueStats};
 use crate::control::{Commands, ServeHandle};
 use crate::error::{MountError, ServeError, UringOff};
 use crate::loop_set::LoopSet;
-use crate::options::{Dispatch, LoopPlacement, ServeOptions, Transport};
+use crate::options::{Dispatch, IdleWait, LoopPlacement, ServeOptions, Transport};
 use crate::{loops, threads};
 
 /// Where and as what a file system is mounted.
@@ -249,6 +249,7 @@ impl<F: FileSystem> Server<F> {
             ring_replies: self.options.ring_replies,
             inline: self.options.dispatch == Dispatch::Inline,
             account: self.options.accounting,
+            block_when_idle: self.options.idle_wait == IdleWait::Block,
         }
     }
 

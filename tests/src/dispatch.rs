@@ -32,6 +32,10 @@ pub enum Dispatch {
     Queues(u16),
     /// `coroutine` with `--transport uring` (FUSE over io_uring, 4 entries per CPU).
     Uring,
+    /// `coroutine` on two loops with `--idle-wait block`: a loop with nothing else to do
+    /// waits for a request in a blocking read and serves it with blocking calls. Not in
+    /// [`Dispatch::ALL`]: tests ask for it (`dispatch_tests!(name +blocking)`).
+    Blocking,
 }
 
 impl Dispatch {
@@ -60,6 +64,7 @@ impl Dispatch {
             Dispatch::Threads(_) => "threads",
             Dispatch::Queues(_) => "queues",
             Dispatch::Uring => "uring",
+            Dispatch::Blocking => "blocking",
         }
     }
 
@@ -67,7 +72,7 @@ impl Dispatch {
     pub fn arg(self) -> String {
         match self {
             Dispatch::Threads(n) => format!("threads:{n}"),
-            Dispatch::Queues(_) | Dispatch::Uring => "coroutine".to_string(),
+            Dispatch::Queues(_) | Dispatch::Uring | Dispatch::Blocking => "coroutine".to_string(),
             mode => mode.name().to_string(),
         }
     }
@@ -80,6 +85,9 @@ impl Dispatch {
             Dispatch::Queues(n) => args.extend(["--queues".to_string(), n.to_string()]),
             Dispatch::Uring => {
                 args.extend(["--transport", "uring", "--uring-depth", "4"].map(String::from))
+            }
+            Dispatch::Blocking => {
+                args.extend(["--queues", "2", "--idle-wait", "block"].map(String::from))
             }
             _ => {}
         }
@@ -133,6 +141,7 @@ fn parse(item: &str) -> Option<Dispatch> {
         "threads" => Some(Dispatch::THREADS),
         "queues" => Some(Dispatch::QUEUES),
         "uring" => Some(Dispatch::Uring),
+        "blocking" => Some(Dispatch::Blocking),
         _ => {
             let (make, n): (fn(u16) -> Dispatch, _) = match item.split_once(':')? {
                 ("threads", n) => (Dispatch::Threads, n),
@@ -174,9 +183,11 @@ pub fn run(test: fn(Dispatch), mode: Dispatch) {
 /// use corofuse_tests::{dispatch_tests, Dispatch};
 ///
 /// dispatch_tests!(mount_writes_reach_the_image);
+/// dispatch_tests!(mount_reads_return_the_image +blocking); // every mode, and `blocking`
 /// dispatch_tests!(mount_ring_replies_round_trip [coroutine]);
 /// dispatch_tests!(mount_stats [coroutine, inline, #[ignore = "BUG: ..."] threads]);
 /// # fn mount_writes_reach_the_image(_: Dispatch) {}
+/// # fn mount_reads_return_the_image(_: Dispatch) {}
 /// # fn mount_ring_replies_round_trip(_: Dispatch) {}
 /// # fn mount_stats(_: Dispatch) {}
 /// # fn main() {}
@@ -198,8 +209,14 @@ macro_rules! dispatch_tests {
     (@mode uring) => {
         $crate::dispatch::Dispatch::Uring
     };
+    (@mode blocking) => {
+        $crate::dispatch::Dispatch::Blocking
+    };
     ($name:ident) => {
         $crate::dispatch_tests!($name [coroutine, inline, threads, queues, uring]);
+    };
+    ($name:ident +blocking) => {
+        $crate::dispatch_tests!($name [coroutine, inline, threads, queues, uring, blocking]);
     };
     ($name:ident [$($(#[$attr:meta])* $mode:ident),+ $(,)?]) => {
         mod $name {

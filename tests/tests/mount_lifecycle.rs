@@ -86,7 +86,7 @@ fn stop_with_io_in_flight(mode: Dispatch, signal: i32) {
     }
 }
 
-dispatch_tests!(mount_sigterm_with_io_in_flight_exits_cleanly);
+dispatch_tests!(mount_sigterm_with_io_in_flight_exits_cleanly + blocking);
 fn mount_sigterm_with_io_in_flight_exits_cleanly(mode: Dispatch) {
     stop_with_io_in_flight(mode, libc::SIGTERM);
 }
@@ -170,7 +170,7 @@ fn mount_sigterm_during_a_burst_with_many_readers(mode: Dispatch) {
     sigterm_during_bursts(mode, &["-w", "--readers", "64"], 80);
 }
 
-dispatch_tests!(mount_sigterm_during_a_burst);
+dispatch_tests!(mount_sigterm_during_a_burst + blocking);
 /// The same with the default transport: SIGTERM while four clients have requests in
 /// flight (in threads mode: while workers are in blocking syscalls or `read(2)` of
 /// /dev/fuse) ends the daemon cleanly, round after round.
@@ -242,7 +242,7 @@ fn burst_then_signal(export: &MountedExport, burst: Duration, signal: i32) -> Ve
     })
 }
 
-dispatch_tests!(mount_unmount_from_outside_ends_the_daemon);
+dispatch_tests!(mount_unmount_from_outside_ends_the_daemon + blocking);
 fn mount_unmount_from_outside_ends_the_daemon(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
@@ -269,11 +269,15 @@ fn assert_stats_mode(stats: &serde_json::Value, mode: Dispatch) {
     let dispatch = stats["dispatch"]
         .as_str()
         .unwrap_or_else(|| panic!("no \"dispatch\" string in {stats}"));
-    let named = dispatch.to_ascii_lowercase().contains(mode.name())
-        && match mode {
-            Dispatch::Threads(n) | Dispatch::Queues(n) => dispatch.contains(&n.to_string()),
-            _ => true,
-        };
+    let named = match mode {
+        Dispatch::Blocking => {
+            dispatch.contains("coroutine") && dispatch.contains("--idle-wait block")
+        }
+        _ => dispatch.to_ascii_lowercase().contains(mode.name()),
+    } && match mode {
+        Dispatch::Threads(n) | Dispatch::Queues(n) => dispatch.contains(&n.to_string()),
+        _ => true,
+    };
     assert!(named, "\"dispatch\": {dispatch:?} does not name {mode}");
     let spawned = counter(stats, "runtime", "spawned");
     if mode.has_runtime() {
@@ -283,7 +287,7 @@ fn assert_stats_mode(stats: &serde_json::Value, mode: Dispatch) {
     }
 }
 
-dispatch_tests!(mount_stats_at_exit);
+dispatch_tests!(mount_stats_at_exit + blocking);
 /// The numbers written at exit: the totals, and they show the mode really ran (a
 /// coroutine per request, none per request inline, no runtime with threads).
 fn mount_stats_at_exit(mode: Dispatch) {
@@ -316,7 +320,7 @@ fn mount_stats_at_exit(mode: Dispatch) {
     assert!(opens >= READS, "{opens} OPENs accounted: {last}");
     let spawned = counter(&last, "runtime", "spawned");
     match mode {
-        Dispatch::Coroutine | Dispatch::Queues(_) => {
+        Dispatch::Coroutine | Dispatch::Queues(_) | Dispatch::Blocking => {
             // A request that suspends gets a coroutine of its own (its reader hands reading
             // over to a new one); one that does not (OPEN, FLUSH, RELEASE: no I/O) is served
             // in place by its reader, which then reads the next request.
@@ -383,15 +387,10 @@ fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
     );
 }
 
-dispatch_tests!(mount_stats_on_sigusr1_and_at_exit [
-    coroutine,
-    inline,
-    threads,
-    queues,
-    uring,
-]);
+dispatch_tests!(mount_stats_on_sigusr1_and_at_exit + blocking);
 /// SIGUSR1 writes the numbers so far without stopping the daemon; those at exit are no
-/// smaller.
+/// smaller. (With `--idle-wait block` the loops sleep in a blocking read when SIGUSR1
+/// comes: the snapshot's wake-up must end it.)
 fn mount_stats_on_sigusr1_and_at_exit(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
@@ -435,9 +434,19 @@ fn mount_stats_on_sigusr1_and_at_exit(mode: Dispatch) {
         let spawned = counter(&first, "runtime", "spawned");
         assert!(counter(&last, "runtime", "spawned") > spawned, "{last}");
     }
+    if mode == Dispatch::Blocking {
+        // One request at a time: the loops waited in blocking reads, and served what they
+        // waited for with blocking calls.
+        let blocked = counter(&last, "queue", "blocked_reads");
+        let served = counter(&last, "queue", "served_blocking");
+        assert!(
+            blocked > 0 && served > 0,
+            "{blocked} blocked reads, {served} served blocking: {last}"
+        );
+    }
 }
 
-dispatch_tests!(mount_serving_requests_allocates_nothing);
+dispatch_tests!(mount_serving_requests_allocates_nothing + blocking);
 /// No heap allocation per request in steady state: the daemon's allocation counter (in
 /// `--stats`) barely moves while it serves thousands of requests after a warm-up.
 fn mount_serving_requests_allocates_nothing(mode: Dispatch) {

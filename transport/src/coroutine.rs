@@ -27,6 +27,19 @@
 //! handle at a time; when, and how many, is [`crate::read_ahead`]'s. Requests in the
 //! backlog are served even when the queue pauses or stops.
 //!
+//! Waiting when idle, in a blocking read (`QueueConfig::block_when_idle`, `--idle-wait
+//! block`): every request wakes every ring poll of /dev/fuse through task work, where a
+//! thread blocked in `read(2)` is an exclusive waiter the kernel wakes alone (at one
+//! request at a time a loop made 6.7 system calls a request, a blocking thread 3:
+//! benches/HISTORY.md, 2026-12-07). So a queue keeps one waiter at most (a reader that
+//! finds nothing while another waits ends), and that waiter, when its loop has nothing
+//! else to do ([`Co::block_while_idle`]), waits in a blocking read of a blocking clone of
+//! the fd; a wake-up of the loop (a stop, a pause, a snapshot: the loop's background
+//! eventfds) ends that read. A request it brings, or one the loop waited for through the
+//! ring while alone, is served with blocking calls and its reply goes to the fd it came
+//! from; a request found queued never is (at iodepth 64 each would then leave the loop
+//! alone again, and it would serve one request at a time).
+//!
 //! Stopping ([`Queue::stop`]): no new reader is spawned, the readers' waits are
 //! cancelled, requests in flight finish and reply. A queue also ends by itself when the
 //! file system is unmounted (reads fail with `ENODEV`).
@@ -42,6 +55,7 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use runtime::Ctx;
 use runtime::{Co, TaskId, WaitQueue};
@@ -70,6 +84,9 @@ pub struct QueueConfig {
     /// Per-request accounting per opcode ([`crate::accounting`]); costs a few clock reads
     /// per request.
     pub account: bool,
+    /// When the loop has nothing else to do, wait for the next request in a blocking
+    /// `read(2)` on the loop's thread and serve it with blocking calls (see the module).
+    pub block_when_idle: bool,
 }
 
 impl Default for QueueConfig {
@@ -79,6 +96,7 @@ impl Default for QueueConfig {
             ring_replies: false,
             inline: false,
             account: false,
+            block_when_idle: false,
         }
     }
 }
@@ -99,11 +117,28 @@ enum Read {
 enum Next {
     /// A request of this many bytes in this buffer.
     Request(RequestBuf, usize),
+    /// A request the reader waited for through the ring: /dev/fuse held none before it.
+    Waited(RequestBuf, usize),
+    /// A request read in a blocking `read(2)` of [`Queue::blocking`] (its reply goes there).
+    Blocked(RequestBuf, usize),
+    /// Nothing: another reader of the queue already waits (`block_when_idle`).
+    Surplus,
     /// Nothing: the queue is paused (the backlog is empty).
     Paused,
     /// Nothing: the queue stops, or the file system is unmounted (the backlog is empty).
     Ended,
 }
+
+/// How long a queue waits through the ring and serves in coroutines only, once a request
+/// was found queued right after one served with blocking calls (`block_when_idle`): a deep
+/// client's requests would each wait behind the one the loop serves blocking (fio, ext4
+/// `--direct`, iodepth 64: 0.77x without this).
+const DEEP_HOLD: Duration = Duration::from_millis(100);
+
+/// A request served with blocking calls for longer than this held its loop long enough
+/// for a deep client's requests to pile up (a disk read; a cached or null one takes a few
+/// microseconds, and a fast client at iodepth 1 may have its next one queued by then).
+const SLOW_SERVICE: Duration = Duration::from_micros(20);
 
 /// Requests a reader reads back to back before it lets the event loop reap completions
 /// once ([`Queue::let_the_loop_in`]).
@@ -122,6 +157,19 @@ enum Got {
 /// One /dev/fuse fd served by coroutines of one event loop, for the file system `F`.
 pub struct Queue<F: FileSystem> {
     dev: FuseDev,
+    /// A blocking clone of `dev`, for the loop's idle wait (`block_when_idle`).
+    blocking: Option<FuseDev>,
+    /// Readers waiting for /dev/fuse to become readable.
+    waiting: Cell<usize>,
+    /// Requests found queued in a row since one was served slowly with blocking calls
+    /// ([`SLOW_SERVICE`]), plus one; 0 when not watching. Two in a row is a deep client's
+    /// pile (a client at iodepth 1 has one request at most, and the other loop's blocked
+    /// read may leave that one queued a moment).
+    queued_after_slow: Cell<u8>,
+    /// Until when the loop neither blocks nor serves with blocking calls: requests piled
+    /// up behind one slowly so served, a deep client's, whose requests would pile up
+    /// behind every blocking call ([`DEEP_HOLD`]).
+    deep_until: Cell<Option<Instant>>,
     fs: Arc<F>,
     config: QueueConfig,
     buffers: Buffers,
@@ -153,9 +201,26 @@ pub struct Queue<F: FileSystem> {
 impl<F: FileSystem> Queue<F> {
     /// A queue on `dev` (which must be `O_NONBLOCK`) for requests of at most `max_write`
     /// bytes of data.
+    /// With `block_when_idle`, also opens a blocking clone of `dev`; if that fails the
+    /// loop waits through its ring, as without.
     pub fn new(dev: FuseDev, fs: Arc<F>, max_write: u32, config: QueueConfig) -> Rc<Queue<F>> {
+        let blocking = (config.block_when_idle && !config.inline)
+            .then(|| {
+                dev.clone_queue(false)
+                    .inspect_err(|e| {
+                        log::warn!(
+                            "no blocking clone of /dev/fuse ({e}): the loop waits on its ring"
+                        )
+                    })
+                    .ok()
+            })
+            .flatten();
         Rc::new(Queue {
             dev,
+            blocking,
+            waiting: Cell::new(0),
+            queued_after_slow: Cell::new(0),
+            deep_until: Cell::new(None),
             fs,
             config,
             buffers: Buffers::new(max_write),
@@ -328,12 +393,30 @@ impl<F: FileSystem> Queue<F> {
         self.readers.borrow_mut().push(id);
     }
 
-    /// Serves the request of `n` bytes in `buf` with `cx`, and accounts for it.
-    fn serve(&self, co: &Co<'_>, cx: &Ctx<'_>, buf: &mut RequestBuf, n: usize) {
+    /// Serves the request of `n` bytes in `buf` with `cx`, replying on `dev` (the fd it
+    /// came from), and accounts for it.
+    fn serve(&self, co: &Co<'_>, cx: &Ctx<'_>, dev: &FuseDev, buf: &mut RequestBuf, n: usize) {
         let clock = self.clock(co, buf, n);
         let (request, data) = buf.parts(n);
-        let served = self.dispatch(co, cx, request, data);
+        let served = self.dispatch(co, cx, dev, request, data);
         self.account(co, clock, &served);
+    }
+
+    /// How to serve a request the reader got as `next`, and where its reply goes: with
+    /// blocking calls on the loop's thread if it was waited for while the loop had
+    /// nothing else to do (never one found queued: at iodepth 64 that would keep a loop
+    /// serving one request at a time); else in this coroutine.
+    fn how_to_serve<'c>(&'c self, co: &'c Co<'c>, next: &Next) -> (Ctx<'c>, &'c FuseDev) {
+        match next {
+            Next::Blocked(..) => (
+                Ctx::Blocking,
+                self.blocking.as_ref().expect("blocking clone"),
+            ),
+            Next::Waited(..) if self.may_block() && co.loop_is_alone() => {
+                (Ctx::Blocking, &self.dev)
+            }
+            _ => (Ctx::Coroutine(co), &self.dev),
+        }
     }
 
     /// A reader's life: take a request ([`Queue::next_request`]) and serve it; if serving
@@ -357,11 +440,25 @@ impl<F: FileSystem> Queue<F> {
             self.readers.borrow_mut().retain(|&id| id != co.id());
             self.live_readers.set(self.live_readers.get() - 1);
             match next {
-                Ok(Next::Request(mut buf, n)) => {
+                Ok(next @ (Next::Request(..) | Next::Waited(..) | Next::Blocked(..))) => {
+                    let (cx, dev) = self.how_to_serve(co, &next);
+                    let (Next::Request(mut buf, n)
+                    | Next::Waited(mut buf, n)
+                    | Next::Blocked(mut buf, n)) = next
+                    else {
+                        unreachable!("matched above")
+                    };
+                    let blocking = matches!(cx, Ctx::Blocking);
+                    let started = blocking.then(Instant::now);
                     self.in_flight.set(self.in_flight.get() + 1);
-                    let ((), handed_over) = co.on_first_suspend(&hand_over, || {
-                        self.serve(co, &Ctx::Coroutine(co), &mut buf, n)
-                    });
+                    let ((), handed_over) =
+                        co.on_first_suspend(&hand_over, || self.serve(co, &cx, dev, &mut buf, n));
+                    if let Some(started) = started {
+                        self.stats.borrow_mut().served_blocking += 1;
+                        if started.elapsed() > SLOW_SERVICE {
+                            self.queued_after_slow.set(1);
+                        }
+                    }
                     self.in_flight.set(self.in_flight.get() - 1);
                     self.buffers.requests.give(buf);
                     let done = self.not_taking().is_some() && self.backlog.borrow().is_empty();
@@ -371,7 +468,7 @@ impl<F: FileSystem> Queue<F> {
                     self.stats.borrow_mut().served_in_place += 1;
                     self.add_reader(co.id());
                 }
-                Ok(Next::Paused) => break,
+                Ok(Next::Paused | Next::Surplus) => break,
                 Ok(Next::Ended) => {
                     self.stopping.set(true);
                     break;
@@ -393,7 +490,7 @@ impl<F: FileSystem> Queue<F> {
         loop {
             match self.receive(co, &mut buf) {
                 Ok(Got::Request(n)) => {
-                    self.serve(co, &Ctx::Blocking, &mut buf, n);
+                    self.serve(co, &Ctx::Blocking, &self.dev, &mut buf, n);
                 }
                 // One reader that serves inline is never paused (the placement runs only
                 // with coroutine dispatch); should it be, it ends like a stop.
@@ -428,6 +525,13 @@ impl<F: FileSystem> Queue<F> {
     /// stops meanwhile.
     fn read_one(&self, buf: &mut RequestBuf) -> io::Result<Read> {
         let result = Ctx::Blocking.read(&self.dev, buf.read_area());
+        let read = self.take_read(result, buf);
+        self.watch_for_a_pile(&read);
+        read
+    }
+
+    /// What a read of /dev/fuse into `buf` returned, counted.
+    fn take_read(&self, result: io::Result<usize>, buf: &mut RequestBuf) -> io::Result<Read> {
         let again = matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EAGAIN));
         Ok(match classify_read(result)? {
             Received::Request(n) => {
@@ -469,7 +573,10 @@ impl<F: FileSystem> Queue<F> {
     /// Waits until /dev/fuse has a request; false if the wait was cancelled (a stop or a
     /// pause).
     fn wait_readable(&self, co: &Co<'_>) -> io::Result<bool> {
-        match co.ctx().poll(&self.dev, libc::POLLIN) {
+        self.waiting.set(self.waiting.get() + 1);
+        let polled = co.ctx().poll(&self.dev, libc::POLLIN);
+        self.waiting.set(self.waiting.get() - 1);
+        match polled {
             Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => Ok(false),
             Err(e) => Err(e),
             Ok(_) => Ok(true),
@@ -529,9 +636,8 @@ impl<F: FileSystem> Queue<F> {
             let mut buf = self.buffers.requests.take();
             let read = self.read_one(&mut buf);
             match read {
-                Ok(Read::Request(n))
-                    if after_wait || !self.read_ahead.starts_drain(buf.request(n)) =>
-                {
+                Ok(Read::Request(n)) if after_wait => return Ok(Next::Waited(buf, n)),
+                Ok(Read::Request(n)) if !self.read_ahead.starts_drain(buf.request(n)) => {
                     return Ok(Next::Request(buf, n));
                 }
                 Ok(Read::Request(n)) => {
@@ -550,10 +656,81 @@ impl<F: FileSystem> Queue<F> {
                 // `stop` or `pause` may have run while this reader was ready to resume,
                 // when there was no I/O of ours to cancel: look again before waiting.
                 Read::Empty => {
-                    if self.not_taking().is_none() {
-                        after_wait = self.wait_readable(co)?;
+                    if self.not_taking().is_some() {
+                        continue;
                     }
+                    if self.may_block() {
+                        let waiting = self.waiting.get();
+                        if waiting == 0 {
+                            if let Some(next) = self.block_for_request(co)? {
+                                return Ok(next);
+                            }
+                        } else if co.loop_is_alone_but(waiting) {
+                            // Nothing else to do but the other waiters' polls: one waiter is
+                            // enough, and the loop then comes to block (with I/O in flight,
+                            // readers are kept as without `block_when_idle`).
+                            return Ok(Next::Surplus);
+                        }
+                    }
+                    after_wait = self.wait_readable(co)?;
                 }
+            }
+        }
+    }
+
+    /// After a request served slowly with blocking calls, looks at what the reads find:
+    /// two requests in a row found queued start a [`DEEP_HOLD`], nothing ends the watch.
+    fn watch_for_a_pile(&self, read: &io::Result<Read>) {
+        let watch = self.queued_after_slow.get();
+        if watch == 0 {
+            return;
+        }
+        match read {
+            Ok(Read::Request(_)) if watch >= 2 => {
+                self.queued_after_slow.set(0);
+                self.deep_until.set(Some(Instant::now() + DEEP_HOLD));
+                self.stats.borrow_mut().deep_holds += 1;
+            }
+            Ok(Read::Request(_)) => self.queued_after_slow.set(watch + 1),
+            _ => self.queued_after_slow.set(0),
+        }
+    }
+
+    /// Whether the loop may wait for a request in a blocking read, and serve what it waited
+    /// for with blocking calls: `block_when_idle`, and no deep client seen lately.
+    fn may_block(&self) -> bool {
+        self.blocking.is_some()
+            && match self.deep_until.get() {
+                None => true,
+                Some(until) if Instant::now() >= until => {
+                    self.deep_until.set(None);
+                    true
+                }
+                Some(_) => false,
+            }
+    }
+
+    /// Waits for a request in a blocking `read(2)` of the blocking clone, if the loop has
+    /// nothing else to do ([`Co::block_while_idle`]; a wake-up of the loop ends it). `None`
+    /// if it did not block or was woken without a request: wait through the ring then.
+    fn block_for_request(&self, co: &Co<'_>) -> io::Result<Option<Next>> {
+        let blocking = self.blocking.as_ref().expect("blocking clone");
+        let mut buf = self.buffers.requests.take();
+        let Some(result) = co.block_while_idle(|| Ctx::Blocking.read(blocking, buf.read_area()))
+        else {
+            self.buffers.requests.give(buf);
+            return Ok(None);
+        };
+        self.stats.borrow_mut().blocked_reads += 1;
+        self.queued_after_slow.set(0); // the loop was idle: no pile
+        match self.take_read(result, &mut buf) {
+            Ok(Read::Request(n)) => Ok(Some(Next::Blocked(buf, n))),
+            other => {
+                self.buffers.requests.give(buf);
+                if let Read::Unmounted = other? {
+                    self.stopping.set(true);
+                }
+                Ok(None)
             }
         }
     }
@@ -593,13 +770,20 @@ impl<F: FileSystem> Queue<F> {
     }
 
     /// Runs one request with `cx` and replies (through the ring or with `writev(2)`).
-    fn dispatch(&self, co: &Co<'_>, cx: &Ctx<'_>, request: &[u8], data: &mut [u8]) -> Served {
+    fn dispatch(
+        &self,
+        co: &Co<'_>,
+        cx: &Ctx<'_>,
+        dev: &FuseDev,
+        request: &[u8],
+        data: &mut [u8],
+    ) -> Served {
         let served = serve_request(&*self.fs, cx, request, &[], data, |reply| {
             let slices = reply.io_slices();
-            if self.config.ring_replies && !self.config.inline {
-                co.ctx().writev(&self.dev, &slices)
+            if self.config.ring_replies && !self.config.inline && matches!(cx, Ctx::Coroutine(_)) {
+                co.ctx().writev(dev, &slices)
             } else {
-                self.dev.writev(&slices)
+                dev.writev(&slices)
             }
         });
         self.stats.borrow_mut().record(&served);

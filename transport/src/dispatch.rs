@@ -118,6 +118,18 @@ pub struct QueueStats {
     /// clients' (coroutine transport, [`crate::backlog`]).
     #[serde(default)]
     pub backlogged: u64,
+    /// Reads of /dev/fuse that blocked the loop's thread, the loop having nothing else to
+    /// do (`--idle-wait block`, [`crate::coroutine`]).
+    #[serde(default)]
+    pub blocked_reads: u64,
+    /// Requests served with blocking system calls on the loop's thread, the loop having
+    /// nothing else to do (`--idle-wait block`).
+    #[serde(default)]
+    pub served_blocking: u64,
+    /// Times a request was found queued right after one served slowly with blocking calls, and
+    /// the loop waited through its ring for a while (a deep client).
+    #[serde(default)]
+    pub deep_holds: u64,
 }
 
 impl QueueStats {
@@ -144,5 +156,8 @@ impl QueueStats {
         self.pauses += other.pauses;
         self.paused_ms += other.paused_ms;
         self.backlogged += other.backlogged;
+        self.blocked_reads += other.blocked_reads;
+        self.served_blocking += other.served_blocking;
+        self.deep_holds += other.deep_holds;
     }
 }
