@@ -31,14 +31,17 @@
 //! block`): every request wakes every ring poll of /dev/fuse through task work, where a
 //! thread blocked in `read(2)` is an exclusive waiter the kernel wakes alone (at one
 //! request at a time a loop made 6.7 system calls a request, a blocking thread 3:
-//! benches/HISTORY.md, 2026-12-07). So a queue keeps one waiter at most (a reader that
-//! finds nothing while another waits ends), and that waiter, when its loop has nothing
+//! benches/HISTORY.md, 2026-12-07). So, while the requests it waits for are slow to serve
+//! ([`SLOW_SERVICE`]: a disk, where the ring's poll serves fast ones better), a queue
+//! keeps one waiter at most (a reader that finds nothing while another waits, and the
+//! loop has nothing else in flight, ends), and that waiter, when its loop has nothing
 //! else to do ([`Co::block_while_idle`]), waits in a blocking read of a blocking clone of
 //! the fd; a wake-up of the loop (a stop, a pause, a snapshot: the loop's background
 //! eventfds) ends that read. A request it brings, or one the loop waited for through the
 //! ring while alone, is served with blocking calls and its reply goes to the fd it came
 //! from; a request found queued never is (at iodepth 64 each would then leave the loop
-//! alone again, and it would serve one request at a time).
+//! alone again, and it would serve one request at a time). A deep client's requests
+//! piling up behind one so served send the queue back to its ring for [`DEEP_HOLD`].
 //!
 //! Stopping ([`Queue::stop`]): no new reader is spawned, the readers' waits are
 //! cancelled, requests in flight finish and reply. A queue also ends by itself when the
@@ -129,10 +132,10 @@ enum Next {
     Ended,
 }
 
-/// How long a queue waits through the ring and serves in coroutines only, once a request
-/// was found queued right after one served with blocking calls (`block_when_idle`): a deep
-/// client's requests would each wait behind the one the loop serves blocking (fio, ext4
-/// `--direct`, iodepth 64: 0.77x without this).
+/// How long a queue waits through the ring and serves in coroutines only, once two
+/// requests in a row were found queued right after one served slowly with blocking calls
+/// (`block_when_idle`): a deep client's requests would each wait behind the one the loop
+/// serves blocking (fio, ext4 `--direct`, iodepth 64: 0.77-0.85x without this).
 const DEEP_HOLD: Duration = Duration::from_millis(100);
 
 /// A request that takes longer than this to serve is slow: a disk read, not a cached or
@@ -208,8 +211,7 @@ pub struct Queue<F: FileSystem> {
 
 impl<F: FileSystem> Queue<F> {
     /// A queue on `dev` (which must be `O_NONBLOCK`) for requests of at most `max_write`
-    /// bytes of data.
-    /// With `block_when_idle`, also opens a blocking clone of `dev`; if that fails the
+    /// bytes of data. With `block_when_idle`, also opens a blocking clone of `dev`; if that fails the
     /// loop waits through its ring, as without.
     pub fn new(dev: FuseDev, fs: Arc<F>, max_write: u32, config: QueueConfig) -> Rc<Queue<F>> {
         let blocking = (config.block_when_idle && !config.inline)
