@@ -43,10 +43,40 @@ fn read_with(export: &MountedExport, clients: u64, reads: u64) {
     });
 }
 
+/// How many CPUs each event loop thread of process `pid` may run on now
+/// (`Cpus_allowed_list` of its `fuse-loop-N` tasks).
+fn loop_cpus(pid: u32) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuse-loop") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or_default();
+        let cpus = list
+            .trim()
+            .split(',')
+            .map(|range| match range.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            });
+        counts.push(cpus.sum());
+    }
+    counts
+}
+
 /// Mounts the image with slow reads, runs each phase `(clients, reads)` of [`read_with`]
 /// in turn; then, the loops idle (blocked in their reads if they block), a snapshot and a
-/// stop. Returns the daemon's counters at the snapshot.
-fn serve(phases: &[(u64, u64)]) -> serde_json::Value {
+/// stop. Returns the daemon's counters at the snapshot, and how many CPUs each loop
+/// thread could run on while idle.
+fn serve(phases: &[(u64, u64)]) -> (serde_json::Value, Vec<usize>) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(3, 0, LEN as usize));
     let stats = sandbox.path("stats.json");
@@ -57,18 +87,20 @@ fn serve(phases: &[(u64, u64)]) -> serde_json::Value {
     for &(clients, reads) in phases {
         read_with(&export, clients, reads);
     }
+    std::thread::sleep(std::time::Duration::from_millis(50)); // the loops back to waiting
+    let cpus = loop_cpus(export.pid());
     // Every loop is idle now: a snapshot must reach each one, blocked or not (it answers
     // within read_stats' timeout), and the stop too (`stop` waits for the exit).
     export.signal(libc::SIGUSR1);
     let snapshot = read_stats(&stats);
     export.stop();
-    snapshot
+    (snapshot, cpus)
 }
 
 #[test]
 fn mount_idle_wait_block_serves_one_client_at_a_time_with_blocking_calls() {
     require_fuse!();
-    let stats = serve(&[(1, 200)]);
+    let (stats, cpus) = serve(&[(1, 200)]);
     let requests = counter(&stats, "requests");
     let blocked = counter(&stats, "blocked_reads");
     let served = counter(&stats, "served_blocking");
@@ -86,6 +118,15 @@ fn mount_idle_wait_block_serves_one_client_at_a_time_with_blocking_calls() {
     );
     // One request at a time is never a pile.
     assert_eq!(counter(&stats, "deep_holds"), 0, "{stats}");
+    // Blocked, a loop floats on the process's CPUs (pinned to one while it serves on its
+    // ring); a loop the placement has paused meanwhile stays pinned.
+    let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if allowed > 1 {
+        assert_eq!(cpus.len(), 2, "two loop threads: {cpus:?}");
+        assert!(cpus.iter().any(|&n| n > 1), "CPUs of each loop: {cpus:?}");
+    } else {
+        println!("one CPU: the loops cannot float, not checked");
+    }
 }
 
 #[test]
@@ -93,7 +134,7 @@ fn mount_idle_wait_block_leaves_a_deep_pile_to_coroutines() {
     require_fuse!();
     // One client first, so that the loops block; then 16 at once, whose requests pile
     // up behind the first one served with blocking calls.
-    let stats = serve(&[(1, 20), (16, 40)]);
+    let (stats, _) = serve(&[(1, 20), (16, 40)]);
     let requests = counter(&stats, "requests");
     let served = counter(&stats, "served_blocking");
     assert!(

@@ -60,6 +60,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runtime::affinity::CpuSet;
 use runtime::Ctx;
 use runtime::{Co, TaskId, WaitQueue};
 
@@ -166,6 +167,11 @@ pub struct Queue<F: FileSystem> {
     dev: FuseDev,
     /// A blocking clone of `dev`, for the loop's idle wait (`block_when_idle`).
     blocking: Option<FuseDev>,
+    /// The loop thread's own CPUs, and the process's: it floats on the latter while it
+    /// blocks ([`Queue::float`]), if they differ.
+    float: Option<(CpuSet, CpuSet)>,
+    /// Whether the loop thread floats now.
+    floating: Cell<bool>,
     /// Readers waiting for /dev/fuse to become readable.
     waiting: Cell<usize>,
     /// How long the requests the loop waited for took to serve, averaged (each new one
@@ -225,9 +231,16 @@ impl<F: FileSystem> Queue<F> {
                     .ok()
             })
             .flatten();
+        let float = blocking.as_ref().and_then(|_| {
+            let process = CpuSet::of_thread(std::process::id() as libc::pid_t).ok()?;
+            let home = CpuSet::of_thread(0).ok()?;
+            (home != process).then_some((home, process))
+        });
         Rc::new(Queue {
             dev,
             blocking,
+            float,
+            floating: Cell::new(false),
             waiting: Cell::new(0),
             waited_service_ns: Cell::new(0),
             queued_after_slow: Cell::new(0),
@@ -492,6 +505,7 @@ impl<F: FileSystem> Queue<F> {
             }
         }
         if self.is_finished() {
+            self.float(false); // the loop may serve other sessions
             self.finished.wake_all(co);
         }
     }
@@ -584,6 +598,7 @@ impl<F: FileSystem> Queue<F> {
     /// Waits until /dev/fuse has a request; false if the wait was cancelled (a stop or a
     /// pause).
     fn wait_readable(&self, co: &Co<'_>) -> io::Result<bool> {
+        self.float(false);
         self.waiting.set(self.waiting.get() + 1);
         let polled = co.ctx().poll(&self.dev, libc::POLLIN);
         self.waiting.set(self.waiting.get() - 1);
@@ -735,6 +750,26 @@ impl<F: FileSystem> Queue<F> {
         }
     }
 
+    /// Lets the loop thread run on every CPU of the process while it waits in blocking
+    /// reads (`wide`), and pins it home again when it waits on its ring. Pinned, the one
+    /// loop that blocks may sit on the CPU away from the client or the disk's interrupts,
+    /// and two blocked loops are woken by turns: fio, ext4 `--direct` psync qd1, 5
+    /// interleaved rounds, floating 12.7-13.8k against pinned 10.1-14.0k and `threads:2`
+    /// 12.5-14.8k (benches/HISTORY.md); at iodepth 64 the loop waits on its ring, pinned.
+    fn float(&self, wide: bool) {
+        let Some((home, process)) = &self.float else {
+            return;
+        };
+        if self.floating.get() == wide {
+            return;
+        }
+        let set = if wide { process } else { home };
+        match set.apply(0) {
+            Ok(()) => self.floating.set(wide),
+            Err(e) => log::debug!("loop affinity to {set:?}: {e}"),
+        }
+    }
+
     /// Whether the loop may wait for a request in a blocking read, and serve what it waited
     /// for with blocking calls: `block_when_idle`, the requests it waits for are slow, and
     /// no deep client seen lately.
@@ -756,6 +791,7 @@ impl<F: FileSystem> Queue<F> {
     /// if it did not block or was woken without a request: wait through the ring then.
     fn block_for_request(&self, co: &Co<'_>) -> io::Result<Option<Next>> {
         let blocking = self.blocking.as_ref().expect("blocking clone");
+        self.float(true);
         let mut buf = self.buffers.requests.take();
         let Some(result) = co.block_while_idle(|| Ctx::Blocking.read(blocking, buf.read_area()))
         else {
