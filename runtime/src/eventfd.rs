@@ -9,14 +9,16 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 
-use crate::{Co, Interrupter};
+use crate::interrupt::InterruptSlot;
+use crate::Co;
 
 /// A non-blocking eventfd(2).
 #[derive(Debug)]
 pub struct EventFd {
     fd: OwnedFd,
-    /// The loop that waits on it in the background, once one did.
-    waiter: OnceLock<Arc<Interrupter>>,
+    /// What ends the blocking call of the loop that waits on it in the background, once
+    /// one did.
+    waiter: OnceLock<Arc<InterruptSlot>>,
 }
 
 impl EventFd {
@@ -54,9 +56,7 @@ impl EventFd {
     /// (`ECANCELED` if the wait was cancelled).
     pub fn wait_in_background(&self, co: &Co<'_>) -> io::Result<i16> {
         if self.waiter.get().is_none() {
-            if let Some(interrupter) = co.interrupter() {
-                let _ = self.waiter.set(interrupter);
-            }
+            let _ = self.waiter.set(Arc::clone(&co.inner.interrupt));
         }
         co.wait_in_background(|| co.ctx().poll(self, libc::POLLIN))
     }

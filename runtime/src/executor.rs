@@ -58,8 +58,9 @@ pub(crate) struct Inner {
     pub(crate) loop_id: u64,
     /// Coroutines suspended in a background wait ([`Co::wait_in_background`]).
     pub(crate) background_waits: Cell<usize>,
-    /// Made on the loop's thread the first time a coroutine asks ([`Co::interrupter`]).
-    pub(crate) interrupter: std::cell::OnceCell<Option<std::sync::Arc<crate::Interrupter>>>,
+    /// What ends the loop's blocking call ([`Co::block_while_idle`]), shared with the
+    /// eventfds it waits on in the background.
+    pub(crate) interrupt: std::sync::Arc<crate::interrupt::InterruptSlot>,
 }
 
 /// Hands out loop identities: never reused, unlike the `Inner`'s address.
@@ -106,7 +107,7 @@ impl Runtime {
             reaped_at: Cell::new(None),
             loop_id: LOOP_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             background_waits: Cell::new(0),
-            interrupter: std::cell::OnceCell::new(),
+            interrupt: Default::default(),
         };
         Ok(Runtime {
             inner: Rc::new(inner),

@@ -8,13 +8,11 @@
 //! system calls a request against 3). The loop may do it only when nothing else of its
 //! own could need it meanwhile: no coroutine ready, and no SQE in flight but *background*
 //! waits ([`Co::wait_in_background`]): the wake-ups other threads send it, each of which
-//! ends the blocking call ([`Interrupter`]).
+//! ends the blocking call ([`Interrupter`](crate::interrupt::Interrupter)).
 
 use std::io;
-use std::sync::Arc;
 
 use crate::co::Co;
-use crate::interrupt::Interrupter;
 
 impl Co<'_> {
     /// Whether this coroutine is all its loop has to run: no other coroutine ready, and no
@@ -33,31 +31,14 @@ impl Co<'_> {
 
     /// Runs `wait` (a call that suspends on the ring until another thread wakes the loop)
     /// as a *background* wait: it does not keep the loop busy for
-    /// [`Co::block_while_idle`]. Whoever ends it must then also call the loop's
-    /// [`Interrupter::interrupt`] ([`EventFd::wait_in_background`](crate::EventFd) does).
+    /// [`Co::block_while_idle`]. Whoever ends it must then also end the loop's blocking
+    /// call ([`EventFd::wait_in_background`](crate::EventFd) sees to it).
     pub fn wait_in_background<T>(&self, wait: impl FnOnce() -> T) -> T {
         let waits = &self.inner.background_waits;
         waits.set(waits.get() + 1);
         let got = wait();
         waits.set(waits.get() - 1);
         got
-    }
-
-    /// What ends this loop's blocking call ([`Co::block_while_idle`]) from another thread;
-    /// `None` if it cannot be made (the signal's handler could not be installed: logged
-    /// once, and the loop then never blocks).
-    pub fn interrupter(&self) -> Option<Arc<Interrupter>> {
-        self.inner
-            .interrupter
-            .get_or_init(|| {
-                Interrupter::for_this_thread()
-                    .inspect_err(|e| {
-                        log::warn!("a loop that cannot be interrupted never blocks: {e}")
-                    })
-                    .ok()
-                    .map(Arc::new)
-            })
-            .clone()
     }
 
     /// Runs `call`, a blocking system call, on the loop's thread if the loop is alone
@@ -71,7 +52,7 @@ impl Co<'_> {
         if !self.loop_is_alone() {
             return None;
         }
-        self.interrupter()?.block(call)
+        self.inner.interrupt.get_or_make()?.block(call)
     }
 }
 
@@ -121,11 +102,13 @@ mod tests {
                     seen.push(co.loop_is_alone());
                     kick.signal().unwrap();
                     drop(background);
+                    // Waits in the background and wake-ups alone make no interrupter.
+                    seen.push(co.inner.interrupt.is_made());
                     seen
                 }
             })
             .unwrap();
-        assert_eq!(seen, [true, false, true, false]);
+        assert_eq!(seen, [true, false, true, false, false]);
     }
 
     #[test]
@@ -156,17 +139,21 @@ mod tests {
                     co.yield_now(); // the watcher's poll is in flight
                     let mut reader = reader;
                     let mut byte = [0u8; 1];
+                    // The first attempt makes the interrupter and declines: a wake-up may
+                    // have come before it existed.
+                    let first = co.block_while_idle(|| reader.read(&mut byte)).is_some();
                     let blocked = co.block_while_idle(|| reader.read(&mut byte));
                     // Declines now: the wake-up is pending until the loop waits on its ring.
                     let again = co.block_while_idle(|| reader.read(&mut byte)).is_some();
                     co.yield_now();
                     co.yield_now();
-                    (blocked.map(|r| r.map_err(|e| e.raw_os_error())), again)
+                    let blocked = blocked.map(|r| r.map_err(|e| e.raw_os_error()));
+                    (first, blocked, again)
                 }
             })
             .unwrap();
         drop(sender.join().unwrap());
-        assert_eq!(result, (Some(Err(Some(libc::EINTR))), false));
+        assert_eq!(result, (false, Some(Err(Some(libc::EINTR))), false));
         assert!(woke.get(), "the background wait saw the wake-up");
     }
 }

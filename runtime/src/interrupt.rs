@@ -22,7 +22,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 const RUNNING: u32 = 0;
@@ -87,7 +87,7 @@ fn unblock_on_this_thread() -> io::Result<()> {
 
 /// Ends the blocking call its owner thread sleeps in, from any thread; see the module.
 #[derive(Debug)]
-pub struct Interrupter {
+pub(crate) struct Interrupter {
     state: AtomicU32,
     /// The owner thread.
     tid: libc::pid_t,
@@ -112,7 +112,7 @@ impl Interrupter {
     /// to block decline (the owner then waits through its ring). Call it after making the
     /// wake-up visible (the eventfd written). May wait a little while the owner leaves
     /// the call (a few hundred microseconds at worst).
-    pub fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         let before = self.state.fetch_or(PENDING, Ordering::SeqCst);
         if before & PHASE == RUNNING {
             return;
@@ -201,6 +201,46 @@ impl Interrupter {
                 Ok(_) => return,
                 Err(changed) => now = changed,
             }
+        }
+    }
+}
+
+/// A loop's [`Interrupter`], made on the loop's thread the first time the loop blocks, and
+/// shared with the eventfds it waits on in the background: a loop that never blocks
+/// (`--idle-wait ring`) installs no signal and its wake-ups cost one load more.
+#[derive(Debug, Default)]
+pub(crate) struct InterruptSlot(OnceLock<Option<Interrupter>>);
+
+impl InterruptSlot {
+    /// On the owner thread: its interrupter, made now if it was not yet; `None` if it
+    /// cannot be made (logged once: the loop then never blocks). A new one starts with an
+    /// interrupt pending: a wake-up sent before it existed ended no call, so the first
+    /// attempt to block declines and the loop looks at its ring first.
+    pub(crate) fn get_or_make(&self) -> Option<&Interrupter> {
+        self.0
+            .get_or_init(|| {
+                let made = Interrupter::for_this_thread()
+                    .inspect_err(|e| {
+                        log::warn!("a loop that cannot be interrupted never blocks: {e}")
+                    })
+                    .ok()?;
+                made.interrupt();
+                Some(made)
+            })
+            .as_ref()
+    }
+
+    /// Whether the owner made its interrupter (tried to block).
+    #[cfg(test)]
+    pub(crate) fn is_made(&self) -> bool {
+        self.0.get().is_some()
+    }
+
+    /// From any thread, after making a wake-up visible: ends the owner's blocking call, if
+    /// it ever made an interrupter ([`Interrupter::interrupt`]).
+    pub(crate) fn interrupt(&self) {
+        if let Some(Some(interrupter)) = self.0.get() {
+            interrupter.interrupt();
         }
     }
 }

@@ -94,7 +94,6 @@ pub use ctx::{Ctx, NoRing};
 pub use eventfd::{signal_raw, EventFd};
 pub use executor::Runtime;
 pub use file_io::IOV_MAX;
-pub use interrupt::Interrupter;
 pub use io_uring::{opcode, squeue, types};
 pub use join::{JoinError, JoinHandle};
 pub use sync::{CoMutex, CoMutexGuard, CoReadGuard, CoRwLock, CoWriteGuard, WaitQueue};

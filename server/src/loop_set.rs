@@ -164,19 +164,23 @@ impl LoopSet {
 
     /// Runs `work` as a coroutine of its own on loop `index`.
     pub(crate) fn run_on(&self, index: usize, work: Work) -> io::Result<()> {
-        let loops = self.lock();
-        let Some(l) = loops.get(index) else {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no event loop {index} (the set has {})", loops.len()),
-            ));
+        let inbox = {
+            let loops = self.lock();
+            let Some(l) = loops.get(index) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no event loop {index} (the set has {})", loops.len()),
+                ));
+            };
+            Arc::clone(&l.inbox)
         };
-        l.inbox
+        inbox
             .work
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(work);
-        l.inbox.kick.signal()
+        // Not under the set's lock: ending the loop's blocking call may take a while.
+        inbox.kick.signal()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Loop>> {

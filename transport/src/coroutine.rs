@@ -119,18 +119,26 @@ enum Read {
 
 /// What a coroutine reader got from [`Queue::next_request`].
 enum Next {
-    /// A request of this many bytes in this buffer.
-    Request(RequestBuf, usize),
-    /// A request the reader waited for through the ring: /dev/fuse held none before it.
-    Waited(RequestBuf, usize),
-    /// A request read in a blocking `read(2)` of [`Queue::blocking`] (its reply goes there).
-    Blocked(RequestBuf, usize),
+    /// A request of this many bytes in this buffer, and how it came.
+    Request(RequestBuf, usize, Came),
     /// Nothing: another reader of the queue already waits (`block_when_idle`).
     Surplus,
     /// Nothing: the queue is paused (the backlog is empty).
     Paused,
     /// Nothing: the queue stops, or the file system is unmounted (the backlog is empty).
     Ended,
+}
+
+/// How a request came to a coroutine reader: what decides how it is served
+/// ([`Queue::how_to_serve`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Came {
+    /// Found queued (in /dev/fuse or the backlog).
+    Queued,
+    /// Waited for through the ring: /dev/fuse held none before it.
+    Waited,
+    /// Read in a blocking `read(2)` of [`Queue::blocking`] (its reply goes there).
+    Blocked,
 }
 
 /// How long a queue waits through the ring and serves in coroutines only, once two
@@ -426,19 +434,17 @@ impl<F: FileSystem> Queue<F> {
         self.account(co, clock, &served);
     }
 
-    /// How to serve a request the reader got as `next`, and where its reply goes: with
+    /// How to serve a request that came to the reader so, and where its reply goes: with
     /// blocking calls on the loop's thread if it was waited for while the loop had
     /// nothing else to do (never one found queued: at iodepth 64 that would keep a loop
     /// serving one request at a time); else in this coroutine.
-    fn how_to_serve<'c>(&'c self, co: &'c Co<'c>, next: &Next) -> (Ctx<'c>, &'c FuseDev) {
-        match next {
-            Next::Blocked(..) => (
+    fn how_to_serve<'c>(&'c self, co: &'c Co<'c>, came: Came) -> (Ctx<'c>, &'c FuseDev) {
+        match came {
+            Came::Blocked => (
                 Ctx::Blocking,
                 self.blocking.as_ref().expect("blocking clone"),
             ),
-            Next::Waited(..) if self.may_block() && co.loop_is_alone() => {
-                (Ctx::Blocking, &self.dev)
-            }
+            Came::Waited if self.may_block() && co.loop_is_alone() => (Ctx::Blocking, &self.dev),
             _ => (Ctx::Coroutine(co), &self.dev),
         }
     }
@@ -465,16 +471,10 @@ impl<F: FileSystem> Queue<F> {
             self.readers.borrow_mut().retain(|&id| id != co.id());
             self.live_readers.set(self.live_readers.get() - 1);
             match next {
-                Ok(next @ (Next::Request(..) | Next::Waited(..) | Next::Blocked(..))) => {
-                    let (cx, dev) = self.how_to_serve(co, &next);
+                Ok(Next::Request(mut buf, n, came)) => {
+                    let (cx, dev) = self.how_to_serve(co, came);
                     // Timed: what the loop waited for (so its speed decides how it waits).
-                    let timed = self.blocking.is_some() && !matches!(next, Next::Request(..));
-                    let (Next::Request(mut buf, n)
-                    | Next::Waited(mut buf, n)
-                    | Next::Blocked(mut buf, n)) = next
-                    else {
-                        unreachable!("matched above")
-                    };
+                    let timed = self.blocking.is_some() && came != Came::Queued;
                     let started = timed.then(Instant::now);
                     self.in_flight.set(self.in_flight.get() + 1);
                     let ((), handed_over) =
@@ -648,7 +648,7 @@ impl<F: FileSystem> Queue<F> {
                     self.drain()?;
                 }
                 let (buf, n) = self.backlog.borrow_mut().pop().expect("not empty");
-                return Ok(Next::Request(buf, n));
+                return Ok(Next::Request(buf, n, Came::Queued));
             }
             if let Some(why) = self.not_taking() {
                 return Ok(match why {
@@ -662,9 +662,11 @@ impl<F: FileSystem> Queue<F> {
             let mut buf = self.buffers.requests.take();
             let read = self.read_one(&mut buf);
             match read {
-                Ok(Read::Request(n)) if after_wait => return Ok(Next::Waited(buf, n)),
+                Ok(Read::Request(n)) if after_wait => {
+                    return Ok(Next::Request(buf, n, Came::Waited))
+                }
                 Ok(Read::Request(n)) if !self.read_ahead.starts_drain(buf.request(n)) => {
-                    return Ok(Next::Request(buf, n));
+                    return Ok(Next::Request(buf, n, Came::Queued));
                 }
                 Ok(Read::Request(n)) => {
                     self.backlog
@@ -801,7 +803,7 @@ impl<F: FileSystem> Queue<F> {
         self.stats.borrow_mut().blocked_reads += 1;
         self.queued_after_slow.set(0); // the loop was idle: no pile
         match self.take_read(result, &mut buf) {
-            Ok(Read::Request(n)) => Ok(Some(Next::Blocked(buf, n))),
+            Ok(Read::Request(n)) => Ok(Some(Next::Request(buf, n, Came::Blocked))),
             other => {
                 self.buffers.requests.give(buf);
                 if let Read::Unmounted = other? {
