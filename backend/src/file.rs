@@ -74,6 +74,9 @@ pub struct FileBackend {
     /// Buffered writes run as blocking syscalls even in a coroutine, on every file system
     /// (see [`FileBackend::write_ctx`]).
     inline_writes: bool,
+    /// The image is on a network or FUSE file system
+    /// ([`BlockBackend::waits_are_bounded`] says no).
+    remote: bool,
 }
 
 /// The smallest buffered read made with a blocking `preadv` on every file system
@@ -140,6 +143,7 @@ impl FileBackend {
         let direct = opts.direct.then(|| Direct::probe(&file));
         let inline_io = direct.is_none() && sys::is_tmpfs(&file);
         let inline_writes = direct.is_none();
+        let remote = runtime::remote_file_system(file.as_fd()).is_some();
         Ok(FileBackend {
             file,
             path: path.to_owned(),
@@ -153,6 +157,7 @@ impl FileBackend {
             can_allocate: AtomicBool::new(true),
             inline_io,
             inline_writes,
+            remote,
         })
     }
 
@@ -543,6 +548,10 @@ impl BlockBackend for FileBackend {
 
     fn passthrough_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         Some(self.file.as_fd())
+    }
+
+    fn waits_are_bounded(&self) -> bool {
+        !self.remote
     }
 
     fn stats(&self) -> BackendStats {

@@ -151,6 +151,15 @@ pub trait BlockBackend: Send + Sync {
         None
     }
 
+    /// Whether every wait of this backend's I/O is on local storage, bounded: not on
+    /// another machine (NBD, an image on NFS) or another FUSE server, which may stall for
+    /// as long as they like. Only then may a request be served with blocking calls on its
+    /// loop's thread, holding the loop (`--idle-wait block`). `false` by default; a backend
+    /// over another says what that one says.
+    fn waits_are_bounded(&self) -> bool {
+        false
+    }
+
     /// The file whose bytes are the exported bytes one for one, where there is one (a raw
     /// image file): FUSE passthrough may send reads straight to it. `None` for every
     /// backend that maps or changes the bytes (qcow2, null, fault injection).

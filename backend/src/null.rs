@@ -57,6 +57,11 @@ impl BlockBackend for NullBackend {
         Ok(())
     }
 
+    /// Nothing waits at all.
+    fn waits_are_bounded(&self) -> bool {
+        true
+    }
+
     fn discard(&self, _cx: &Ctx<'_>, _offset: u64, _len: u64) -> io::Result<()> {
         self.check_writable()
     }

@@ -216,6 +216,10 @@ impl BlockBackend for ProbedRaw {
     fn abort(&self) {
         self.inner.abort()
     }
+
+    fn waits_are_bounded(&self) -> bool {
+        self.inner.waits_are_bounded()
+    }
 }
 
 #[cfg(test)]

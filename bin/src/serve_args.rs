@@ -64,7 +64,7 @@ pub struct ServeArgs {
     pub uring_class: UringClass,
     /// How a /dev/fuse loop with nothing else to do waits for the next request
     /// (coroutine dispatch)
-    #[arg(long, value_enum, default_value_t = IdleWait::Ring, help_heading = "Serving")]
+    #[arg(long, value_enum, default_value_t = IdleWait::Block, help_heading = "Serving")]
     pub idle_wait: IdleWait,
 }
 

@@ -177,7 +177,7 @@ impl DirFs {
             MetadataPolicy::OnLoop => false,
             MetadataPolicy::Auto => {
                 let root = tree.node(crate::inodes::ROOT)?.handle()?;
-                let remote = sys::remote_file_system(root.as_fd());
+                let remote = runtime::remote_file_system(root.as_fd());
                 if let Some(kind) = remote {
                     log::info!("the source is on {kind}: metadata calls run off the loop");
                 }

@@ -568,33 +568,3 @@ pub fn effective_ids() -> (u32, u32) {
     // SAFETY: plain getters without arguments; they cannot fail.
     unsafe { (libc::geteuid(), libc::getegid()) }
 }
-
-/// The name of the network or FUSE file system `fd` is on (`fstatfs(2)`'s `f_type`), or
-/// `None` for any other: where a lookup may wait on another machine or process.
-pub fn remote_file_system(fd: BorrowedFd<'_>) -> Option<&'static str> {
-    // SAFETY: statfs is plain data, filled by the kernel below.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: the fd is open for the call and `st` a writable statfs.
-    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
-        return None;
-    }
-    const REMOTE: [(i64, &str); 12] = [
-        (0x6969, "NFS"),
-        (0xFE53_4D42, "SMB2"),
-        (0xFF53_4D42, "CIFS"),
-        (0x6573_5546, "FUSE"),
-        (0x0102_1997, "9p"),
-        (0x00C3_6400, "Ceph"),
-        (0x5346_414F, "AFS"),
-        (0x6B41_4653, "kAFS"),
-        (0x7375_7245, "Coda"),
-        (0x0BD0_0BD0, "Lustre"),
-        (0x1366_1366, "OrangeFS"),
-        (0x0116_1970, "GFS2"),
-    ];
-    let kind = st.f_type as i64;
-    REMOTE
-        .iter()
-        .find(|(magic, _)| *magic == kind)
-        .map(|(_, name)| *name)
-}

@@ -299,6 +299,11 @@ impl FileSystem for Export {
         self.backend.describe()
     }
 
+    /// The backend's: an image on local storage, not NBD or a network file system.
+    fn waits_are_bounded(&self) -> bool {
+        self.backend.waits_are_bounded()
+    }
+
     fn abort(&self) {
         self.backend.abort();
     }

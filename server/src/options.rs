@@ -177,7 +177,7 @@ impl Default for ServeOptions {
             placement: LoopPlacement::Adaptive,
             uring_idle_class: true,
             accounting: false,
-            idle_wait: IdleWait::Ring,
+            idle_wait: IdleWait::Block,
         }
     }
 }
@@ -239,8 +239,8 @@ impl ServeOptions {
         if uring {
             text += " --transport uring";
         }
-        if self.idle_wait == IdleWait::Block && self.dispatch == Dispatch::Coroutine && !uring {
-            text += " --idle-wait block";
+        if self.idle_wait == IdleWait::Ring && self.dispatch == Dispatch::Coroutine && !uring {
+            text += " --idle-wait ring";
         }
         text
     }

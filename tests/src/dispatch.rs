@@ -32,10 +32,10 @@ pub enum Dispatch {
     Queues(u16),
     /// `coroutine` with `--transport uring` (FUSE over io_uring, 4 entries per CPU).
     Uring,
-    /// `coroutine` on two loops with `--idle-wait block`: a loop with nothing else to do
-    /// waits for a request in a blocking read and serves it with blocking calls. Not in
-    /// [`Dispatch::ALL`]: tests ask for it (`dispatch_tests!(name +blocking)`).
-    Blocking,
+    /// `coroutine` on two loops with `--idle-wait ring`: a loop with nothing else to do
+    /// waits for a request through its ring, never in a blocking read (the default's
+    /// `block`). Not in [`Dispatch::ALL`]: tests ask for it (`dispatch_tests!(name +ring)`).
+    Ring,
 }
 
 impl Dispatch {
@@ -64,7 +64,7 @@ impl Dispatch {
             Dispatch::Threads(_) => "threads",
             Dispatch::Queues(_) => "queues",
             Dispatch::Uring => "uring",
-            Dispatch::Blocking => "blocking",
+            Dispatch::Ring => "ring",
         }
     }
 
@@ -72,7 +72,7 @@ impl Dispatch {
     pub fn arg(self) -> String {
         match self {
             Dispatch::Threads(n) => format!("threads:{n}"),
-            Dispatch::Queues(_) | Dispatch::Uring | Dispatch::Blocking => "coroutine".to_string(),
+            Dispatch::Queues(_) | Dispatch::Uring | Dispatch::Ring => "coroutine".to_string(),
             mode => mode.name().to_string(),
         }
     }
@@ -86,8 +86,8 @@ impl Dispatch {
             Dispatch::Uring => {
                 args.extend(["--transport", "uring", "--uring-depth", "4"].map(String::from))
             }
-            Dispatch::Blocking => {
-                args.extend(["--queues", "2", "--idle-wait", "block"].map(String::from))
+            Dispatch::Ring => {
+                args.extend(["--queues", "2", "--idle-wait", "ring"].map(String::from))
             }
             _ => {}
         }
@@ -141,7 +141,7 @@ fn parse(item: &str) -> Option<Dispatch> {
         "threads" => Some(Dispatch::THREADS),
         "queues" => Some(Dispatch::QUEUES),
         "uring" => Some(Dispatch::Uring),
-        "blocking" => Some(Dispatch::Blocking),
+        "ring" => Some(Dispatch::Ring),
         _ => {
             let (make, n): (fn(u16) -> Dispatch, _) = match item.split_once(':')? {
                 ("threads", n) => (Dispatch::Threads, n),
@@ -183,7 +183,7 @@ pub fn run(test: fn(Dispatch), mode: Dispatch) {
 /// use corofuse_tests::{dispatch_tests, Dispatch};
 ///
 /// dispatch_tests!(mount_writes_reach_the_image);
-/// dispatch_tests!(mount_reads_return_the_image +blocking); // every mode, and `blocking`
+/// dispatch_tests!(mount_reads_return_the_image +ring); // every mode, and `ring`
 /// dispatch_tests!(mount_ring_replies_round_trip [coroutine]);
 /// dispatch_tests!(mount_stats [coroutine, inline, #[ignore = "BUG: ..."] threads]);
 /// # fn mount_writes_reach_the_image(_: Dispatch) {}
@@ -209,14 +209,14 @@ macro_rules! dispatch_tests {
     (@mode uring) => {
         $crate::dispatch::Dispatch::Uring
     };
-    (@mode blocking) => {
-        $crate::dispatch::Dispatch::Blocking
+    (@mode ring) => {
+        $crate::dispatch::Dispatch::Ring
     };
     ($name:ident) => {
         $crate::dispatch_tests!($name [coroutine, inline, threads, queues, uring]);
     };
-    ($name:ident +blocking) => {
-        $crate::dispatch_tests!($name [coroutine, inline, threads, queues, uring, blocking]);
+    ($name:ident +ring) => {
+        $crate::dispatch_tests!($name [coroutine, inline, threads, queues, uring, ring]);
     };
     ($name:ident [$($(#[$attr:meta])* $mode:ident),+ $(,)?]) => {
         mod $name {

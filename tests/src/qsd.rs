@@ -141,6 +141,22 @@ impl Drop for StorageDaemon {
     }
 }
 
+/// Connects to the Unix socket at `path` once its daemon listens, trying for up to 20 s:
+/// the path exists from `bind(2)` on, and a connect before the `listen(2)` that follows is
+/// refused. Panics with the last error after that.
+pub fn connect_when_listening(path: &Path) -> std::os::unix::net::UnixStream {
+    let start = Instant::now();
+    loop {
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(stream) => return stream,
+            Err(e) if start.elapsed() > Duration::from_secs(20) => {
+                panic!("connect to {}: {e}", path.display())
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
 /// Waits until `path` exists (a socket, a pidfile), up to 20 s.
 pub fn wait_for(path: &Path) -> bool {
     let start = Instant::now();

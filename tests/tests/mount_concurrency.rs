@@ -118,7 +118,7 @@ fn check_against_model(mode: Dispatch, args: &[&str]) {
     assert_bytes_eq(&fs::read(&image).unwrap(), &expected, "image after unmount");
 }
 
-dispatch_tests!(mount_concurrent_direct_io_matches_the_model + blocking);
+dispatch_tests!(mount_concurrent_direct_io_matches_the_model + ring);
 fn mount_concurrent_direct_io_matches_the_model(mode: Dispatch) {
     check_against_model(mode, &["-w"]);
 }
@@ -135,7 +135,7 @@ fn mount_concurrent_direct_io_on_a_direct_image(mode: Dispatch) {
     }
 }
 
-dispatch_tests!(mount_fio_randwrite_verify_crc32c + blocking);
+dispatch_tests!(mount_fio_randwrite_verify_crc32c + ring);
 /// fio verifies what it wrote at iodepth 16 over io_uring (the packaged
 /// qemu-storage-daemon's FUSE export fails this).
 fn mount_fio_randwrite_verify_crc32c(mode: Dispatch) {

@@ -11,7 +11,7 @@ use corofuse_tests::{
 
 const LEN: u64 = 4 * MIB;
 
-dispatch_tests!(mount_reads_return_the_image + blocking);
+dispatch_tests!(mount_reads_return_the_image + ring);
 fn mount_reads_return_the_image(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let expected = pattern(1, 0, LEN as usize);
@@ -97,7 +97,7 @@ fn mount_buffered_writes_reach_the_image(mode: Dispatch) {
     check_writes(mode, &["-w"], false);
 }
 
-dispatch_tests!(mount_buffered_writes_on_disk_reach_the_image + blocking);
+dispatch_tests!(mount_buffered_writes_on_disk_reach_the_image + ring);
 /// A buffered image on a disk-backed file system: its writes are blocking `pwritev`s on the
 /// loop, not the ring's (`FileBackend::write_ctx`).
 fn mount_buffered_writes_on_disk_reach_the_image(mode: Dispatch) {
@@ -173,7 +173,7 @@ fn assert_no_ring_io(stats: &std::path::Path, op: &str, count: u64) {
     );
 }
 
-dispatch_tests!(mount_direct_writes_reach_the_image + blocking);
+dispatch_tests!(mount_direct_writes_reach_the_image + ring);
 fn mount_direct_writes_reach_the_image(mode: Dispatch) {
     check_writes(mode, &["-w"], true);
 }
@@ -196,7 +196,7 @@ fn mount_eight_readers_round_trip(mode: Dispatch) {
     check_writes(mode, &["--writable", "--readers", "8"], false);
 }
 
-dispatch_tests!(mount_fsync_succeeds_and_data_is_in_the_image + blocking);
+dispatch_tests!(mount_fsync_succeeds_and_data_is_in_the_image + ring);
 fn mount_fsync_succeeds_and_data_is_in_the_image(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.sparse("disk.img", MIB);

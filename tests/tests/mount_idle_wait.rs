@@ -1,9 +1,10 @@
-//! `--idle-wait block`: a /dev/fuse loop with nothing else to do, whose requests are slow
-//! to serve, waits for a request in a blocking read and serves it with blocking calls; a
-//! deep client's pile of requests makes it wait through its ring and serve in coroutines
-//! for a while. Every other behaviour of the mode (data, stops, unmounts) runs in the
-//! `blocking` mode of `dispatch_tests!`; these check which way requests were served, and
-//! that a snapshot (SIGUSR1) and a stop (SIGTERM) end a blocked read.
+//! `--idle-wait block` (the default): a /dev/fuse loop with nothing else to do, whose
+//! requests are slow to serve, waits for a request in a blocking read and serves it with
+//! blocking calls; a deep client's pile of requests makes it wait through its ring and
+//! serve in coroutines for a while. Every other behaviour of the mode (data, stops,
+//! unmounts) runs in the `coroutine` and `queues` modes of `dispatch_tests!` (and of
+//! `ring` in its `ring` mode); these check which way requests were served, and that a
+//! snapshot (SIGUSR1) and a stop (SIGTERM) end a blocked read.
 
 use std::os::unix::fs::FileExt;
 
@@ -79,11 +80,20 @@ fn loop_cpus(pid: u32) -> Vec<usize> {
 fn serve(phases: &[(u64, u64)]) -> (serde_json::Value, Vec<usize>) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(3, 0, LEN as usize));
+    serve_image(&sandbox, &image, phases)
+}
+
+/// [`serve`] of the image at `image`.
+fn serve_image(
+    sandbox: &Sandbox,
+    image: &std::path::Path,
+    phases: &[(u64, u64)],
+) -> (serde_json::Value, Vec<usize>) {
     let stats = sandbox.path("stats.json");
     let mut args = vec!["--stats", stats.to_str().unwrap()];
     args.extend(SLOW_READS);
     let mnt = sandbox.mountpoint("mnt");
-    let mut export = MountedExport::start(&image, &mnt, Dispatch::Blocking, &args);
+    let mut export = MountedExport::start(image, &mnt, Dispatch::QUEUES, &args);
     for &(clients, reads) in phases {
         read_with(&export, clients, reads);
     }
@@ -145,4 +155,25 @@ fn mount_idle_wait_block_leaves_a_deep_pile_to_coroutines() {
         served * 2 < requests,
         "{served} of {requests} requests served blocking: {stats}"
     );
+}
+
+#[test]
+fn mount_idle_wait_block_never_serves_an_image_on_fuse_with_blocking_calls() {
+    require_fuse!();
+    // The image is on a FUSE mount (a directory export of the sandbox): a read of it may
+    // stall for as long as that server likes, so no request may hold a loop: each is
+    // served in a coroutine (the loops may still wait for one in a blocking read).
+    let sandbox = Sandbox::new();
+    let source = sandbox.path("source");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("disk.img"), pattern(3, 0, LEN as usize)).unwrap();
+    let on_fuse = sandbox.path("on-fuse");
+    std::fs::create_dir(&on_fuse).unwrap();
+    let dir_export = MountedExport::start_dir(&source, &on_fuse, Dispatch::Coroutine, &[]);
+    let (stats, _) = serve_image(&sandbox, &dir_export.path().join("disk.img"), &[(1, 200)]);
+    let dispatch = stats["dispatch"].as_str().unwrap_or_default();
+    assert!(!dispatch.contains("ring"), "the default, block: {dispatch}");
+    assert!(counter(&stats, "requests") >= 200, "{stats}");
+    assert_eq!(counter(&stats, "served_blocking"), 0, "{stats}");
+    dir_export.stop();
 }

@@ -76,7 +76,7 @@ fn faults(inject: &serde_json::Value, op: &str, errno: &str) -> u64 {
     inject["faults_by_op"][op][errno].as_u64().unwrap_or(0)
 }
 
-dispatch_tests!(mount_inject_read_fails_in_its_range + blocking);
+dispatch_tests!(mount_inject_read_fails_in_its_range + ring);
 fn mount_inject_read_fails_in_its_range(mode: Dispatch) {
     let inj = Injected::start(mode, "read@64K-128K:EIO", &[]);
     let file = inj.file();
@@ -298,7 +298,7 @@ fn mount_inject_probability_is_seeded_and_counted(mode: Dispatch) {
     assert_eq!(run(), failed, "the same seed fails the same reads");
 }
 
-dispatch_tests!(mount_inject_delay_holds_only_its_range + blocking);
+dispatch_tests!(mount_inject_delay_holds_only_its_range + ring);
 /// A delayed read takes at least the delay; except with inline dispatch (one request at
 /// a time, by design) a read elsewhere meanwhile is not held up behind it.
 fn mount_inject_delay_holds_only_its_range(mode: Dispatch) {

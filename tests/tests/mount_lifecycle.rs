@@ -86,7 +86,7 @@ fn stop_with_io_in_flight(mode: Dispatch, signal: i32) {
     }
 }
 
-dispatch_tests!(mount_sigterm_with_io_in_flight_exits_cleanly + blocking);
+dispatch_tests!(mount_sigterm_with_io_in_flight_exits_cleanly + ring);
 fn mount_sigterm_with_io_in_flight_exits_cleanly(mode: Dispatch) {
     stop_with_io_in_flight(mode, libc::SIGTERM);
 }
@@ -170,7 +170,7 @@ fn mount_sigterm_during_a_burst_with_many_readers(mode: Dispatch) {
     sigterm_during_bursts(mode, &["-w", "--readers", "64"], 80);
 }
 
-dispatch_tests!(mount_sigterm_during_a_burst + blocking);
+dispatch_tests!(mount_sigterm_during_a_burst + ring);
 /// The same with the default transport: SIGTERM while four clients have requests in
 /// flight (in threads mode: while workers are in blocking syscalls or `read(2)` of
 /// /dev/fuse) ends the daemon cleanly, round after round.
@@ -242,7 +242,7 @@ fn burst_then_signal(export: &MountedExport, burst: Duration, signal: i32) -> Ve
     })
 }
 
-dispatch_tests!(mount_unmount_from_outside_ends_the_daemon + blocking);
+dispatch_tests!(mount_unmount_from_outside_ends_the_daemon + ring);
 fn mount_unmount_from_outside_ends_the_daemon(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
@@ -270,9 +270,7 @@ fn assert_stats_mode(stats: &serde_json::Value, mode: Dispatch) {
         .as_str()
         .unwrap_or_else(|| panic!("no \"dispatch\" string in {stats}"));
     let named = match mode {
-        Dispatch::Blocking => {
-            dispatch.contains("coroutine") && dispatch.contains("--idle-wait block")
-        }
+        Dispatch::Ring => dispatch.contains("coroutine") && dispatch.contains("--idle-wait ring"),
         _ => dispatch.to_ascii_lowercase().contains(mode.name()),
     } && match mode {
         Dispatch::Threads(n) | Dispatch::Queues(n) => dispatch.contains(&n.to_string()),
@@ -287,7 +285,7 @@ fn assert_stats_mode(stats: &serde_json::Value, mode: Dispatch) {
     }
 }
 
-dispatch_tests!(mount_stats_at_exit + blocking);
+dispatch_tests!(mount_stats_at_exit + ring);
 /// The numbers written at exit: the totals, and they show the mode really ran (a
 /// coroutine per request, none per request inline, no runtime with threads).
 fn mount_stats_at_exit(mode: Dispatch) {
@@ -320,7 +318,7 @@ fn mount_stats_at_exit(mode: Dispatch) {
     assert!(opens >= READS, "{opens} OPENs accounted: {last}");
     let spawned = counter(&last, "runtime", "spawned");
     match mode {
-        Dispatch::Coroutine | Dispatch::Queues(_) | Dispatch::Blocking => {
+        Dispatch::Coroutine | Dispatch::Queues(_) | Dispatch::Ring => {
             // A request that suspends gets a coroutine of its own (its reader hands reading
             // over to a new one); one that does not (OPEN, FLUSH, RELEASE: no I/O) is served
             // in place by its reader, which then reads the next request.
@@ -387,7 +385,7 @@ fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
     );
 }
 
-dispatch_tests!(mount_stats_on_sigusr1_and_at_exit + blocking);
+dispatch_tests!(mount_stats_on_sigusr1_and_at_exit + ring);
 /// SIGUSR1 writes the numbers so far without stopping the daemon; those at exit are no
 /// smaller. (A snapshot that ends a loop's blocking read: `mount_idle_wait.rs`.)
 fn mount_stats_on_sigusr1_and_at_exit(mode: Dispatch) {
@@ -435,7 +433,7 @@ fn mount_stats_on_sigusr1_and_at_exit(mode: Dispatch) {
     }
 }
 
-dispatch_tests!(mount_serving_requests_allocates_nothing + blocking);
+dispatch_tests!(mount_serving_requests_allocates_nothing + ring);
 /// No heap allocation per request in steady state: the daemon's allocation counter (in
 /// `--stats`) barely moves while it serves thousands of requests after a warm-up.
 fn mount_serving_requests_allocates_nothing(mode: Dispatch) {

@@ -159,16 +159,12 @@ fn sigterm_under_load(mode: Dispatch, sandbox: &Sandbox, args: &[&str]) {
     );
 }
 
-dispatch_tests!(
-    mount_sigterm_under_64_writes_from_four_jobs_loses_no_acknowledged_write + blocking
-);
+dispatch_tests!(mount_sigterm_under_64_writes_from_four_jobs_loses_no_acknowledged_write + ring);
 fn mount_sigterm_under_64_writes_from_four_jobs_loses_no_acknowledged_write(mode: Dispatch) {
     sigterm_under_load(mode, &Sandbox::new(), &["-w"]);
 }
 
-dispatch_tests!(
-    mount_sigterm_under_64_buffered_writes_on_disk_loses_no_acknowledged_write + blocking
-);
+dispatch_tests!(mount_sigterm_under_64_buffered_writes_on_disk_loses_no_acknowledged_write + ring);
 /// The same with the image buffered on a disk-backed file system: its writes are blocking
 /// `pwritev`s on the loops (`FileBackend::write_ctx`), not the ring's.
 fn mount_sigterm_under_64_buffered_writes_on_disk_loses_no_acknowledged_write(mode: Dispatch) {
@@ -179,9 +175,7 @@ fn mount_sigterm_under_64_buffered_writes_on_disk_loses_no_acknowledged_write(mo
     sigterm_under_load(mode, &sandbox, &["-w"]);
 }
 
-dispatch_tests!(
-    mount_sigterm_under_64_direct_writes_on_disk_loses_no_acknowledged_write + blocking
-);
+dispatch_tests!(mount_sigterm_under_64_direct_writes_on_disk_loses_no_acknowledged_write + ring);
 /// The same with the image opened O_DIRECT on a disk-backed file system.
 fn mount_sigterm_under_64_direct_writes_on_disk_loses_no_acknowledged_write(mode: Dispatch) {
     let sandbox = match Sandbox::on_real_fs() {

@@ -75,7 +75,7 @@ fn mount_umount_cleans_up_after_a_killed_daemon(mode: Dispatch) {
     MountedExport::start(&image, &path, mode, &[]).stop();
 }
 
-dispatch_tests!(mount_umount_of_a_live_mount_ends_the_daemon + blocking);
+dispatch_tests!(mount_umount_of_a_live_mount_ends_the_daemon + ring);
 fn mount_umount_of_a_live_mount_ends_the_daemon(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use corofuse_tests::export::TIMEOUT;
 use corofuse_tests::mountinfo::fuse_mounts_at;
-use corofuse_tests::qsd::{wait_for, StorageDaemon, Which};
+use corofuse_tests::qsd::{connect_when_listening, wait_for, StorageDaemon, Which};
 use corofuse_tests::{pattern, require_fuse, require_tool, Sandbox, MIB};
 
 fn words(line: &str) -> Vec<String> {
@@ -183,7 +183,7 @@ fn qsd_qmp_raw_socket_text_matches() {
         ));
         let daemon = StorageDaemon::start(which, &args, &[]);
         assert!(wait_for(&socket), "{which:?}: {}", daemon.stderr());
-        let stream = UnixStream::connect(&socket).expect("connect");
+        let stream = connect_when_listening(&socket);
         let mut reader = BufReader::new(stream.try_clone().unwrap());
         let greeting: serde_json::Value = serde_json::from_str(&read_message(&mut reader)).unwrap();
         let mut seen = vec![greeting["QMP"]["capabilities"].to_string()];
@@ -354,7 +354,7 @@ fn qsd_export_deleted_and_added_again_at_once() {
     ));
     let daemon = StorageDaemon::start(Which::Corofuse, &args, std::slice::from_ref(&mnt));
     assert!(wait_for(&socket), "{}", daemon.stderr());
-    let mut writer = UnixStream::connect(&socket).unwrap();
+    let mut writer = connect_when_listening(&socket);
     // The last deletion's event is read after its answer: if it came first (the daemon
     // once sent a command's events from another thread before the answer), that read
     // fails here instead of waiting for ever.
@@ -498,7 +498,7 @@ fn qsd_exports_share_an_iothread_while_one_comes_and_goes() {
             mounts[..2].iter().all(|m| fuse_mounts_at(m) == 1)
         });
         assert!(live, "{which:?}: e0 and e1 mounted; {}", daemon.stderr());
-        let mut writer = UnixStream::connect(&socket).unwrap();
+        let mut writer = connect_when_listening(&socket);
         let mut reader = BufReader::new(writer.try_clone().unwrap());
         read_message(&mut reader);
         let mut events = Vec::new();
@@ -630,7 +630,7 @@ fn qsd_deleting_one_of_two_exports_of_a_node_keeps_it_open() {
         ));
         let daemon = StorageDaemon::start(which, &args, &mounts);
         assert!(wait_for(&socket), "{which:?}: {}", daemon.stderr());
-        let mut writer = UnixStream::connect(&socket).unwrap();
+        let mut writer = connect_when_listening(&socket);
         let mut reader = BufReader::new(writer.try_clone().unwrap());
         read_message(&mut reader);
         let mut events = Vec::new();

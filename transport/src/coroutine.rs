@@ -70,6 +70,7 @@ use crate::buffers::{Buffers, RequestBuf};
 use crate::dispatch::{serve_request, whole_request, QueueStats, Served};
 use crate::read_ahead::{bytes_moved, ReadAhead, BACKLOG, DRAIN_BYTES};
 use crate::FileSystem;
+use fuse::abi::FUSE_SETLKW;
 use fuse::decode::header_of;
 use fuse::dev::{classify_read, FuseDev, Received};
 
@@ -195,6 +196,9 @@ pub struct Queue<F: FileSystem> {
     /// up behind one slowly so served, a deep client's, whose requests would pile up
     /// behind every blocking call ([`DEEP_HOLD`]).
     deep_until: Cell<Option<Instant>>,
+    /// The file system's [`FileSystem::waits_are_bounded`]: whether a request may be
+    /// served with blocking calls.
+    bounded: bool,
     fs: Arc<F>,
     config: QueueConfig,
     buffers: Buffers,
@@ -253,6 +257,7 @@ impl<F: FileSystem> Queue<F> {
             waited_service_ns: Cell::new(0),
             queued_after_slow: Cell::new(0),
             deep_until: Cell::new(None),
+            bounded: fs.waits_are_bounded(),
             fs,
             config,
             buffers: Buffers::new(max_write),
@@ -437,14 +442,27 @@ impl<F: FileSystem> Queue<F> {
     /// How to serve a request that came to the reader so, and where its reply goes: with
     /// blocking calls on the loop's thread if it was waited for while the loop had
     /// nothing else to do (never one found queued: at iodepth 64 that would keep a loop
-    /// serving one request at a time); else in this coroutine.
-    fn how_to_serve<'c>(&'c self, co: &'c Co<'c>, came: Came) -> (Ctx<'c>, &'c FuseDev) {
+    /// serving one request at a time), nor one of a file system whose requests may stall
+    /// ([`FileSystem::waits_are_bounded`]), nor a lock request that waits for another
+    /// process (SETLKW); else in this coroutine.
+    fn how_to_serve<'c>(
+        &'c self,
+        co: &'c Co<'c>,
+        came: Came,
+        request: &[u8],
+    ) -> (Ctx<'c>, &'c FuseDev) {
+        let bounded = self.bounded && header_of(request).is_some_and(|h| h.opcode != FUSE_SETLKW);
         match came {
-            Came::Blocked => (
-                Ctx::Blocking,
-                self.blocking.as_ref().expect("blocking clone"),
-            ),
-            Came::Waited if self.may_block() && co.loop_is_alone() => (Ctx::Blocking, &self.dev),
+            Came::Blocked => {
+                let dev = self.blocking.as_ref().expect("blocking clone");
+                match bounded {
+                    true => (Ctx::Blocking, dev),
+                    false => (Ctx::Coroutine(co), dev),
+                }
+            }
+            Came::Waited if bounded && self.may_block() && co.loop_is_alone() => {
+                (Ctx::Blocking, &self.dev)
+            }
             _ => (Ctx::Coroutine(co), &self.dev),
         }
     }
@@ -472,7 +490,7 @@ impl<F: FileSystem> Queue<F> {
             self.live_readers.set(self.live_readers.get() - 1);
             match next {
                 Ok(Next::Request(mut buf, n, came)) => {
-                    let (cx, dev) = self.how_to_serve(co, came);
+                    let (cx, dev) = self.how_to_serve(co, came, buf.request(n));
                     // Timed: what the loop waited for (so its speed decides how it waits).
                     let timed = self.blocking.is_some() && came != Came::Queued;
                     let started = timed.then(Instant::now);

@@ -24,6 +24,8 @@
 //!   ENOSYS by default); `handle` runs them through the one adapter, [`crate::ops::handle`].
 //!   A file system overrides `handle` only to stand between the transport and another
 //!   file system (a test's wrapper).
+//! - A request is served with blocking calls on its loop's thread only where the file
+//!   system says no wait of it can stall ([`FileSystem::waits_are_bounded`]).
 //! - `session_started` runs once, after INIT and before the first request.
 //! - `close` runs once, after the last request and before the unmount, so that the mount
 //!   goes only once the file system is durable and free for the next user; by default it
@@ -83,6 +85,15 @@ pub trait FileSystem: Operations {
 
     /// One line for logs, e.g. the image it exports.
     fn describe(&self) -> String;
+
+    /// Whether no request can stall: every wait of `handle` is on local storage, bounded,
+    /// never on another machine or FUSE server. Only then may a loop that had nothing else
+    /// to do serve a request with blocking calls ([`Ctx::Blocking`]), holding the loop
+    /// until it is done (`--idle-wait block`); else every request runs in a coroutine, as
+    /// the contract above says. `false` by default.
+    fn waits_are_bounded(&self) -> bool {
+        false
+    }
 
     /// Gives up on the requests in flight that wait for something outside the process
     /// (an image's NBD server): they fail now, so that a stop asked for again does not

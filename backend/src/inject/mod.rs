@@ -332,6 +332,11 @@ impl BlockBackend for InjectBackend {
     fn abort(&self) {
         self.inner.abort();
     }
+
+    /// The backend's: an injected delay is bounded (it is how long it says).
+    fn waits_are_bounded(&self) -> bool {
+        self.inner.waits_are_bounded()
+    }
 }
 
 /// What the rules did, for `--stats` (its `inject` section).

@@ -514,6 +514,11 @@ impl BlockBackend for Qcow2Backend {
         self.host.file.abort();
     }
 
+    fn waits_are_bounded(&self) -> bool {
+        self.host.file.waits_are_bounded()
+            && self.backing.as_ref().is_none_or(|b| b.waits_are_bounded())
+    }
+
     fn snapshot_create(&self, cx: &Ctx<'_>, name: &str) -> io::Result<SnapshotInfo> {
         self.create_snapshot(cx, name)
     }

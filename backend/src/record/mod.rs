@@ -192,6 +192,10 @@ impl BlockBackend for RecordBackend {
         self.inner.abort();
     }
 
+    fn waits_are_bounded(&self) -> bool {
+        self.inner.waits_are_bounded()
+    }
+
     /// Not recorded: what it writes reaches the image through the recorded file below.
     fn snapshot_create(&self, cx: &Ctx<'_>, name: &str) -> io::Result<crate::SnapshotInfo> {
         self.inner.snapshot_create(cx, name)

@@ -82,4 +82,11 @@ impl FileSystem for DirFs {
         };
         format!("directory {} ({mode})", self.source)
     }
+
+    /// Where metadata calls run on the loop (a local source, or `--metadata on-loop`), a
+    /// request may as well hold the loop; on a network or FUSE source they run off it and
+    /// so does every request.
+    fn waits_are_bounded(&self) -> bool {
+        self.offload.is_none()
+    }
 }
