@@ -40,8 +40,10 @@
 //! eventfds) ends that read. A request it brings, or one the loop waited for through the
 //! ring while alone, is served with blocking calls and its reply goes to the fd it came
 //! from; a request found queued never is (at iodepth 64 each would then leave the loop
-//! alone again, and it would serve one request at a time). A deep client's requests
-//! piling up behind one so served send the queue back to its ring for [`DEEP_HOLD`].
+//! alone again, and it would serve one request at a time), nor one that may stall
+//! ([`FileSystem::waits_are_bounded`], SETLKW): that one runs in a coroutine. A deep
+//! client's requests piling up behind one so served send the queue back to its ring for
+//! [`DEEP_HOLD`]. `--idle-wait block` is the default.
 //!
 //! Stopping ([`Queue::stop`]): no new reader is spawned, the readers' waits are
 //! cancelled, requests in flight finish and reply. A queue also ends by itself when the
