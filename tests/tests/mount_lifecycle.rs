@@ -344,7 +344,8 @@ dispatch_tests!(mount_a_read_that_waits_leaves_its_reader [coroutine, queues]);
 /// A request that suspends gets a coroutine of its own, and its reader is not counted as
 /// serving it in place: every READ here waits on an injected delay (an io_uring timeout),
 /// so none can complete at submission. (`mount_stats_at_exit` cannot check this: a READ
-/// the page cache holds completes at submission and is served in place.)
+/// the page cache holds completes at submission and is served in place.) With ring waits:
+/// a loop that blocks serves the slow READ it waited for with blocking calls, in place.
 fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
     let sandbox = Sandbox::new();
     let image = sandbox.file("disk.img", &pattern(1, 0, MIB as usize));
@@ -354,6 +355,8 @@ fn mount_a_read_that_waits_leaves_its_reader(mode: Dispatch) {
         stats.to_str().unwrap(),
         "--inject",
         "delay:read:2ms",
+        "--idle-wait",
+        "ring",
     ];
     let export = MountedExport::start(&image, &sandbox.mountpoint("mnt"), mode, &args);
     assert_eq!(
