@@ -55,9 +55,7 @@ impl EventFd {
     /// eventfd this way (the first one is the one signalled). Returns the poll's result
     /// (`ECANCELED` if the wait was cancelled).
     pub fn wait_in_background(&self, co: &Co<'_>) -> io::Result<i16> {
-        if self.waiter.get().is_none() {
-            let _ = self.waiter.set(Arc::clone(&co.inner.interrupt));
-        }
+        self.waiter.get_or_init(|| Arc::clone(&co.inner.interrupt));
         co.wait_in_background(|| co.ctx().poll(self, libc::POLLIN))
     }
 

@@ -453,16 +453,18 @@ impl<F: FileSystem> Queue<F> {
         came: Came,
         request: &[u8],
     ) -> (Ctx<'c>, &'c FuseDev) {
-        let bounded = self.bounded && header_of(request).is_some_and(|h| h.opcode != FUSE_SETLKW);
+        // Looked at only for a request the loop waited for, not on a deep client's path.
+        let bounded =
+            || self.bounded && header_of(request).is_some_and(|h| h.opcode != FUSE_SETLKW);
         match came {
             Came::Blocked => {
                 let dev = self.blocking.as_ref().expect("blocking clone");
-                match bounded {
+                match bounded() {
                     true => (Ctx::Blocking, dev),
                     false => (Ctx::Coroutine(co), dev),
                 }
             }
-            Came::Waited if bounded && self.may_block() && co.loop_is_alone() => {
+            Came::Waited if self.may_block() && co.loop_is_alone() && bounded() => {
                 (Ctx::Blocking, &self.dev)
             }
             _ => (Ctx::Coroutine(co), &self.dev),
