@@ -45,6 +45,9 @@ impl Turn {
     }
 }
 
+/// Handles a backlog looks at when it looks for a shallow client.
+pub const TRACKED: usize = 16;
+
 /// Requests waiting to start, in arrival order. The reader that fills it bounds it
 /// ([`crate::read_ahead::ReadAhead::start`]).
 pub struct Backlog<T> {
@@ -79,10 +82,35 @@ impl<T> Backlog<T> {
 
     /// A handle that serving by turns helps, if there is one: the only request of its
     /// handle (a shallow client's), behind at least `behind` requests of other handles (a
-    /// deep client's). Not when every client is shallow, nor when every one is deep: then
-    /// arrival order serves them alike. Looks at the first 16 handles.
-    pub fn victim(&self, behind: usize) -> Option<u64> {
-        const TRACKED: usize = 16;
+    /// deep client's), and not one `known_deep` says had more waiting before (several deep
+    /// clients each show a single request now and then: fio submits in bursts). Not when
+    /// every client is shallow, nor when every one is deep: then arrival order serves them
+    /// alike. Looks at the first [`TRACKED`] handles.
+    pub fn victim(&self, behind: usize, known_deep: impl Fn(u64) -> bool) -> Option<u64> {
+        let (counts, handles) = self.counts();
+        let single = |fh: u64| counts[..handles].iter().any(|&(h, n)| h == fh && n == 1);
+        self.waiting
+            .iter()
+            .enumerate()
+            .find_map(|(ahead, (turn, _))| match *turn {
+                Turn::Handle(fh) if ahead >= behind && single(fh) && !known_deep(fh) => Some(fh),
+                _ => None,
+            })
+    }
+
+    /// Calls `each` with every handle (of the first [`TRACKED`]) that has at least
+    /// `at_least` requests waiting.
+    pub fn handles_with(&self, at_least: usize, mut each: impl FnMut(u64)) {
+        let (counts, handles) = self.counts();
+        for &(fh, n) in &counts[..handles] {
+            if n >= at_least {
+                each(fh);
+            }
+        }
+    }
+
+    /// The requests waiting per handle, for the first [`TRACKED`] handles (no allocation).
+    fn counts(&self) -> ([(u64, usize); TRACKED], usize) {
         let mut counts = [(0u64, 0usize); TRACKED];
         let mut handles = 0;
         for (turn, _) in &self.waiting {
@@ -96,14 +124,7 @@ impl<T> Backlog<T> {
                 None => {}
             }
         }
-        let single = |fh: u64| counts[..handles].iter().any(|&(h, n)| h == fh && n == 1);
-        self.waiting
-            .iter()
-            .enumerate()
-            .find_map(|(ahead, (turn, _))| match *turn {
-                Turn::Handle(fh) if ahead >= behind && single(fh) => Some(fh),
-                _ => None,
-            })
+        (counts, handles)
     }
 
     /// Requests of handle `fh` waiting.
@@ -198,12 +219,21 @@ mod tests {
         for _ in 0..4 {
             backlog.push(Turn::Handle(0), "w");
         }
-        assert_eq!(backlog.victim(4), None, "one deep client");
+        assert_eq!(backlog.victim(4, |_| false), None, "one deep client");
         backlog.push(Turn::Handle(256), "r");
-        assert_eq!(backlog.victim(4), Some(256), "a shallow client behind it");
-        assert_eq!(backlog.victim(5), None, "not behind enough");
+        assert_eq!(
+            backlog.victim(4, |_| false),
+            Some(256),
+            "a shallow client behind it"
+        );
+        assert_eq!(backlog.victim(5, |_| false), None, "not behind enough");
+        assert_eq!(
+            backlog.victim(4, |fh| fh == 256),
+            None,
+            "a client that had more waiting before"
+        );
         backlog.push(Turn::Handle(256), "r");
-        assert_eq!(backlog.victim(4), None, "two deep clients");
+        assert_eq!(backlog.victim(4, |_| false), None, "two deep clients");
         assert_eq!(
             (backlog.count(256), backlog.count(0), backlog.count(1)),
             (2, 4, 0)
@@ -213,7 +243,7 @@ mod tests {
         for fh in 0..4 {
             shallow.push(Turn::Handle(fh << 8), "r");
         }
-        assert_eq!(shallow.victim(4), None, "only shallow clients");
+        assert_eq!(shallow.victim(4, |_| false), None, "only shallow clients");
     }
 
     #[test]

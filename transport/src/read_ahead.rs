@@ -98,6 +98,17 @@ pub const NOT_SHALLOW: usize = 3;
 /// alone; one loop: within 1x, at 0.65x the deep client's IOPS (fio, null, 2026-12-06).
 pub const SHALLOW_WEIGHT: u64 = 16;
 
+/// A handle seen with two requests waiting at once is deep (a client at iodepth 1 never
+/// has two), and no probe takes it for the shallow client for this long after: four
+/// clients at iodepth 64 each showed a lone request behind the others' now and then, and
+/// were taken for a shallow client ~150 times a second, each time draining every
+/// [`DRAIN_EVERY`] until a drain found [`NOT_SHALLOW`] of its requests (fio, null, 4
+/// jobs at iodepth 64: 0.8x of `threads:2`, 43% of requests through the backlog).
+pub const DEEP_MEMORY: Duration = Duration::from_secs(1);
+
+/// Deep handles a queue remembers ([`DEEP_MEMORY`]); a new one replaces the oldest.
+pub const DEEP_REMEMBERED: usize = 8;
+
 /// No shallow client, in [`ReadAhead::share`]'s handle.
 pub const NO_CLIENT: u64 = u64::MAX;
 
@@ -110,6 +121,8 @@ pub struct ReadAhead {
     shallow: RefCell<Arc<AtomicU64>>,
     /// Requests this queue read since the shallow client's last ([`SHALLOW_GONE`]).
     since_shallow: Cell<u32>,
+    /// Handles seen deep, and when last ([`DEEP_MEMORY`]).
+    deep: Cell<[Option<(u64, Instant)>; DEEP_REMEMBERED]>,
 }
 
 impl Default for ReadAhead {
@@ -125,6 +138,7 @@ impl ReadAhead {
             drained_at: Cell::new(Instant::now()),
             shallow: RefCell::new(Arc::new(AtomicU64::new(NO_CLIENT))),
             since_shallow: Cell::new(0),
+            deep: Cell::new([None; DEEP_REMEMBERED]),
         }
     }
 
@@ -189,12 +203,15 @@ impl ReadAhead {
         }
     }
 
-    /// A drain ended with `backlog`: a shallow client behind a deep one, found now, is
-    /// the session's; the known one, with [`NOT_SHALLOW`] requests waiting, is not.
+    /// A drain ended with `backlog`: the handles with two requests waiting are deep for
+    /// [`DEEP_MEMORY`]; a shallow client behind a deep one, found now and not known deep,
+    /// is the session's; the known one, with [`NOT_SHALLOW`] requests waiting, is not.
     pub fn judge<T>(&self, backlog: &Backlog<T>) {
+        let now = Instant::now();
+        backlog.handles_with(2, |fh| self.seen_deep(fh, now));
         match self.shallow() {
             None => {
-                if let Some(fh) = backlog.victim(VICTIM_BEHIND) {
+                if let Some(fh) = backlog.victim(VICTIM_BEHIND, |fh| self.known_deep(fh, now)) {
                     log::debug!("a shallow client (fh {fh:#x}) behind a deep one: served by turns");
                     self.set_shallow(Some(fh));
                 }
@@ -205,6 +222,28 @@ impl ReadAhead {
             }
             Some(_) => {}
         }
+    }
+
+    /// Remembers `fh` as deep at `now`, in its own entry, else a free or the oldest one.
+    fn seen_deep(&self, fh: u64, now: Instant) {
+        let mut deep = self.deep.get();
+        let slot = match deep.iter().position(|e| e.is_some_and(|(h, _)| h == fh)) {
+            Some(i) => i,
+            None => (0..DEEP_REMEMBERED)
+                .min_by_key(|&i| deep[i].map(|(_, at)| at))
+                .expect("entries"),
+        };
+        deep[slot] = Some((fh, now));
+        self.deep.set(deep);
+    }
+
+    /// Whether `fh` was seen deep within [`DEEP_MEMORY`] of `now`.
+    fn known_deep(&self, fh: u64, now: Instant) -> bool {
+        self.deep
+            .get()
+            .iter()
+            .flatten()
+            .any(|&(h, at)| h == fh && now.duration_since(at) < DEEP_MEMORY)
     }
 }
 
@@ -234,6 +273,46 @@ mod tests {
         assert_eq!(read_ahead.start(), BACKLOG, "drains take all now");
         assert_eq!(read_ahead.weigh(&read_of(256)), SHALLOW_WEIGHT);
         assert_eq!(read_ahead.weigh(&read_of(0)), 1);
+    }
+
+    #[test]
+    fn a_client_seen_deep_is_not_taken_for_a_shallow_one() {
+        let read_ahead = ReadAhead::new();
+        let mut backlog = Backlog::with_capacity(BACKLOG);
+        backlog.push(Turn::Handle(256), ());
+        backlog.push(Turn::Handle(256), ());
+        backlog.push(Turn::Handle(0), ());
+        read_ahead.judge(&backlog);
+        assert_eq!(read_ahead.shallow(), None, "nobody behind anybody yet");
+
+        let mut later = Backlog::with_capacity(BACKLOG);
+        for _ in 0..VICTIM_BEHIND {
+            later.push(Turn::Handle(0), ());
+        }
+        later.push(Turn::Handle(256), ());
+        read_ahead.judge(&later);
+        assert_eq!(
+            read_ahead.shallow(),
+            None,
+            "256 had two waiting a moment ago"
+        );
+
+        later.push(Turn::Handle(512), ());
+        read_ahead.judge(&later);
+        assert_eq!(read_ahead.shallow(), Some(512), "512 never had two");
+    }
+
+    #[test]
+    fn deep_handles_beyond_the_memory_replace_the_oldest() {
+        let read_ahead = ReadAhead::new();
+        let start = Instant::now();
+        for fh in 0..=DEEP_REMEMBERED as u64 {
+            read_ahead.seen_deep(fh, start + Duration::from_millis(fh));
+        }
+        let now = start + Duration::from_millis(100);
+        assert!(!read_ahead.known_deep(0, now), "the oldest went");
+        assert!((1..=DEEP_REMEMBERED as u64).all(|fh| read_ahead.known_deep(fh, now)));
+        assert!(!read_ahead.known_deep(1, start + DEEP_MEMORY + Duration::from_millis(2)));
     }
 
     #[test]
