@@ -454,8 +454,7 @@ impl<F: FileSystem> Queue<F> {
         request: &[u8],
     ) -> (Ctx<'c>, &'c FuseDev) {
         // Looked at only for a request the loop waited for, not on a deep client's path.
-        let bounded =
-            || self.bounded && header_of(request).is_some_and(|h| h.opcode != FUSE_SETLKW);
+        let bounded = || waits_are_bounded(self.bounded, request);
         match came {
             Came::Blocked => {
                 let dev = self.blocking.as_ref().expect("blocking clone");
@@ -889,5 +888,43 @@ impl<F: FileSystem> Queue<F> {
         });
         self.stats.borrow_mut().record(&served);
         served
+    }
+}
+
+/// Whether serving `request` can only wait for a bounded time, so that a loop may serve
+/// it with blocking calls: its file system's waits are bounded
+/// ([`FileSystem::waits_are_bounded`]) and it is not a lock request that waits for
+/// another process to unlock (SETLKW: served blocking on the only loop, it would keep
+/// the unlock from being served).
+fn waits_are_bounded(fs_bounded: bool, request: &[u8]) -> bool {
+    fs_bounded && header_of(request).is_some_and(|h| h.opcode != FUSE_SETLKW)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fuse::abi::{fuse_in_header, FUSE_READ, FUSE_SETLK};
+
+    fn request(opcode: u32) -> Vec<u8> {
+        let mut request = vec![0u8; std::mem::size_of::<fuse_in_header>() + 64];
+        let len = request.len() as u32;
+        request[0..4].copy_from_slice(&len.to_ne_bytes());
+        request[4..8].copy_from_slice(&opcode.to_ne_bytes());
+        request
+    }
+
+    #[test]
+    fn a_lock_wait_is_never_served_blocking() {
+        assert!(waits_are_bounded(true, &request(FUSE_READ)));
+        assert!(
+            waits_are_bounded(true, &request(FUSE_SETLK)),
+            "SETLK does not wait"
+        );
+        assert!(!waits_are_bounded(true, &request(FUSE_SETLKW)));
+        assert!(
+            !waits_are_bounded(false, &request(FUSE_READ)),
+            "a file system that may stall"
+        );
+        assert!(!waits_are_bounded(true, &[0u8; 8]), "no header");
     }
 }
