@@ -48,6 +48,19 @@ impl Turn {
 /// Handles a backlog looks at when it looks for a shallow client.
 pub const TRACKED: usize = 16;
 
+/// The requests waiting per handle ([`Backlog::handle_counts`]).
+pub struct HandleCounts {
+    counts: [(u64, usize); TRACKED],
+    handles: usize,
+}
+
+impl HandleCounts {
+    /// Each handle counted, with its requests waiting.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        self.counts[..self.handles].iter().copied()
+    }
+}
+
 /// Requests waiting to start, in arrival order. The reader that fills it bounds it
 /// ([`crate::read_ahead::ReadAhead::start`]).
 pub struct Backlog<T> {
@@ -80,15 +93,41 @@ impl<T> Backlog<T> {
         self.waiting.push_back((turn, request));
     }
 
+    /// The requests waiting per handle, for the first [`TRACKED`] handles (no allocation):
+    /// counted once per drain, for [`Backlog::victim`] and the read-ahead's deep handles.
+    pub fn handle_counts(&self) -> HandleCounts {
+        let mut counts = HandleCounts {
+            counts: [(0, 0); TRACKED],
+            handles: 0,
+        };
+        for (turn, _) in &self.waiting {
+            let Turn::Handle(fh) = *turn else { continue };
+            let handles = counts.handles;
+            match counts.counts[..handles].iter_mut().find(|(h, _)| *h == fh) {
+                Some((_, count)) => *count += 1,
+                None if handles < TRACKED => {
+                    counts.counts[handles] = (fh, 1);
+                    counts.handles += 1;
+                }
+                None => {}
+            }
+        }
+        counts
+    }
+
     /// A handle that serving by turns helps, if there is one: the only request of its
-    /// handle (a shallow client's), behind at least `behind` requests of other handles (a
-    /// deep client's), and not one `known_deep` says had more waiting before (several deep
-    /// clients each show a single request now and then: fio submits in bursts). Not when
-    /// every client is shallow, nor when every one is deep: then arrival order serves them
-    /// alike. Looks at the first [`TRACKED`] handles.
-    pub fn victim(&self, behind: usize, known_deep: impl Fn(u64) -> bool) -> Option<u64> {
-        let (counts, handles) = self.counts();
-        let single = |fh: u64| counts[..handles].iter().any(|&(h, n)| h == fh && n == 1);
+    /// handle (a shallow client's, by `counts`, this backlog's [`Backlog::handle_counts`]),
+    /// behind at least `behind` requests of other handles (a deep client's), and not one
+    /// `known_deep` says had more waiting before (several deep clients each show a single
+    /// request now and then: fio submits in bursts). Not when every client is shallow, nor
+    /// when every one is deep: then arrival order serves them alike.
+    pub fn victim(
+        &self,
+        counts: &HandleCounts,
+        behind: usize,
+        known_deep: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
+        let single = |fh: u64| counts.iter().any(|(h, n)| h == fh && n == 1);
         self.waiting
             .iter()
             .enumerate()
@@ -96,35 +135,6 @@ impl<T> Backlog<T> {
                 Turn::Handle(fh) if ahead >= behind && single(fh) && !known_deep(fh) => Some(fh),
                 _ => None,
             })
-    }
-
-    /// Calls `each` with every handle (of the first [`TRACKED`]) that has at least
-    /// `at_least` requests waiting.
-    pub fn handles_with(&self, at_least: usize, mut each: impl FnMut(u64)) {
-        let (counts, handles) = self.counts();
-        for &(fh, n) in &counts[..handles] {
-            if n >= at_least {
-                each(fh);
-            }
-        }
-    }
-
-    /// The requests waiting per handle, for the first [`TRACKED`] handles (no allocation).
-    fn counts(&self) -> ([(u64, usize); TRACKED], usize) {
-        let mut counts = [(0u64, 0usize); TRACKED];
-        let mut handles = 0;
-        for (turn, _) in &self.waiting {
-            let Turn::Handle(fh) = *turn else { continue };
-            match counts[..handles].iter_mut().find(|(h, _)| *h == fh) {
-                Some((_, count)) => *count += 1,
-                None if handles < TRACKED => {
-                    counts[handles] = (fh, 1);
-                    handles += 1;
-                }
-                None => {}
-            }
-        }
-        (counts, handles)
     }
 
     /// Requests of handle `fh` waiting.
@@ -219,21 +229,33 @@ mod tests {
         for _ in 0..4 {
             backlog.push(Turn::Handle(0), "w");
         }
-        assert_eq!(backlog.victim(4, |_| false), None, "one deep client");
+        assert_eq!(
+            backlog.victim(&backlog.handle_counts(), 4, |_| false),
+            None,
+            "one deep client"
+        );
         backlog.push(Turn::Handle(256), "r");
         assert_eq!(
-            backlog.victim(4, |_| false),
+            backlog.victim(&backlog.handle_counts(), 4, |_| false),
             Some(256),
             "a shallow client behind it"
         );
-        assert_eq!(backlog.victim(5, |_| false), None, "not behind enough");
         assert_eq!(
-            backlog.victim(4, |fh| fh == 256),
+            backlog.victim(&backlog.handle_counts(), 5, |_| false),
+            None,
+            "not behind enough"
+        );
+        assert_eq!(
+            backlog.victim(&backlog.handle_counts(), 4, |fh| fh == 256),
             None,
             "a client that had more waiting before"
         );
         backlog.push(Turn::Handle(256), "r");
-        assert_eq!(backlog.victim(4, |_| false), None, "two deep clients");
+        assert_eq!(
+            backlog.victim(&backlog.handle_counts(), 4, |_| false),
+            None,
+            "two deep clients"
+        );
         assert_eq!(
             (backlog.count(256), backlog.count(0), backlog.count(1)),
             (2, 4, 0)
@@ -243,7 +265,11 @@ mod tests {
         for fh in 0..4 {
             shallow.push(Turn::Handle(fh << 8), "r");
         }
-        assert_eq!(shallow.victim(4, |_| false), None, "only shallow clients");
+        assert_eq!(
+            shallow.victim(&shallow.handle_counts(), 4, |_| false),
+            None,
+            "only shallow clients"
+        );
     }
 
     #[test]

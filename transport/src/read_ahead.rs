@@ -122,7 +122,7 @@ pub struct ReadAhead {
     /// Requests this queue read since the shallow client's last ([`SHALLOW_GONE`]).
     since_shallow: Cell<u32>,
     /// Handles seen deep, and when last ([`DEEP_MEMORY`]).
-    deep: Cell<[Option<(u64, Instant)>; DEEP_REMEMBERED]>,
+    deep: RefCell<[Option<(u64, Instant)>; DEEP_REMEMBERED]>,
 }
 
 impl Default for ReadAhead {
@@ -138,7 +138,7 @@ impl ReadAhead {
             drained_at: Cell::new(Instant::now()),
             shallow: RefCell::new(Arc::new(AtomicU64::new(NO_CLIENT))),
             since_shallow: Cell::new(0),
-            deep: Cell::new([None; DEEP_REMEMBERED]),
+            deep: RefCell::new([None; DEEP_REMEMBERED]),
         }
     }
 
@@ -208,10 +208,14 @@ impl ReadAhead {
     /// is the session's; the known one, with [`NOT_SHALLOW`] requests waiting, is not.
     pub fn judge<T>(&self, backlog: &Backlog<T>) {
         let now = Instant::now();
-        backlog.handles_with(2, |fh| self.seen_deep(fh, now));
+        let counts = backlog.handle_counts();
+        for (fh, _) in counts.iter().filter(|&(_, n)| n >= 2) {
+            self.seen_deep(fh, now);
+        }
         match self.shallow() {
             None => {
-                if let Some(fh) = backlog.victim(VICTIM_BEHIND, |fh| self.known_deep(fh, now)) {
+                let known_deep = |fh| self.known_deep(fh, now);
+                if let Some(fh) = backlog.victim(&counts, VICTIM_BEHIND, known_deep) {
                     log::debug!("a shallow client (fh {fh:#x}) behind a deep one: served by turns");
                     self.set_shallow(Some(fh));
                 }
@@ -226,7 +230,7 @@ impl ReadAhead {
 
     /// Remembers `fh` as deep at `now`, in its own entry, else a free or the oldest one.
     fn seen_deep(&self, fh: u64, now: Instant) {
-        let mut deep = self.deep.get();
+        let mut deep = self.deep.borrow_mut();
         let slot = match deep.iter().position(|e| e.is_some_and(|(h, _)| h == fh)) {
             Some(i) => i,
             None => (0..DEEP_REMEMBERED)
@@ -234,13 +238,12 @@ impl ReadAhead {
                 .expect("entries"),
         };
         deep[slot] = Some((fh, now));
-        self.deep.set(deep);
     }
 
     /// Whether `fh` was seen deep within [`DEEP_MEMORY`] of `now`.
     fn known_deep(&self, fh: u64, now: Instant) -> bool {
         self.deep
-            .get()
+            .borrow()
             .iter()
             .flatten()
             .any(|&(h, at)| h == fh && now.duration_since(at) < DEEP_MEMORY)
