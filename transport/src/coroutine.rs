@@ -506,6 +506,9 @@ impl<F: FileSystem> Queue<F> {
                     self.in_flight.set(self.in_flight.get() - 1);
                     self.buffers.requests.give(buf);
                     let done = self.not_taking().is_some() && self.backlog.borrow().is_empty();
+                    if handed_over && !done {
+                        self.wake_waiters_to_block(co);
+                    }
                     if handed_over || done {
                         break;
                     }
@@ -722,6 +725,26 @@ impl<F: FileSystem> Queue<F> {
                         }
                     }
                     after_wait = self.wait_readable(co)?;
+                }
+            }
+        }
+    }
+
+    /// After a request that suspended (its reader handed reading over): if the loop now
+    /// has nothing to do but the new readers' polls and may block, ends those polls, so
+    /// that a reader looks again and waits in a blocking read. The reader that took over
+    /// started its poll while this request still had I/O in flight, when the loop could
+    /// not block; without this, a client whose every request suspends (a slow disk read
+    /// at iodepth 1) would be waited for on the ring for good (CI, 2026-12-07: 1 of 204
+    /// such requests served blocking).
+    fn wake_waiters_to_block(&self, co: &Co<'_>) {
+        let waiting = self.waiting.get();
+        if waiting > 0 && self.may_block() && co.loop_is_alone_but(waiting) {
+            // The readers stay listed (a stop still finds them): only their polls end.
+            // (`cancel_io` queues a cancellation and returns: no switch while borrowed.)
+            for &id in self.readers.borrow().iter() {
+                if let Err(e) = co.cancel_io(id) {
+                    log::warn!("cancelling a wait on /dev/fuse: {e}");
                 }
             }
         }
