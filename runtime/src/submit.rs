@@ -67,10 +67,9 @@ impl Inner {
     /// Linux 5.5); that coroutine then resumes with `ECANCELED` (or with the operation's own
     /// result, if it completed first). Returns whether `id` was waiting on I/O.
     pub(crate) fn cancel_io(&self, id: TaskId) -> io::Result<bool> {
-        let key = self.sched.with(|s| {
-            let io = s.live_keys(|state| state == State::Io);
-            io.into_iter().find(|&key| s.identity(key).0 == id)
-        });
+        let key = self
+            .sched
+            .with(|s| s.find_live(|state| state == State::Io, |key| s.identity(key).0 == id));
         let Some(key) = key else {
             return Ok(false);
         };
