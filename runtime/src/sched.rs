@@ -63,24 +63,18 @@ impl Sched {
         identity(&self.tasks[key])
     }
 
-    /// The first live coroutine in a state `state` accepts that `pick` accepts too, found
-    /// without allocating (a cancellation may come once per request).
-    pub(crate) fn find_live(
-        &self,
-        state: impl Fn(State) -> bool,
-        pick: impl Fn(usize) -> bool,
-    ) -> Option<usize> {
+    /// The keys of the live coroutines in a state `state` accepts, without allocating.
+    pub(crate) fn live<'a>(
+        &'a self,
+        state: impl Fn(State) -> bool + 'a,
+    ) -> impl Iterator<Item = usize> + 'a {
         let live = self.tasks.iter().enumerate();
-        live.filter(|(_, slot)| slot.state != State::Free && state(slot.state))
+        live.filter(move |(_, slot)| slot.state != State::Free && state(slot.state))
             .map(|(key, _)| key)
-            .find(|&key| pick(key))
     }
 
     pub(crate) fn live_keys(&self, state: impl Fn(State) -> bool) -> Vec<usize> {
-        let live = self.tasks.iter().enumerate();
-        live.filter(|(_, slot)| slot.state != State::Free && state(slot.state))
-            .map(|(key, _)| key)
-            .collect()
+        self.live(state).collect()
     }
 }
 

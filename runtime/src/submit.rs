@@ -67,9 +67,10 @@ impl Inner {
     /// Linux 5.5); that coroutine then resumes with `ECANCELED` (or with the operation's own
     /// result, if it completed first). Returns whether `id` was waiting on I/O.
     pub(crate) fn cancel_io(&self, id: TaskId) -> io::Result<bool> {
-        let key = self
-            .sched
-            .with(|s| s.find_live(|state| state == State::Io, |key| s.identity(key).0 == id));
+        let key = self.sched.with(|s| {
+            s.live(|state| state == State::Io)
+                .find(|&key| s.identity(key).0 == id)
+        });
         let Some(key) = key else {
             return Ok(false);
         };
