@@ -39,6 +39,9 @@ mixed row one line per job), then a markdown table of the medians: IOPS (daemon 
 per I/O), with p99 on the iodepth-1 and mixed rows. `--from FILE...` prints that table
 for the TSV lines of earlier runs instead (runs of one suite pooled: more rounds).
 
+With $COROFUSE_B (a second binary, e.g. a build of the commit before a change) every
+image suite also runs its default as the server "corofuse-b": an interleaved A/B.
+
 Needs root, fio, /dev/fuse, qemu-storage-daemon (qemu-img and qemu-nbd for their suites);
 `cargo build --release -p corofuse` first ($COROFUSE names another binary). Turns the fuse
 module's enable_uring on for the run and restores it. Holds off a virtual machine's free
@@ -162,7 +165,8 @@ def image_servers(spec, blockdev, direct, one_iothread=False):
     opts = ['--direct'] if direct else []
     explicit = [['--placement', 'all'], ['--queues', '1'], ['--transport', 'uring'],
                 ['--dispatch', 'threads:2']] + ALSO
-    return ([corofuse('corofuse', spec, *opts)]
+    second = [corofuse('corofuse-b', spec, *opts, binary=COROFUSE_B)] if COROFUSE_B else []
+    return ([corofuse('corofuse', spec, *opts)] + second
             + [corofuse(f'corofuse {" ".join(e)}', spec, *opts, *e) for e in explicit]
             + peers(blockdev, one_iothread))
 

@@ -343,11 +343,7 @@ impl<F: FileSystem> Queue<F> {
 
     fn cancel_waits(&self, co: &Co<'_>) {
         let readers = std::mem::take(&mut *self.readers.borrow_mut());
-        for id in readers {
-            if let Err(e) = co.cancel_io(id) {
-                log::warn!("cancelling a wait on /dev/fuse: {e}");
-            }
-        }
+        cancel_polls(co, &readers);
     }
 
     /// Suspends until the queue has no reader and no request left.
@@ -742,11 +738,7 @@ impl<F: FileSystem> Queue<F> {
         if waiting > 0 && self.may_block() && co.loop_is_alone_but(waiting) {
             // The readers stay listed (a stop still finds them): only their polls end.
             // (`cancel_io` queues a cancellation and returns: no switch while borrowed.)
-            for &id in self.readers.borrow().iter() {
-                if let Err(e) = co.cancel_io(id) {
-                    log::warn!("cancelling a wait on /dev/fuse: {e}");
-                }
-            }
+            cancel_polls(co, &self.readers.borrow());
         }
     }
 
@@ -921,6 +913,16 @@ impl<F: FileSystem> Queue<F> {
 /// the unlock from being served).
 fn waits_are_bounded(fs_bounded: bool, request: &[u8]) -> bool {
     fs_bounded && header_of(request).is_some_and(|h| h.opcode != FUSE_SETLKW)
+}
+
+/// Cancels the polls of `readers` on /dev/fuse (each reader wakes with ECANCELED and
+/// decides itself whether to read again, block or end).
+fn cancel_polls(co: &Co<'_>, readers: &[TaskId]) {
+    for &id in readers {
+        if let Err(e) = co.cancel_io(id) {
+            log::warn!("cancelling a wait on /dev/fuse: {e}");
+        }
+    }
 }
 
 #[cfg(test)]
