@@ -207,9 +207,9 @@ fn per_queue(stats: &Stats) -> String {
 /// What the adaptive loop placement did, and how long each state held.
 fn placement(p: &PlacementStats) -> String {
     let mut out = format!(
-        "\nloop placement: {} trials ({} started early by a change of rate), {} moves kept, \
-         {} idle measurements, {} ms in trials\n",
-        p.trials, p.shifts, p.kept, p.idle, p.trial_ms
+        "\nloop placement: {} trials ({} started early by a change of rate, {} by a shallow \
+         client beside a deep one), {} moves kept, {} idle measurements, {} ms in trials\n",
+        p.trials, p.shifts, p.shallow, p.kept, p.idle, p.trial_ms
     );
     for (paused, ms) in p.ms_with_paused.iter().enumerate() {
         out.push_str(&format!("  {paused} loop(s) paused: {ms} ms\n"));
@@ -311,6 +311,7 @@ mod tests {
                 ms_with_paused: vec![4000, 1500],
                 trial_ms: 900,
                 shifts: 3,
+                shallow: 1,
             }),
             ..Stats::default()
         };
@@ -342,8 +343,8 @@ mod tests {
         assert!(s.contains("per loop"), "{s}");
         assert!(
             s.contains(
-                "loop placement: 7 trials (3 started early by a change of rate), 2 moves kept, \
-                 1 idle measurements, 900 ms"
+                "loop placement: 7 trials (3 started early by a change of rate, 1 by a shallow \
+                 client beside a deep one), 2 moves kept, 1 idle measurements, 900 ms"
             ),
             "{s}"
         );
