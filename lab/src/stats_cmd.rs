@@ -208,8 +208,9 @@ fn per_queue(stats: &Stats) -> String {
 fn placement(p: &PlacementStats) -> String {
     let mut out = format!(
         "\nloop placement: {} trials ({} started early by a change of rate, {} by a shallow \
-         client beside a deep one), {} moves kept, {} idle measurements, {} ms in trials\n",
-        p.trials, p.shifts, p.shallow, p.kept, p.idle, p.trial_ms
+         client beside a deep one), {} moves kept, {} pauses moved after the shallow \
+         client, {} idle measurements, {} ms in trials\n",
+        p.trials, p.shifts, p.shallow, p.kept, p.follows, p.idle, p.trial_ms
     );
     for (paused, ms) in p.ms_with_paused.iter().enumerate() {
         out.push_str(&format!("  {paused} loop(s) paused: {ms} ms\n"));
@@ -312,6 +313,7 @@ mod tests {
                 trial_ms: 900,
                 shifts: 3,
                 shallow: 1,
+                follows: 2,
             }),
             ..Stats::default()
         };
@@ -344,7 +346,8 @@ mod tests {
         assert!(
             s.contains(
                 "loop placement: 7 trials (3 started early by a change of rate, 1 by a shallow \
-                 client beside a deep one), 2 moves kept, 1 idle measurements, 900 ms"
+                 client beside a deep one), 2 moves kept, 2 pauses moved after the shallow \
+                 client, 1 idle measurements, 900 ms"
             ),
             "{s}"
         );

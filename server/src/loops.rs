@@ -513,6 +513,7 @@ fn serve_part<F: FileSystem>(co: &Co<'_>, setup: LoopSetup<F>) -> Result<LoopRep
         if let Some(placement) = &placement {
             queue.count_into(placement.register(index));
             queue.share_shallow_client(placement.shallow_client());
+            queue.share_shallow_pid(placement.shallow_pid());
         }
         let watcher = {
             let served = served.clone();

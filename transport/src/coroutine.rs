@@ -58,7 +58,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -854,6 +854,12 @@ impl<F: FileSystem> Queue<F> {
     /// ([`crate::placement::Placement::shallow_client`]).
     pub fn share_shallow_client(&self, handle: Arc<AtomicU64>) {
         self.read_ahead.share(handle);
+    }
+
+    /// Shares the thread id of the shallow client's requests with the loop placement
+    /// ([`crate::placement::Placement::shallow_pid`]).
+    pub fn share_shallow_pid(&self, pid: Arc<AtomicU32>) {
+        self.read_ahead.share_pid(pid);
     }
 
     /// Takes the requests /dev/fuse holds into the backlog, as many as [`ReadAhead::start`]

@@ -47,7 +47,11 @@
 //! starts that trial at the next [`WATCH`] window rather than after the hold, and a pause
 //! kept beside it holds [`MAX_HOLD`] before the next trial: each trial takes the loop back
 //! for a measurement, the state in which the shallow client's p99 is made (issue 34: a
-//! 4 s run spent 764 ms in trials, 382 ms after).
+//! 4 s run spent 764 ms in trials, 382 ms after). The paused loop should be the one on
+//! the deep client's CPU, and clients move between CPUs: the loops note the thread id of
+//! the shallow client's requests, and while it holds the controller reads that thread's
+//! CPU each [`WATCH`] window; found on a paused loop's CPU [`FOLLOW_WINDOWS`] times in a
+//! row, that loop takes requests again and the other one pauses.
 //!
 //! Why these rules (issue 37): sequential 1 MiB writes run at 400-4000 requests per
 //! second. With [`IDLE_RATE`] at 2000/s, a session that a loop on a contended CPU (a
@@ -120,6 +124,15 @@ pub const SHIFT_WINDOWS: u32 = 3;
 /// (thousandths): the weighted rate of one state swings by up to 2x between trials (fio,
 /// null, the mixed pair: 1.15M/s, then 483k/s with one loop paused throughout).
 pub const SHALLOW_RESUME_GAIN: u64 = 1500;
+/// The pause moves to the other loop once the shallow client ran on the paused loop's CPU
+/// in this many [`WATCH`] windows in a row (fio, the mixed pair on null: p99 44-67 us with
+/// the paused loop on the deep client's CPU throughout, 138 where the reader moved to the
+/// paused loop's CPU for the last 40% of the run).
+pub const FOLLOW_WINDOWS: u32 = 2;
+/// ... and at most once in this long: a paused loop leaves its CPU the quieter one, which
+/// the scheduler moves the shallow client to (tmpfs, the mixed pair: 9-12 moves in 4 s
+/// without this, the writer at 0.74x).
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(1600);
 
 /// Below this many requests per second the session counts as idle: every loop takes
 /// requests (the next burst starts served where it comes from) and no trial runs. Low:
@@ -134,6 +147,8 @@ pub struct Placement {
     /// The file handle of a shallow client beside a deep one that a loop found, or
     /// [`NO_CLIENT`] ([`crate::read_ahead::SHALLOW_WEIGHT`]).
     shallow: Arc<AtomicU64>,
+    /// The thread id of the shallow client's last request (0: none seen).
+    shallow_pid: Arc<AtomicU32>,
 }
 
 #[derive(Debug, Default)]
@@ -152,7 +167,34 @@ impl Placement {
         Placement {
             slots: (0..loops).map(|_| Slot::default()).collect(),
             shallow: Arc::new(AtomicU64::new(NO_CLIENT)),
+            shallow_pid: Arc::new(AtomicU32::new(0)),
         }
+    }
+
+    /// Where the loops store the thread id of the shallow client's requests
+    /// ([`Queue::share_shallow_pid`](crate::Queue::share_shallow_pid)).
+    pub fn shallow_pid(&self) -> Arc<AtomicU32> {
+        Arc::clone(&self.shallow_pid)
+    }
+
+    /// With one loop taking requests beside a shallow client that runs on the CPU of a
+    /// paused loop: (the loop taking requests, that paused loop). The pause was chosen
+    /// for the deep client's CPU, and clients move between CPUs.
+    fn shallow_on_paused_cpu(&self) -> Option<(usize, usize)> {
+        if !self.shallow_known() {
+            return None;
+        }
+        let mut taking = (0..self.slots.len()).filter(|&i| !self.is_paused(i));
+        let (one, None) = (taking.next()?, taking.next()) else {
+            return None;
+        };
+        let pid = self.shallow_pid.load(Ordering::Relaxed);
+        let client_cpu = last_cpu(pid)?;
+        let loop_cpu = |i: usize| last_cpu(self.slots[i].tid.load(Ordering::Relaxed));
+        (0..self.slots.len())
+            .filter(|&i| self.is_paused(i))
+            .find(|&i| loop_cpu(i) == Some(client_cpu))
+            .map(|paused| (one, paused))
     }
 
     /// Called on loop `index`'s thread when it starts: the counter its queue counts the
@@ -263,6 +305,9 @@ enum Watched {
     Shifted,
     /// A shallow client showed beside a deep one while every loop takes requests.
     Shallow,
+    /// The shallow client sat on a paused loop's CPU for [`FOLLOW_WINDOWS`]: that loop
+    /// takes requests again and the other one pauses.
+    Follow,
 }
 
 /// Where the controller is. A trial measures A (the state as it is), B (one move made),
@@ -321,6 +366,10 @@ pub struct ControllerStats {
     /// every loop took requests ([`Watched::Shallow`]).
     #[serde(default)]
     pub shallow: u64,
+    /// Times the pause moved to the other loop because the shallow client ran on the
+    /// paused one's CPU ([`Watched::Follow`]).
+    #[serde(default)]
+    pub follows: u64,
 }
 
 /// What a [`Controller::tick`] asks of its caller.
@@ -359,6 +408,10 @@ pub struct Controller {
     shifted: u32,
     /// Whether the shallow client known now already started a trial ([`Watched::Shallow`]).
     shallow_tried: bool,
+    /// [`WATCH`] windows in a row that found the shallow client on a paused loop's CPU.
+    on_paused_cpu: u32,
+    /// When the pause last moved after the shallow client ([`FOLLOW_EVERY`]).
+    followed_at: Option<Instant>,
 }
 
 impl Controller {
@@ -378,6 +431,8 @@ impl Controller {
             watch: (now, placement.requests()),
             shifted: 0,
             shallow_tried: false,
+            on_paused_cpu: 0,
+            followed_at: None,
         }
     }
 
@@ -412,6 +467,10 @@ impl Controller {
                 Some(Watched::Idle) => {
                     changed = placement.paused() > 0;
                     self.idle(placement, 0, now)
+                }
+                Some(Watched::Follow) => {
+                    changed = true;
+                    self.phase
                 }
                 Some(Watched::Shifted | Watched::Shallow) => {
                     self.read_clocks(placement);
@@ -632,6 +691,25 @@ impl Controller {
             self.judged = None;
             return Some(Watched::Shallow);
         }
+        let may_follow = self
+            .followed_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= FOLLOW_EVERY);
+        match placement.shallow_on_paused_cpu().filter(|_| may_follow) {
+            Some((taking, paused)) if self.on_paused_cpu + 1 >= FOLLOW_WINDOWS => {
+                self.on_paused_cpu = 0;
+                self.followed_at = Some(now);
+                placement.set_paused(paused, false);
+                placement.set_paused(taking, true);
+                self.stats.follows += 1;
+                log::debug!(
+                    "placement: the shallow client runs on paused loop {paused}'s CPU: \
+                     loop {paused} takes requests, loop {taking} pauses"
+                );
+                return Some(Watched::Follow);
+            }
+            Some(_) => self.on_paused_cpu += 1,
+            None => self.on_paused_cpu = 0,
+        }
         let judged = self.judged?;
         if rate * SHIFT >= judged && rate <= judged * SHIFT {
             self.shifted = 0;
@@ -727,6 +805,17 @@ fn per_second(count: u64, over: Duration) -> u64 {
 #[derive(Debug)]
 pub struct ThreadClock {
     file: File,
+}
+
+/// The CPU thread `tid` last ran on (`/proc/TID/stat`, field 39), if it can be read.
+fn last_cpu(tid: u32) -> Option<u32> {
+    if tid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // Fields after the command, which ends at the last ')': state is field 3.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(39 - 3)?.parse().ok()
 }
 
 /// One reading of a [`ThreadClock`].
@@ -1056,6 +1145,57 @@ mod tests {
         let mut c = Controller::new(&p, t);
         drive_for(&p, &mut c, &mut t, HOLD - Duration::from_millis(50), rate);
         assert_eq!((p.paused(), c.stats().trials), (0, 0), "{:?}", c.stats());
+    }
+
+    /// The shallow client found on the paused loop's CPU in two [`WATCH`] windows in a
+    /// row: the pause moves to the other loop.
+    #[test]
+    fn the_pause_follows_the_shallow_client_to_its_cpu() {
+        use std::sync::mpsc;
+        let cpus = runtime::affinity::allowed_cpus().expect("affinity");
+        if cpus.len() < 2 {
+            eprintln!("skipped: needs 2 CPUs, this process may use {cpus:?}");
+            return;
+        }
+        let p = Arc::new(Placement::new(2));
+        // A thread parked on a CPU stands for each loop (its slot) and for the client.
+        let park = |cpu: usize, slot: Option<usize>| {
+            let (tid_tx, tid_rx) = mpsc::channel();
+            let (end_tx, end_rx) = mpsc::channel::<()>();
+            let p = Arc::clone(&p);
+            let thread = std::thread::spawn(move || {
+                runtime::affinity::pin(0, cpu).expect("pin");
+                if let Some(slot) = slot {
+                    p.register(slot);
+                }
+                let tid = std::fs::read_link("/proc/thread-self")
+                    .ok()
+                    .and_then(|l| l.file_name()?.to_str()?.parse::<u32>().ok());
+                tid_tx.send(tid.expect("tid")).expect("send");
+                end_rx.recv().ok();
+            });
+            (tid_rx.recv().expect("tid"), end_tx, thread)
+        };
+        let parked = [
+            park(cpus[0], Some(0)),
+            park(cpus[1], Some(1)),
+            park(cpus[1], None),
+        ];
+        p.set_paused(1, true);
+        p.shallow_client().store(256, Ordering::Relaxed);
+        p.shallow_pid().store(parked[2].0, Ordering::Relaxed);
+        let mut t = Instant::now();
+        let mut c = Controller::new(&p, t);
+        let rate = |_: &Placement, _| 600_000;
+        drive_for(&p, &mut c, &mut t, Duration::from_millis(150), rate);
+        assert!(p.is_paused(1), "one window is not enough: {:?}", c.stats());
+        drive_for(&p, &mut c, &mut t, Duration::from_millis(100), rate);
+        assert!(!p.is_paused(1) && p.is_paused(0), "moved: {:?}", c.stats());
+        assert_eq!(c.stats().follows, 1);
+        for (_, end, thread) in parked {
+            drop(end);
+            thread.join().expect("join");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! then keeps the loops that serve it best.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,9 @@ pub struct ReadAhead {
     /// The shallow client's file handle ([`NO_CLIENT`] if none), shared with the
     /// session's other queues.
     shallow: RefCell<Arc<AtomicU64>>,
+    /// The thread id of the shallow client's last request (0: none seen), shared too:
+    /// the loop placement follows its CPU.
+    shallow_pid: RefCell<Arc<AtomicU32>>,
     /// Requests this queue read since the shallow client's last ([`SHALLOW_GONE`]).
     since_shallow: Cell<u32>,
     /// Handles seen deep, and when last ([`DEEP_MEMORY`]).
@@ -137,6 +140,7 @@ impl ReadAhead {
         ReadAhead {
             drained_at: Cell::new(Instant::now()),
             shallow: RefCell::new(Arc::new(AtomicU64::new(NO_CLIENT))),
+            shallow_pid: RefCell::new(Arc::new(AtomicU32::new(0))),
             since_shallow: Cell::new(0),
             deep: RefCell::new([None; DEEP_REMEMBERED]),
         }
@@ -146,6 +150,12 @@ impl ReadAhead {
     /// [`NO_CLIENT`] for none ([`crate::placement::Placement::shallow_client`]).
     pub fn share(&self, handle: Arc<AtomicU64>) {
         *self.shallow.borrow_mut() = handle;
+    }
+
+    /// Shares where the thread id of the shallow client's requests goes
+    /// ([`crate::placement::Placement::shallow_pid`]).
+    pub fn share_pid(&self, pid: Arc<AtomicU32>) {
+        *self.shallow_pid.borrow_mut() = pid;
     }
 
     /// The shallow client's file handle, if one is known.
@@ -169,6 +179,9 @@ impl ReadAhead {
         };
         if Turn::of(request) == Turn::Handle(shallow) {
             self.since_shallow.set(0);
+            if let Some(h) = header_of(request) {
+                self.shallow_pid.borrow().store(h.pid, Ordering::Relaxed);
+            }
             return SHALLOW_WEIGHT;
         }
         if self.since_shallow.replace(self.since_shallow.get() + 1) >= SHALLOW_GONE {
