@@ -200,11 +200,7 @@ impl Placement {
     /// Called on loop `index`'s thread when it starts: the counter its queue counts the
     /// requests it reads into ([`Queue::count_into`](crate::Queue::count_into)).
     pub fn register(&self, index: usize) -> Arc<AtomicU64> {
-        // `/proc/thread-self` links to `PID/task/TID`.
-        let tid = std::fs::read_link("/proc/thread-self")
-            .ok()
-            .and_then(|link| link.file_name()?.to_str()?.parse().ok());
-        match tid {
+        match this_thread_id() {
             Some(tid) => self.slots[index].tid.store(tid, Ordering::Relaxed),
             None => log::warn!("loop {index}: no thread id: the placement cannot see its CPU"),
         }
@@ -694,7 +690,9 @@ impl Controller {
         let may_follow = self
             .followed_at
             .is_none_or(|at| now.saturating_duration_since(at) >= FOLLOW_EVERY);
-        match placement.shallow_on_paused_cpu().filter(|_| may_follow) {
+        // The CPUs are read from /proc only when a move may follow.
+        let found = may_follow.then(|| placement.shallow_on_paused_cpu());
+        match found.flatten() {
             Some((taking, paused)) if self.on_paused_cpu + 1 >= FOLLOW_WINDOWS => {
                 self.on_paused_cpu = 0;
                 self.followed_at = Some(now);
@@ -805,6 +803,12 @@ fn per_second(count: u64, over: Duration) -> u64 {
 #[derive(Debug)]
 pub struct ThreadClock {
     file: File,
+}
+
+/// The calling thread's id: `/proc/thread-self` links to `PID/task/TID`.
+fn this_thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
 }
 
 /// The CPU thread `tid` last ran on (`/proc/TID/stat`, field 39), if it can be read.
@@ -1168,10 +1172,7 @@ mod tests {
                 if let Some(slot) = slot {
                     p.register(slot);
                 }
-                let tid = std::fs::read_link("/proc/thread-self")
-                    .ok()
-                    .and_then(|l| l.file_name()?.to_str()?.parse::<u32>().ok());
-                tid_tx.send(tid.expect("tid")).expect("send");
+                tid_tx.send(this_thread_id().expect("tid")).expect("send");
                 end_rx.recv().ok();
             });
             (tid_rx.recv().expect("tid"), end_tx, thread)
